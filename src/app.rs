@@ -1,0 +1,180 @@
+//! Wiring: open the store, mount gateways, start the HTTP server and the workers.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::clock::SharedClock;
+use crate::config::Settings;
+use crate::domain::{Currency, Money, ids};
+use crate::gateway::Gateways;
+use crate::gateway::sandbox::SandboxGateway;
+use crate::http::{AppState, Inner, router};
+use crate::sandbox::Sandbox;
+use crate::store::Db;
+use crate::store::catalog::{self, NewSku, SkuKind};
+use crate::workers::run_every;
+use crate::workers::sweeper::Sweeper;
+
+/// Interval of the sandbox's notification retry worker.
+const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A running kassa instance.
+pub struct App {
+    pub state: AppState,
+    pub sweeper: Arc<Sweeper>,
+    pub sandbox: Option<Arc<Sandbox>>,
+    pub addr: SocketAddr,
+    pub public_url: String,
+    /// The admin token when this instance generated it (demo mode), to be shown once.
+    pub generated_admin_token: Option<String>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Whether to run the background workers (tests drive `step()` themselves when off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    Run,
+    Off,
+}
+
+fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    static HANDLE: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok().map(|()| handle)
+        })
+        .clone()
+}
+
+/// The demo catalog: idempotent, safe when several instances start at once.
+const DEMO_CATALOG: &[(&str, &str, i64, i64)] = &[
+    ("TEA-LONGJING-100G", "West Lake Longjing tea, 100 g", 12_800, 50),
+    ("MUG-CELADON", "Celadon mug", 8_900, 20),
+    ("NOTEBOOK-A5", "A5 dotted notebook", 2_500, 100),
+    ("LAMP-FLASH-SALE", "Desk lamp (flash sale)", 990, 10),
+];
+
+async fn seed_demo(db: &Db, now: i64) -> anyhow::Result<()> {
+    let cny = Currency::parse("CNY")?;
+    for (sku, name, price, stock) in DEMO_CATALOG {
+        let new = NewSku {
+            sku: (*sku).to_string(),
+            name: (*name).to_string(),
+            kind: SkuKind::Physical,
+            price: Money::new(*price, cny)?,
+            stock: *stock,
+        };
+        catalog::create_sku(db, &new, true, now).await?;
+    }
+    Ok(())
+}
+
+impl App {
+    /// Starts kassa on an already bound listener.
+    pub async fn start(
+        settings: &Settings,
+        clock: SharedClock,
+        listener: tokio::net::TcpListener,
+        workers: Workers,
+    ) -> anyhow::Result<App> {
+        let addr = listener.local_addr()?;
+        let db = Db::connect(&settings.database_url, settings.db_max_connections).await?;
+        db.migrate().await.context("applying migrations")?;
+        let public_url =
+            settings.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_string();
+
+        let mut gateways = Gateways::default();
+        let sandbox = if settings.sandbox {
+            let sandbox = Sandbox::init(db.clone(), clock.clone(), settings.sandbox_ignore_close).await?;
+            gateways.add(Arc::new(SandboxGateway::new(sandbox.clone(), &public_url)));
+            gateways.default = Some(crate::gateway::sandbox::NAME);
+            Some(sandbox)
+        } else {
+            None
+        };
+        if settings.demo {
+            seed_demo(&db, clock.now_ms()).await?;
+        }
+        let (admin_token, generated_admin_token) = match (&settings.admin_token, settings.demo) {
+            (Some(t), _) => (Some(t.clone()), None),
+            (None, true) => {
+                let t = ids::new_secret_token();
+                (Some(t.clone()), Some(t))
+            }
+            (None, false) => (None, None),
+        };
+        let state = AppState(Arc::new(Inner {
+            db: db.clone(),
+            clock: clock.clone(),
+            gateways: gateways.clone(),
+            sandbox: sandbox.clone(),
+            public_url: public_url.clone(),
+            hold_ms: i64::try_from(settings.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+            admin_token_hash: admin_token
+                .map(|t| aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, t.as_bytes()).as_ref().to_vec()),
+            demo: settings.demo,
+            metrics: metrics_handle(),
+        }));
+        let sweeper = Arc::new(Sweeper { db: db.clone(), gateways, clock: clock.clone() });
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        let app = router(state.clone());
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "server stopped");
+            }
+        }));
+        if workers == Workers::Run {
+            let sw = sweeper.clone();
+            let interval = Duration::from_millis(settings.sweep_interval_ms);
+            tasks.push(tokio::spawn(run_every("sweeper", interval, shutdown_rx.clone(), move || {
+                let sw = sw.clone();
+                async move {
+                    match sw.step().await {
+                        Ok(r) if r.examined > 0 => tracing::info!(?r, "sweep"),
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e, "sweep failed"),
+                    }
+                }
+            })));
+            if let Some(sb) = sandbox.clone() {
+                tasks.push(tokio::spawn(run_every(
+                    "sandbox-delivery",
+                    SANDBOX_DELIVERY_INTERVAL,
+                    shutdown_rx.clone(),
+                    move || {
+                        let sb = sb.clone();
+                        async move {
+                            if let Err(e) = sb.deliver_step().await {
+                                tracing::error!(error = %e, "sandbox delivery step failed");
+                            }
+                        }
+                    },
+                )));
+            }
+        }
+        Ok(App { state, sweeper, sandbox, addr, public_url, generated_admin_token, shutdown, tasks })
+    }
+
+    /// Stops accepting requests, lets in-flight ones finish, stops the workers.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.state.db.close().await;
+    }
+}

@@ -1,0 +1,186 @@
+//! Configuration: command line, then `KASSA_<NAME>` environment variables (both through clap),
+//! then the TOML file named by `--config`, then defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+/// Options shared by `serve`, `check` and `migrate`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CommonArgs {
+    /// Data directory (SQLite database lives here); created if missing [default: ./kassa-data]
+    #[arg(long, env = "KASSA_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// sqlite://PATH (default: a file in the data dir) or postgres://…
+    #[arg(long, env = "KASSA_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// TOML configuration file
+    #[arg(long, env = "KASSA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Most connections to PostgreSQL per instance [default: 16]
+    #[arg(long, env = "KASSA_DB_MAX_CONNECTIONS")]
+    pub db_max_connections: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Address to listen on [default: 127.0.0.1:8080]
+    #[arg(long, env = "KASSA_LISTEN")]
+    pub listen: Option<String>,
+    /// Base URL used in notify and return URLs [default: http://<listen>]
+    #[arg(long, env = "KASSA_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Seed a demo catalog and make the built-in sandbox gateway the default
+    #[arg(long, env = "KASSA_DEMO")]
+    pub demo: bool,
+    /// Mount the built-in sandbox gateway without the demo catalog
+    #[arg(long, env = "KASSA_SANDBOX")]
+    pub sandbox: bool,
+    /// Sandbox fault switch: accept close calls but still let the buyer pay (late-payment tests)
+    #[arg(long, env = "KASSA_SANDBOX_IGNORE_CLOSE")]
+    pub sandbox_ignore_close: bool,
+    /// Admin bearer token (generated and printed in --demo mode when absent)
+    #[arg(long, env = "KASSA_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// How long an unpaid order holds its stock, in seconds [default: 900]
+    #[arg(long, env = "KASSA_HOLD_SECONDS")]
+    pub hold_seconds: Option<u64>,
+    /// Sweeper interval in milliseconds [default: 5000]
+    #[arg(long, env = "KASSA_SWEEP_INTERVAL_MS")]
+    pub sweep_interval_ms: Option<u64>,
+}
+
+/// The `--config` file. Unknown keys are refused so a typo is not silently ignored.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub data_dir: Option<PathBuf>,
+    pub database_url: Option<String>,
+    pub db_max_connections: Option<u32>,
+    pub listen: Option<String>,
+    pub public_url: Option<String>,
+    pub demo: Option<bool>,
+    pub sandbox: Option<bool>,
+    pub sandbox_ignore_close: Option<bool>,
+    pub admin_token: Option<String>,
+    pub hold_seconds: Option<u64>,
+    pub sweep_interval_ms: Option<u64>,
+    /// Real gateway sections (`[gateways.alipay]`, …); read by the adapters that support them.
+    #[serde(default)]
+    pub gateways: toml::Table,
+}
+
+/// Resolved settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub database_url: String,
+    pub db_max_connections: u32,
+    pub listen: SocketAddr,
+    pub public_url: Option<String>,
+    pub demo: bool,
+    pub sandbox: bool,
+    pub sandbox_ignore_close: bool,
+    pub admin_token: Option<String>,
+    pub hold_seconds: u64,
+    pub sweep_interval_ms: u64,
+}
+
+pub const DEFAULT_HOLD_SECONDS: u64 = 900;
+pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 5_000;
+pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
+/// Upper bound of the hold: a week, so `hold_seconds * 1000` can never overflow.
+pub const HOLD_SECONDS_MAX: u64 = 7 * 24 * 3600;
+
+fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+fn database_url(data_dir: &Path, explicit: Option<String>) -> String {
+    explicit.unwrap_or_else(|| format!("sqlite://{}", data_dir.join("kassa.db").display()))
+}
+
+impl Settings {
+    pub fn resolve(args: &ServeArgs) -> anyhow::Result<Settings> {
+        let file = read_file(args.common.config.as_deref())?;
+        let data_dir = args.common.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("./kassa-data"));
+        let listen = args.listen.clone().or(file.listen).unwrap_or_else(|| "127.0.0.1:8080".to_string());
+        let listen: SocketAddr =
+            listen.parse().with_context(|| format!("--listen {listen:?} is not an address like 127.0.0.1:8080"))?;
+        let hold_seconds = args.hold_seconds.or(file.hold_seconds).unwrap_or(DEFAULT_HOLD_SECONDS);
+        if hold_seconds > HOLD_SECONDS_MAX {
+            anyhow::bail!("--hold-seconds must be at most {HOLD_SECONDS_MAX}");
+        }
+        let sweep_interval_ms =
+            args.sweep_interval_ms.or(file.sweep_interval_ms).unwrap_or(DEFAULT_SWEEP_INTERVAL_MS).max(10);
+        let demo = args.demo || file.demo.unwrap_or(false);
+        Ok(Settings {
+            database_url: database_url(&data_dir, args.common.database_url.clone().or(file.database_url)),
+            data_dir,
+            db_max_connections: args
+                .common
+                .db_max_connections
+                .or(file.db_max_connections)
+                .unwrap_or(DEFAULT_DB_MAX_CONNECTIONS),
+            listen,
+            public_url: args.public_url.clone().or(file.public_url),
+            demo,
+            sandbox: demo || args.sandbox || file.sandbox.unwrap_or(false),
+            sandbox_ignore_close: args.sandbox_ignore_close || file.sandbox_ignore_close.unwrap_or(false),
+            admin_token: args.admin_token.clone().or(file.admin_token).filter(|t| !t.is_empty()),
+            hold_seconds,
+            sweep_interval_ms,
+        })
+    }
+
+    /// The database settings for `check` and `migrate`.
+    pub fn resolve_common(args: &CommonArgs) -> anyhow::Result<(String, u32)> {
+        let file = read_file(args.config.as_deref())?;
+        let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("./kassa-data"));
+        Ok((
+            database_url(&data_dir, args.database_url.clone().or(file.database_url)),
+            args.db_max_connections.or(file.db_max_connections).unwrap_or(DEFAULT_DB_MAX_CONNECTIONS),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_beats_file_beats_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kassa.toml");
+        std::fs::write(&file, "hold_seconds = 60\nlisten = \"127.0.0.1:9000\"\ndemo = true\n").unwrap();
+        let mut args = ServeArgs::default();
+        args.common.config = Some(file);
+        args.hold_seconds = Some(5);
+        let s = Settings::resolve(&args).unwrap();
+        assert_eq!(s.hold_seconds, 5);
+        assert_eq!(s.listen.port(), 9000);
+        assert!(s.demo && s.sandbox);
+        assert_eq!(s.sweep_interval_ms, DEFAULT_SWEEP_INTERVAL_MS);
+        assert!(s.database_url.starts_with("sqlite://./kassa-data"));
+    }
+
+    #[test]
+    fn refuses_unknown_keys_and_bad_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kassa.toml");
+        std::fs::write(&file, "hold_secs = 60\n").unwrap();
+        let mut args = ServeArgs::default();
+        args.common.config = Some(file);
+        assert!(Settings::resolve(&args).is_err());
+        let args = ServeArgs { listen: Some("nowhere".into()), ..Default::default() };
+        assert!(Settings::resolve(&args).is_err());
+    }
+}

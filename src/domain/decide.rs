@@ -1,0 +1,104 @@
+//! Pure decisions: given what the store read under lock, what must change. No I/O here, so every
+//! branch is unit-tested exhaustively.
+
+use super::status::{AttemptStatus, OrderStatus};
+
+/// What a verified payment success does to an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SuccessDecision {
+    /// `pending_payment -> paid`, attempt succeeded, reservations consumed.
+    Pay,
+    /// The order was expired or cancelled: `-> paid_after_expiry`, attempt succeeded, alert.
+    LatePayment,
+    /// Another attempt already paid this order: record the second capture and alert.
+    DuplicatePayment,
+    /// This very attempt is already recorded as succeeded (e.g. close answered "paid" first).
+    AlreadyApplied,
+}
+
+pub fn decide_success(order: OrderStatus, attempt: AttemptStatus) -> SuccessDecision {
+    use OrderStatus::*;
+    if attempt == AttemptStatus::Succeeded {
+        return SuccessDecision::AlreadyApplied;
+    }
+    match order {
+        PendingPayment => SuccessDecision::Pay,
+        Expired | Cancelled => SuccessDecision::LatePayment,
+        Paid | Delivered | PaidAfterExpiry | Refunding | Refunded => SuccessDecision::DuplicatePayment,
+    }
+}
+
+/// What a verified failure or buyer-cancel at the gateway does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureDecision {
+    /// The attempt ends; the order stays `pending_payment` so the buyer can retry until the hold
+    /// runs out.
+    CloseAttempt(AttemptStatus),
+    /// The attempt is no longer active (it succeeded, expired, …): a stale event changes nothing.
+    Ignore,
+}
+
+pub fn decide_failure(attempt: AttemptStatus, outcome: AttemptStatus) -> FailureDecision {
+    if attempt.is_active() && attempt.transition(outcome).is_ok() {
+        FailureDecision::CloseAttempt(outcome)
+    } else {
+        FailureDecision::Ignore
+    }
+}
+
+/// Whether the sweeper may expire an order it has locked and re-read.
+pub fn may_expire(order: OrderStatus, hold_expires_at_ms: i64, now_ms: i64) -> bool {
+    order == OrderStatus::PendingPayment && hold_expires_at_ms <= now_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn success_decisions_cover_every_pair() {
+        for order in OrderStatus::ALL {
+            for attempt in AttemptStatus::ALL {
+                let d = decide_success(*order, *attempt);
+                if *attempt == AttemptStatus::Succeeded {
+                    assert_eq!(d, SuccessDecision::AlreadyApplied);
+                    continue;
+                }
+                match d {
+                    SuccessDecision::Pay => {
+                        assert_eq!(*order, OrderStatus::PendingPayment);
+                        assert!(order.transition(OrderStatus::Paid).is_ok());
+                    }
+                    SuccessDecision::LatePayment => {
+                        assert!(order.transition(OrderStatus::PaidAfterExpiry).is_ok());
+                    }
+                    SuccessDecision::DuplicatePayment => {
+                        assert!(!matches!(
+                            order,
+                            OrderStatus::PendingPayment | OrderStatus::Expired | OrderStatus::Cancelled
+                        ));
+                    }
+                    SuccessDecision::AlreadyApplied => unreachable!("handled above"),
+                }
+                // Whatever the decision, the attempt itself may become succeeded.
+                assert!(attempt.transition(AttemptStatus::Succeeded).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn failures_only_close_active_attempts() {
+        use AttemptStatus::*;
+        assert_eq!(decide_failure(Created, Failed), FailureDecision::CloseAttempt(Failed));
+        assert_eq!(decide_failure(Unknown, Cancelled), FailureDecision::CloseAttempt(Cancelled));
+        assert_eq!(decide_failure(Succeeded, Failed), FailureDecision::Ignore);
+        assert_eq!(decide_failure(Expired, Failed), FailureDecision::Ignore);
+    }
+
+    #[test]
+    fn expiry_needs_pending_and_elapsed_hold() {
+        assert!(may_expire(OrderStatus::PendingPayment, 100, 100));
+        assert!(!may_expire(OrderStatus::PendingPayment, 101, 100));
+        assert!(!may_expire(OrderStatus::Paid, 0, 100));
+    }
+}

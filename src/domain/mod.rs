@@ -1,0 +1,10 @@
+//! The pure domain core: money, identifiers, statuses with their transition table, and the
+//! decisions the store applies. No I/O and no clock here.
+
+pub mod decide;
+pub mod ids;
+pub mod money;
+pub mod status;
+
+pub use money::{Currency, Money, MoneyError};
+pub use status::{AttemptStatus, NotificationStatus, OrderStatus, ReservationStatus};

@@ -1,0 +1,174 @@
+//! Money: integer minor units plus an ISO-4217 currency. No floats anywhere.
+
+use std::fmt;
+
+/// An ISO-4217 alphabetic currency code together with its minor-unit exponent.
+///
+/// Only currencies kassa knows are accepted, so a typo (`"UDS"`) is an error at the edge instead of
+/// an order that no gateway can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Currency(&'static str);
+
+/// The currencies kassa accepts, with their minor-unit exponents (ISO 4217).
+const KNOWN_CURRENCIES: &[(&str, u8)] = &[
+    ("CNY", 2),
+    ("USD", 2),
+    ("EUR", 2),
+    ("GBP", 2),
+    ("HKD", 2),
+    ("JPY", 0),
+    ("KRW", 0),
+    ("SGD", 2),
+    ("AUD", 2),
+    ("CAD", 2),
+    ("CHF", 2),
+    ("TWD", 2),
+];
+
+impl Currency {
+    /// Parses an upper-case ISO-4217 code such as `CNY`.
+    pub fn parse(code: &str) -> Result<Self, MoneyError> {
+        KNOWN_CURRENCIES
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map(|(c, _)| Currency(c))
+            .ok_or_else(|| MoneyError::UnknownCurrency(code.chars().take(8).collect()))
+    }
+
+    pub fn code(self) -> &'static str {
+        self.0
+    }
+
+    /// Number of decimal places of the minor unit (2 for CNY, 0 for JPY).
+    pub fn exponent(self) -> u8 {
+        KNOWN_CURRENCIES.iter().find(|(c, _)| *c == self.0).map(|(_, e)| *e).unwrap_or(2)
+    }
+}
+
+impl fmt::Display for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoneyError {
+    #[error("unknown currency {0:?}")]
+    UnknownCurrency(String),
+    #[error("amount must not be negative")]
+    Negative,
+    #[error("amount overflows")]
+    Overflow,
+    #[error("currencies differ: {0} and {1}")]
+    CurrencyMismatch(Currency, Currency),
+}
+
+/// A non-negative amount of money in minor units (fen, cents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Money {
+    amount_minor: i64,
+    currency: Currency,
+}
+
+impl Money {
+    pub fn new(amount_minor: i64, currency: Currency) -> Result<Self, MoneyError> {
+        if amount_minor < 0 {
+            return Err(MoneyError::Negative);
+        }
+        Ok(Money { amount_minor, currency })
+    }
+
+    pub fn zero(currency: Currency) -> Self {
+        Money { amount_minor: 0, currency }
+    }
+
+    pub fn amount_minor(self) -> i64 {
+        self.amount_minor
+    }
+
+    pub fn currency(self) -> Currency {
+        self.currency
+    }
+
+    pub fn checked_add(self, other: Money) -> Result<Money, MoneyError> {
+        if self.currency != other.currency {
+            return Err(MoneyError::CurrencyMismatch(self.currency, other.currency));
+        }
+        let amount_minor = self.amount_minor.checked_add(other.amount_minor).ok_or(MoneyError::Overflow)?;
+        Ok(Money { amount_minor, currency: self.currency })
+    }
+
+    /// Unit price times quantity, refusing overflow.
+    pub fn checked_mul(self, quantity: i64) -> Result<Money, MoneyError> {
+        if quantity < 0 {
+            return Err(MoneyError::Negative);
+        }
+        let amount_minor = self.amount_minor.checked_mul(quantity).ok_or(MoneyError::Overflow)?;
+        Ok(Money { amount_minor, currency: self.currency })
+    }
+
+    /// Renders the amount in major units with the currency's exponent, e.g. `12.34 CNY`.
+    /// Integer arithmetic only.
+    pub fn display_major(self) -> String {
+        let exp = u32::from(self.currency.exponent());
+        if exp == 0 {
+            return format!("{} {}", self.amount_minor, self.currency);
+        }
+        let div = 10_i64.pow(exp);
+        format!(
+            "{}.{:0width$} {}",
+            self.amount_minor / div,
+            self.amount_minor % div,
+            self.currency,
+            width = exp as usize
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cny() -> Currency {
+        Currency::parse("CNY").unwrap()
+    }
+
+    #[test]
+    fn parses_known_and_rejects_unknown_currencies() {
+        assert_eq!(cny().code(), "CNY");
+        assert_eq!(Currency::parse("JPY").unwrap().exponent(), 0);
+        assert!(Currency::parse("cny").is_err());
+        assert!(Currency::parse("XXX").is_err());
+        assert!(Currency::parse("").is_err());
+    }
+
+    #[test]
+    fn refuses_negative_overflow_and_mixed_currencies() {
+        assert_eq!(Money::new(-1, cny()), Err(MoneyError::Negative));
+        let big = Money::new(i64::MAX, cny()).unwrap();
+        assert_eq!(big.checked_add(Money::new(1, cny()).unwrap()), Err(MoneyError::Overflow));
+        assert_eq!(big.checked_mul(2), Err(MoneyError::Overflow));
+        let usd = Money::new(1, Currency::parse("USD").unwrap()).unwrap();
+        assert!(matches!(Money::new(1, cny()).unwrap().checked_add(usd), Err(MoneyError::CurrencyMismatch(_, _))));
+    }
+
+    #[test]
+    fn displays_major_units_without_floats() {
+        assert_eq!(Money::new(1234, cny()).unwrap().display_major(), "12.34 CNY");
+        assert_eq!(Money::new(5, cny()).unwrap().display_major(), "0.05 CNY");
+        let jpy = Currency::parse("JPY").unwrap();
+        assert_eq!(Money::new(500, jpy).unwrap().display_major(), "500 JPY");
+    }
+
+    proptest! {
+        #[test]
+        fn addition_is_exact_or_refused(a in 0_i64..=i64::MAX, b in 0_i64..=i64::MAX) {
+            let sum = Money::new(a, cny()).unwrap().checked_add(Money::new(b, cny()).unwrap());
+            match a.checked_add(b) {
+                Some(s) => prop_assert_eq!(sum.unwrap().amount_minor(), s),
+                None => prop_assert_eq!(sum, Err(MoneyError::Overflow)),
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The one error type of the engine. Every error has a stable machine-readable code; the HTTP layer
+//! maps it to a status in one place. Internal errors are logged and never shown to the caller.
+
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A refusal the caller can act on: bad input, missing thing, business rule.
+    #[error("{message}")]
+    Api { status: u16, code: &'static str, message: String, details: Option<Value> },
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("internal error: {0:#}")]
+    Internal(#[from] anyhow::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn api(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        Error::Api { status, code, message: message.into(), details: None }
+    }
+
+    pub fn with_details(self, value: Value) -> Self {
+        match self {
+            Error::Api { status, code, message, .. } => Error::Api { status, code, message, details: Some(value) },
+            other => other,
+        }
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Error::api(404, "not_found", format!("{what} not found"))
+    }
+
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        Error::api(400, code, message)
+    }
+
+    pub fn unauthorized() -> Self {
+        Error::api(401, "unauthorized", "missing or unknown credentials")
+    }
+
+    pub fn forbidden() -> Self {
+        Error::api(403, "forbidden", "not allowed")
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Error::api(409, code, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::Internal(anyhow::anyhow!(message.into()))
+    }
+
+    /// The stable code of this error (`internal` for anything unexpected).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Api { code, .. } => code,
+            Error::Db(_) | Error::Internal(_) => "internal",
+        }
+    }
+
+    /// Serialization failures and deadlocks (PostgreSQL) or a busy database (SQLite) are worth
+    /// retrying the whole transaction for; nothing else is.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Db(e) => is_retryable_db(e),
+            _ => false,
+        }
+    }
+}
+
+pub fn is_retryable_db(e: &sqlx::Error) -> bool {
+    let Some(db) = e.as_database_error() else {
+        return matches!(e, sqlx::Error::PoolTimedOut);
+    };
+    matches!(
+        db.code().as_deref(),
+        // PostgreSQL: serialization_failure, deadlock_detected.
+        Some("40001") | Some("40P01")
+        // SQLite: SQLITE_BUSY, SQLITE_BUSY_SNAPSHOT, SQLITE_LOCKED.
+        | Some("5") | Some("517") | Some("6")
+    )
+}
+
+impl From<crate::domain::MoneyError> for Error {
+    fn from(e: crate::domain::MoneyError) -> Self {
+        use crate::domain::MoneyError::*;
+        let code = match e {
+            UnknownCurrency(_) => "unknown_currency",
+            Negative => "invalid_amount",
+            Overflow => "amount_overflow",
+            CurrencyMismatch(_, _) => "currency_mismatch",
+        };
+        Error::api(422, code, e.to_string())
+    }
+}
+
+impl From<crate::domain::status::IllegalTransition> for Error {
+    fn from(e: crate::domain::status::IllegalTransition) -> Self {
+        // An illegal transition reaching the store is a refused command, not a crash.
+        Error::api(409, "illegal_transition", e.to_string())
+    }
+}

@@ -1,0 +1,195 @@
+//! The merchant side of the built-in sandbox gateway: kassa talks to the simulator in
+//! [`crate::sandbox`] exactly as it would to a real form-based gateway — signed form fields out,
+//! signed notifications in — and holds only the merchant secret and the sandbox's public key.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::Deserialize;
+
+use super::{
+    BoxFuture, CloseOutcome, Gateway, GatewayError, Handoff, HandoffRequest, Rejection, Reply, json_error_reply,
+};
+use crate::clock::Millis;
+use crate::domain::{Currency, Money};
+use crate::sandbox::Sandbox;
+use crate::store::payments::{Outcome, VerifiedEvent};
+
+pub const NAME: &str = "sandbox";
+/// Header carrying `t=<unix seconds>,v1=<base64 Ed25519 signature of "t.body">`.
+pub const SIGNATURE_HEADER: &str = "sandbox-signature";
+/// Notifications signed further than this from our clock are refused (replay protection).
+pub const SIGNATURE_TOLERANCE_MS: i64 = 300_000;
+
+/// The notification body the sandbox sends (its wire format).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireNotification {
+    pub event_id: String,
+    pub event_type: String,
+    pub merchant_id: String,
+    pub attempt_ref: String,
+    #[serde(default)]
+    pub txn_id: Option<String>,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub created_at: i64,
+}
+
+pub struct SandboxGateway {
+    merchant_id: String,
+    merchant_key: aws_lc_rs::hmac::Key,
+    sandbox_public_key: Vec<u8>,
+    pay_url: String,
+    /// The sandbox's server-side API (create payment, close), reached in-process.
+    api: Arc<Sandbox>,
+}
+
+impl SandboxGateway {
+    pub fn new(api: Arc<Sandbox>, public_url: &str) -> Self {
+        SandboxGateway {
+            merchant_id: api.merchant_id().to_string(),
+            merchant_key: api.merchant_key(),
+            sandbox_public_key: api.public_key(),
+            pay_url: format!("{}/sandbox/pay", public_url.trim_end_matches('/')),
+            api,
+        }
+    }
+}
+
+/// The string the merchant signs: fields sorted by name as `k=v` joined with `&`, `sign` excluded.
+pub fn canonical_fields(fields: &BTreeMap<String, String>) -> String {
+    fields.iter().filter(|(k, _)| k.as_str() != "sign").map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
+}
+
+pub fn sign_fields(key: &aws_lc_rs::hmac::Key, fields: &BTreeMap<String, String>) -> String {
+    hex::encode(aws_lc_rs::hmac::sign(key, canonical_fields(fields).as_bytes()).as_ref())
+}
+
+/// Constant-time check of a merchant signature.
+pub fn verify_fields(key: &aws_lc_rs::hmac::Key, fields: &BTreeMap<String, String>) -> bool {
+    let Some(sig) = fields.get("sign").and_then(|s| hex::decode(s).ok()) else {
+        return false;
+    };
+    aws_lc_rs::hmac::verify(key, canonical_fields(fields).as_bytes(), &sig).is_ok()
+}
+
+fn reject(code: &'static str, detail: impl Into<String>, claimed: Option<String>) -> Rejection {
+    Rejection { code, detail: detail.into(), claimed_event_id: claimed }
+}
+
+/// Verifies the signature header over the raw body. Public so the fuzz and unit tests reach it.
+pub fn verify_signature(public_key: &[u8], headers: &HeaderMap, body: &[u8], now: Millis) -> Result<(), Rejection> {
+    let header = headers
+        .get(SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| reject("invalid_signature", "missing signature header", None))?;
+    let mut t = None;
+    let mut sig = None;
+    for part in header.split(',') {
+        match part.trim().split_once('=') {
+            Some(("t", v)) => t = v.parse::<i64>().ok(),
+            Some(("v1", v)) => sig = B64.decode(v).ok(),
+            _ => {}
+        }
+    }
+    let (Some(t), Some(sig)) = (t, sig) else {
+        return Err(reject("invalid_signature", "unreadable signature header", None));
+    };
+    let signed_ms = t.saturating_mul(1000);
+    if now.saturating_sub(signed_ms).abs() > SIGNATURE_TOLERANCE_MS {
+        return Err(reject("invalid_signature", "signature timestamp outside the tolerance", None));
+    }
+    let mut message = format!("{t}.").into_bytes();
+    message.extend_from_slice(body);
+    aws_lc_rs::signature::UnparsedPublicKey::new(&aws_lc_rs::signature::ED25519, public_key)
+        .verify(&message, &sig)
+        .map_err(|_| reject("invalid_signature", "signature does not verify", None))
+}
+
+/// Parses a verified body into a domain event, checking the merchant id.
+pub fn parse_notification(merchant_id: &str, body: &[u8]) -> Result<VerifiedEvent, Rejection> {
+    let wire: WireNotification =
+        serde_json::from_slice(body).map_err(|e| reject("malformed_body", format!("unreadable body: {e}"), None))?;
+    let claimed = Some(wire.event_id.clone());
+    let plain = |s: &str| crate::domain::ids::is_plain_id(s);
+    if !plain(&wire.event_id) || !plain(&wire.attempt_ref) {
+        return Err(reject("malformed_body", "event id or attempt reference is not a plain identifier", None));
+    }
+    if wire.merchant_id != merchant_id {
+        return Err(reject("merchant_mismatch", "notification names another merchant", claimed));
+    }
+    let outcome = match wire.event_type.as_str() {
+        "payment.succeeded" => {
+            let currency = Currency::parse(&wire.currency)
+                .map_err(|_| reject("currency_mismatch", "unknown currency", claimed.clone()))?;
+            let amount = Money::new(wire.amount_minor, currency)
+                .map_err(|_| reject("amount_mismatch", "negative amount", claimed.clone()))?;
+            let txn = wire
+                .txn_id
+                .filter(|t| plain(t))
+                .ok_or_else(|| reject("malformed_body", "success without a transaction id", claimed.clone()))?;
+            Outcome::Succeeded { gateway_txn_id: txn, amount }
+        }
+        "payment.failed" => Outcome::Failed,
+        "payment.cancelled" => Outcome::Cancelled,
+        _ => return Err(reject("unsupported_event", "unknown event type", claimed)),
+    };
+    Ok(VerifiedEvent {
+        gateway: NAME.to_string(),
+        event_id: wire.event_id,
+        attempt_ref: wire.attempt_ref,
+        outcome,
+        raw_body: body.to_vec(),
+    })
+}
+
+impl Gateway for SandboxGateway {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn default_channel(&self) -> &'static str {
+        "form"
+    }
+
+    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handoff, GatewayError>> {
+        Box::pin(async move {
+            let mut fields = BTreeMap::new();
+            fields.insert("merchant_id".to_string(), self.merchant_id.clone());
+            fields.insert("attempt_ref".to_string(), req.attempt_ref.clone());
+            fields.insert("amount_minor".to_string(), req.amount.amount_minor().to_string());
+            fields.insert("currency".to_string(), req.amount.currency().code().to_string());
+            fields.insert("subject".to_string(), req.subject.clone());
+            fields.insert("notify_url".to_string(), req.notify_url.clone());
+            fields.insert("return_url".to_string(), req.return_url.clone());
+            fields.insert("expires_at".to_string(), (req.expires_at / 1000).to_string());
+            let sign = sign_fields(&self.merchant_key, &fields);
+            fields.insert("sign".to_string(), sign);
+            // Like creating a payment session at a real gateway: the sandbox learns the attempt
+            // now, so its `complete` API works even if the buyer never opens the pay page.
+            self.api.register(&fields).await.map_err(|e| GatewayError(e.to_string()))?;
+            Ok(Handoff::Form { action: self.pay_url.clone(), method: "post".to_string(), fields })
+        })
+    }
+
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection> {
+        verify_signature(&self.sandbox_public_key, headers, body, now)?;
+        parse_notification(&self.merchant_id, body)
+    }
+
+    fn ack(&self) -> Reply {
+        Reply { status: 200, content_type: "application/json", body: r#"{"status":"ok"}"#.to_string() }
+    }
+
+    fn nack(&self, code: &str, message: &str) -> Reply {
+        json_error_reply(400, code, message)
+    }
+
+    fn close<'a>(&'a self, attempt_ref: &'a str) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>> {
+        Box::pin(async move { self.api.close(attempt_ref).await.map_err(|e| GatewayError(e.to_string())) })
+    }
+}

@@ -1,0 +1,281 @@
+//! The HTTP layer: JSON API, server-rendered pages, gateway notifications, operations endpoints.
+//! Routes are declared once in [`routes`], which feeds both the router and `/openapi.json`.
+
+pub mod api;
+pub mod openapi;
+pub mod pages;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::clock::SharedClock;
+use crate::error::Error;
+use crate::gateway::Gateways;
+use crate::sandbox::Sandbox;
+use crate::store::Db;
+use crate::store::catalog::{self, Session};
+
+/// Largest request body accepted anywhere (CONTRACT.md): bigger ones get 413 `payload_too_large`.
+pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
+/// Name of the cookie that carries the buyer token for HTML pages.
+pub const SESSION_COOKIE: &str = "kassa_session";
+
+#[derive(Clone)]
+pub struct AppState(pub Arc<Inner>);
+
+pub struct Inner {
+    pub db: Db,
+    pub clock: SharedClock,
+    pub gateways: Gateways,
+    pub sandbox: Option<Arc<Sandbox>>,
+    pub public_url: String,
+    pub hold_ms: i64,
+    /// SHA-256 of the admin token; compared in constant time, never stored in clear.
+    pub admin_token_hash: Option<Vec<u8>>,
+    pub demo: bool,
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, body) = match &self {
+            Error::Api { status, code, message, details } => {
+                let mut err = json!({"code": code, "message": message});
+                if let Some(d) = details {
+                    err["details"] = d.clone();
+                }
+                (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST), json!({"error": err}))
+            }
+            Error::Db(_) | Error::Internal(_) => {
+                // Logged in full here, shown to nobody.
+                tracing::error!(error = %self, "internal error");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"error": {"code": "internal", "message": "internal error; it has been logged"}}),
+                )
+            }
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+/// The raw body, with the size limit reported in the contract's shape.
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = Error;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        match Bytes::from_request(req, state).await {
+            Ok(b) => Ok(RawBody(b)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(payload_too_large()),
+            Err(_) => Err(Error::invalid("invalid_body", "the request body could not be read")),
+        }
+    }
+}
+
+pub fn payload_too_large() -> Error {
+    Error::api(413, "payload_too_large", format!("request bodies are limited to {BODY_LIMIT_BYTES} bytes"))
+}
+
+/// A JSON body; an empty body reads as `{}` so all-optional bodies may be left out.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = Error;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let RawBody(bytes) = RawBody::from_request(req, state).await?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
+        serde_json::from_slice(bytes)
+            .map(ApiJson)
+            .map_err(|e| Error::invalid("invalid_json", format!("invalid JSON body: {e}")))
+    }
+}
+
+/// An HTML form body.
+pub struct FormBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for FormBody<T> {
+    type Rejection = Error;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let RawBody(bytes) = RawBody::from_request(req, state).await?;
+        serde_urlencoded_form(&bytes).map(FormBody)
+    }
+}
+
+fn serde_urlencoded_form<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    serde_urlencoded::from_bytes(bytes).map_err(|_| Error::invalid("invalid_form", "the form could not be read"))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// An authenticated buyer (bearer token, or the session cookie of the HTML pages).
+pub struct Buyer(pub Session);
+
+impl<S: Send + Sync> FromRequestParts<S> for Buyer
+where
+    AppState: FromRef<S>,
+{
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let state = AppState::from_ref(state);
+        let token = bearer(&parts.headers)
+            .or_else(|| cookie(&parts.headers, SESSION_COOKIE))
+            .ok_or_else(Error::unauthorized)?;
+        catalog::session_by_token(&state.db, token).await?.map(Buyer).ok_or_else(Error::unauthorized)
+    }
+}
+
+/// The caller may be a buyer, the admin, or nobody; used where both may read.
+pub struct Caller {
+    pub session: Option<Session>,
+    pub admin: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller
+where
+    AppState: FromRef<S>,
+{
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let state = AppState::from_ref(state);
+        let admin = bearer(&parts.headers).is_some_and(|t| state.is_admin_token(t));
+        let token = bearer(&parts.headers).or_else(|| cookie(&parts.headers, SESSION_COOKIE));
+        let session = match token {
+            Some(t) if !admin => catalog::session_by_token(&state.db, t).await?,
+            _ => None,
+        };
+        Ok(Caller { session, admin })
+    }
+}
+
+/// The admin, by `Authorization: Bearer <admin token>`.
+pub struct Admin;
+
+impl<S: Send + Sync> FromRequestParts<S> for Admin
+where
+    AppState: FromRef<S>,
+{
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let state = AppState::from_ref(state);
+        match bearer(&parts.headers) {
+            Some(t) if state.is_admin_token(t) => Ok(Admin),
+            Some(_) => Err(Error::forbidden()),
+            None => Err(Error::unauthorized()),
+        }
+    }
+}
+
+impl Inner {
+    pub fn is_admin_token(&self, token: &str) -> bool {
+        let Some(expected) = &self.admin_token_hash else {
+            return false;
+        };
+        let given = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
+        aws_lc_rs::constant_time::verify_slices_are_equal(given.as_ref(), expected).is_ok()
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
+/// One documented route: the single source of both the router and the OpenAPI document.
+pub struct RouteDoc {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    pub tag: &'static str,
+    pub auth: Auth,
+    pub body: Option<serde_json::Value>,
+    pub responses: &'static [(u16, &'static str)],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    None,
+    Buyer,
+    Admin,
+}
+
+/// All routes. Sandbox routes are included only when the sandbox is mounted.
+pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let mut all = api::routes();
+    all.extend(pages::routes());
+    if with_sandbox {
+        all.extend(crate::sandbox::http::routes());
+    }
+    all
+}
+
+pub fn router(state: AppState) -> Router {
+    let with_sandbox = state.sandbox.is_some();
+    let mut router = Router::new();
+    for (doc, method_router) in routes(with_sandbox) {
+        router = router.route(doc.path, method_router);
+    }
+    router
+        .fallback(|| async { Error::not_found("route") })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .route_layer(axum::middleware::from_fn(track_requests))
+        .with_state(state)
+}
+
+/// Request latency by matched route, and a request id on every log line of the request.
+async fn track_requests(req: Request, next: axum::middleware::Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let method = req.method().to_string();
+    let request_id = uuid::Uuid::now_v7().simple().to_string();
+    let span = tracing::info_span!("request", %method, %route, %request_id);
+    let started = std::time::Instant::now();
+    let response = tracing::Instrument::instrument(next.run(req), span).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!("kassa_http_request_duration_seconds", "route" => route, "method" => method, "status" => status)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// Renders an askama template, turning a render failure into an internal error.
+pub fn render(t: &impl askama::Template) -> Response {
+    match t.render() {
+        Ok(html) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
+        Err(e) => Error::internal(format!("template: {e}")).into_response(),
+    }
+}

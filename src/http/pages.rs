@@ -1,0 +1,297 @@
+//! Server-rendered pages: the demo storefront, the gateway hand-off page and the return page.
+//! askama escapes every value, attributes included.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{MethodRouter, get, post};
+use std::collections::BTreeMap;
+
+use super::api::{CheckoutBody, place_order};
+use super::{AppState, Auth, Caller, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
+use crate::domain::{Currency, Money, OrderStatus, ids};
+use crate::error::{Error, Result};
+use crate::gateway::Handoff;
+use crate::store::catalog::{self, BasketView, Session, SkuView};
+use crate::store::checkout::Placed;
+use crate::store::payments;
+
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let doc = |method, path, summary| RouteDoc {
+        method,
+        path,
+        summary,
+        tag: "pages",
+        auth: Auth::None,
+        body: None,
+        responses: &[(200, "HTML page")],
+    };
+    vec![
+        (doc("get", "/", "Demo storefront (HTML, --demo only)"), get(storefront)),
+        (
+            doc("post", "/shop/basket", "Storefront: put the chosen goods in a new basket (HTML form)"),
+            post(shop_basket),
+        ),
+        (doc("get", "/shop/basket/{basket_id}", "Storefront: review the basket (HTML)"), get(shop_review)),
+        (
+            doc(
+                "post",
+                "/shop/basket/{basket_id}/confirm",
+                "Storefront: confirm and hand off to the gateway (HTML form)",
+            ),
+            post(shop_confirm),
+        ),
+        (
+            doc(
+                "get",
+                "/checkout/return/{attempt_ref}",
+                "Return page after the gateway: shows the locally known status (HTML)",
+            ),
+            get(return_page),
+        ),
+        (
+            doc("get", "/checkout/return/{attempt_ref}/status", "Status polled by the return page: {status, settled}"),
+            get(return_status),
+        ),
+    ]
+}
+
+#[derive(Template)]
+#[template(path = "handoff.html")]
+struct HandoffPage<'a> {
+    order_no: &'a str,
+    total: String,
+    action: &'a str,
+    method: &'a str,
+    fields: &'a BTreeMap<String, String>,
+}
+
+#[derive(Template)]
+#[template(path = "message.html")]
+struct MessagePage<'a> {
+    title: &'a str,
+    message: &'a str,
+    link: &'a str,
+    link_text: &'a str,
+}
+
+/// The light page whose hidden-field form auto-submits to the gateway (with a `<noscript>` button).
+pub fn handoff_page(placed: &Placed, handoff: Option<&Handoff>) -> Response {
+    match handoff {
+        Some(Handoff::Form { action, method, fields }) => render(&HandoffPage {
+            order_no: &placed.order_no,
+            total: placed.total.display_major(),
+            action,
+            method,
+            fields,
+        }),
+        Some(Handoff::Redirect { url }) => Redirect::to(url).into_response(),
+        Some(Handoff::Client { .. }) => {
+            message(StatusCode::OK, "Pay in the app", "This payment continues in the app.", "/", "Back to the shop")
+        }
+        None => Redirect::to(&format!("/checkout/return/{}", placed.attempt_ref)).into_response(),
+    }
+}
+
+fn message(status: StatusCode, title: &str, message: &str, link: &str, link_text: &str) -> Response {
+    let mut r = render(&MessagePage { title, message, link, link_text });
+    *r.status_mut() = status;
+    r
+}
+
+fn error_page(e: &Error, link: &str) -> Response {
+    let status = match e {
+        Error::Api { status, .. } => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST),
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let text = match e {
+        Error::Api { .. } => e.to_string(),
+        _ => {
+            tracing::error!(error = %e, "page failed");
+            "Something went wrong on our side; it has been logged.".to_string()
+        }
+    };
+    message(status, "Sorry", &text, link, "Back")
+}
+
+#[derive(Template)]
+#[template(path = "storefront.html")]
+struct Storefront<'a> {
+    skus: &'a [SkuView],
+    csrf: &'a str,
+}
+
+impl Storefront<'_> {
+    fn price(&self, sku: &SkuView) -> String {
+        Currency::parse(&sku.currency)
+            .ok()
+            .and_then(|c| Money::new(sku.price_minor, c).ok())
+            .map(|m| m.display_major())
+            .unwrap_or_default()
+    }
+}
+
+/// The buyer's session from the cookie, or a new one (with the cookie to set).
+async fn page_session(state: &AppState, headers: &HeaderMap) -> Result<(Session, Option<String>)> {
+    if let Some(token) = cookie(headers, SESSION_COOKIE)
+        && let Some(session) = catalog::session_by_token(&state.db, token).await?
+    {
+        return Ok((session, None));
+    }
+    let (token, session) = catalog::create_session(&state.db, state.now_ms()).await?;
+    Ok((session, Some(format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax"))))
+}
+
+fn with_cookie(mut response: Response, set_cookie: Option<String>) -> Response {
+    if let Some(c) = set_cookie.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().append(header::SET_COOKIE, c);
+    }
+    response
+}
+
+async fn storefront(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !state.demo {
+        return Error::not_found("page").into_response();
+    }
+    let result = async {
+        let (session, set_cookie) = page_session(&state, &headers).await?;
+        let skus = catalog::list_skus(&state.db).await?;
+        Ok::<_, Error>(with_cookie(render(&Storefront { skus: &skus, csrf: &session.csrf_token }), set_cookie))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, "/"))
+}
+
+/// A form post must carry the session's CSRF token (and the cookie is SameSite=Lax).
+async fn form_session(state: &AppState, headers: &HeaderMap, form: &BTreeMap<String, String>) -> Result<Session> {
+    let token = cookie(headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
+    let session = catalog::session_by_token(&state.db, token).await?.ok_or_else(Error::unauthorized)?;
+    let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
+    if aws_lc_rs::constant_time::verify_slices_are_equal(given, session.csrf_token.as_bytes()).is_err() {
+        return Err(Error::api(403, "csrf_failed", "the form has expired; reload the page"));
+    }
+    Ok(session)
+}
+
+async fn shop_basket(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let result = async {
+        let session = form_session(&state, &headers, &form).await?;
+        let now = state.now_ms();
+        let basket_id = catalog::create_basket(&state.db, &session.id, now).await?;
+        let mut any = false;
+        for (key, value) in &form {
+            let Some(sku) = key.strip_prefix("qty_") else { continue };
+            let quantity: i64 = value
+                .trim()
+                .parse()
+                .map_err(|_| Error::api(422, "invalid_quantity", "quantities must be whole numbers"))?;
+            if quantity > 0 && ids::is_plain_id(sku) {
+                catalog::set_basket_line(&state.db, &session.id, &basket_id, sku, quantity, now).await?;
+                any = true;
+            }
+        }
+        if !any {
+            return Err(Error::api(422, "basket_empty", "choose at least one item"));
+        }
+        Ok(Redirect::to(&format!("/shop/basket/{basket_id}")).into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, "/"))
+}
+
+#[derive(Template)]
+#[template(path = "basket.html")]
+struct BasketPage<'a> {
+    basket: &'a BasketView,
+    csrf: &'a str,
+    idempotency_key: String,
+}
+
+async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(basket_id): Path<String>) -> Response {
+    let result = async {
+        if !ids::is_plain_id(&basket_id) {
+            return Err(Error::not_found("basket"));
+        }
+        let token = cookie(&headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
+        let session = catalog::session_by_token(&state.db, token).await?.ok_or_else(Error::unauthorized)?;
+        let basket = catalog::get_basket(&state.db, &session.id, &basket_id).await?;
+        // One key per rendered page: a double-clicked confirm sends the same key twice.
+        Ok(render(&BasketPage { basket: &basket, csrf: &session.csrf_token, idempotency_key: ids::new_secret_token() }))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, "/"))
+}
+
+async fn shop_confirm(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(basket_id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let back = format!("/shop/basket/{basket_id}");
+    let result = async {
+        let session = form_session(&state, &headers, &form).await?;
+        let body = CheckoutBody { gateway: form.get("gateway").cloned(), channel: None, payer: None };
+        let (placed, handoff) =
+            place_order(&state, &session.id, &basket_id, &body, form.get("idempotency_key").map(String::as_str))
+                .await?;
+        Ok(handoff_page(&placed, handoff.as_ref()))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, if ids::is_plain_id(&basket_id) { &back } else { "/" }))
+}
+
+#[derive(Template)]
+#[template(path = "return.html")]
+struct ReturnPage<'a> {
+    attempt_ref: &'a str,
+    order_no: &'a str,
+    status: &'a str,
+    total: String,
+    settled: bool,
+    poll_url: String,
+}
+
+/// Shows what kassa knows locally. Query parameters are ignored: the browser coming back proves
+/// nothing about payment.
+async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt_ref): Path<String>) -> Response {
+    let result = async {
+        if !ids::is_plain_id(&attempt_ref) {
+            return Err(Error::not_found("payment"));
+        }
+        let order_no = payments::order_no_for_attempt(&state.db, &attempt_ref)
+            .await?
+            .ok_or_else(|| Error::not_found("payment"))?;
+        let order = payments::get_order(&state.db, &order_no, false).await?;
+        let own = caller.session.as_ref().is_some_and(|s| s.id == order.session_id);
+        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
+        let poll_url =
+            if own { format!("/api/v1/orders/{order_no}") } else { format!("/checkout/return/{attempt_ref}/status") };
+        Ok(render(&ReturnPage {
+            attempt_ref: &attempt_ref,
+            order_no: &order_no,
+            status: status.as_str(),
+            total: order.total_display(),
+            settled: status.is_settled(),
+            poll_url,
+        }))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, "/"))
+}
+
+async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<String>) -> Result<Response> {
+    if !ids::is_plain_id(&attempt_ref) {
+        return Err(Error::not_found("payment"));
+    }
+    let order_no =
+        payments::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
+    let order = payments::get_order(&state.db, &order_no, false).await?;
+    let settled = OrderStatus::parse(&order.status).is_some_and(OrderStatus::is_settled);
+    Ok(axum::Json(serde_json::json!({"status": order.status, "settled": settled})).into_response())
+}

@@ -1,0 +1,145 @@
+//! The sandbox's own pages and API (CONTRACT.md "Built-in sandbox gateway").
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{MethodRouter, post};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Sandbox, SandboxOutcome};
+use crate::domain::ids;
+use crate::error::{Error, Result};
+use crate::http::{ApiJson, AppState, Auth, FormBody, RouteDoc, render};
+
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let doc = |method, path, summary, body, responses| RouteDoc {
+        method,
+        path,
+        summary,
+        tag: "sandbox",
+        auth: Auth::None,
+        body,
+        responses,
+    };
+    vec![
+        (
+            doc(
+                "post",
+                "/sandbox/pay",
+                "Sandbox pay page: target of the auto-submitting form (signed fields)",
+                None,
+                &[(200, "HTML pay page"), (400, "invalid_signature")],
+            ),
+            post(pay_page),
+        ),
+        (
+            doc(
+                "post",
+                "/sandbox/pay/{attempt_ref}",
+                "Sandbox pay page action: outcome=succeeded|failed|cancelled, then back to the return URL",
+                None,
+                &[(303, "to the merchant's return URL"), (409, "payment_closed")],
+            ),
+            post(pay_decide),
+        ),
+        (
+            doc(
+                "post",
+                "/sandbox/api/payments/{attempt_ref}/complete",
+                "Act as the buyer finishing at the gateway; the sandbox then sends `copies` signed notifications after `delay_ms`",
+                Some(
+                    json!({"type": "object", "required": ["outcome"], "properties": {"outcome": {"type": "string", "enum": ["succeeded", "failed", "cancelled"]}, "copies": {"type": "integer", "minimum": 1, "maximum": super::COPIES_MAX, "default": 1}, "delay_ms": {"type": "integer", "minimum": 0, "default": 0}}}),
+                ),
+                &[
+                    (200, "{attempt_ref, status, event_id, copies}"),
+                    (404, "not_found"),
+                    (409, "payment_closed / payment_final"),
+                ],
+            ),
+            post(complete),
+        ),
+    ]
+}
+
+fn sandbox(state: &AppState) -> Result<&std::sync::Arc<Sandbox>> {
+    state.sandbox.as_ref().ok_or_else(|| Error::not_found("route"))
+}
+
+#[derive(Template)]
+#[template(path = "sandbox_pay.html")]
+struct PayPage<'a> {
+    attempt_ref: &'a str,
+    subject: &'a str,
+    amount: String,
+    state: &'a str,
+}
+
+async fn pay_page(
+    State(state): State<AppState>,
+    FormBody(fields): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let sandbox = sandbox(&state)?;
+    let attempt_ref = sandbox.register(&fields).await?;
+    let p = sandbox.payment(&attempt_ref).await?;
+    let status = if p.closed && p.status == "open" { "closed" } else { p.status.as_str() };
+    Ok(render(&PayPage {
+        attempt_ref: &p.attempt_ref,
+        subject: &p.subject,
+        amount: p.amount.display_major(),
+        state: status,
+    }))
+}
+
+#[derive(Deserialize)]
+struct Decision {
+    outcome: String,
+}
+
+async fn pay_decide(
+    State(state): State<AppState>,
+    Path(attempt_ref): Path<String>,
+    FormBody(form): FormBody<Decision>,
+) -> Result<Response> {
+    let sandbox = sandbox(&state)?;
+    if !ids::is_plain_id(&attempt_ref) {
+        return Err(Error::not_found("sandbox payment"));
+    }
+    let outcome =
+        SandboxOutcome::parse(&form.outcome).ok_or_else(|| Error::invalid("invalid_request", "unknown outcome"))?;
+    sandbox.complete(&attempt_ref, outcome, 1, 0).await?;
+    let p = sandbox.payment(&attempt_ref).await?;
+    Ok(Redirect::to(&p.return_url).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompleteBody {
+    outcome: String,
+    #[serde(default = "one")]
+    copies: u32,
+    #[serde(default)]
+    delay_ms: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+async fn complete(
+    State(state): State<AppState>,
+    Path(attempt_ref): Path<String>,
+    ApiJson(body): ApiJson<CompleteBody>,
+) -> Result<Response> {
+    let sandbox = sandbox(&state)?;
+    if !ids::is_plain_id(&attempt_ref) {
+        return Err(Error::not_found("sandbox payment"));
+    }
+    let outcome = SandboxOutcome::parse(&body.outcome)
+        .ok_or_else(|| Error::api(422, "invalid_request", "outcome must be succeeded, failed or cancelled"))?;
+    let done = sandbox.complete(&attempt_ref, outcome, body.copies, body.delay_ms).await?;
+    Ok((StatusCode::OK, axum::Json(done)).into_response())
+}

@@ -1,0 +1,457 @@
+//! The built-in sandbox gateway: a real form-based gateway simulator living in the same binary.
+//! It keeps its own records (`sandbox_*` tables), signs its notifications with its own Ed25519 key,
+//! verifies the merchant's HMAC-signed requests, delivers notifications with retries and backoff
+//! until acknowledged, and has a fault switch that ignores merchant closes.
+//!
+//! Mounted only with `--demo` or `--sandbox`: its `complete` call lets anyone mark a payment made.
+
+pub mod http;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::json;
+
+use crate::clock::SharedClock;
+use crate::domain::{Currency, Money};
+use crate::error::{Error, Result};
+use crate::gateway::CloseOutcome;
+use crate::gateway::sandbox::{SIGNATURE_HEADER, verify_fields};
+use crate::store::payments::{Outcome, VerifiedEvent};
+use crate::store::{Db, col, new_id, settings};
+
+/// Most notification copies one `complete` call may ask for.
+pub const COPIES_MAX: u32 = 20;
+/// Longest delay a `complete` call may ask for.
+pub const DELAY_MS_MAX: u64 = 600_000;
+/// Delivery tries before a notification is given up (dead).
+pub const DELIVERY_TRIES_MAX: i64 = 15;
+/// Longest pause between two tries of one notification.
+const BACKOFF_MS_MAX: i64 = 60_000;
+/// How long a claimed delivery is reserved for the instance sending it.
+const DELIVERY_LEASE_MS: i64 = 30_000;
+/// Deliveries claimed per worker step.
+const DELIVERY_BATCH_MAX: i64 = 32;
+/// Timeout of one notification POST.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxOutcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl SandboxOutcome {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "succeeded" => Some(SandboxOutcome::Succeeded),
+            "failed" => Some(SandboxOutcome::Failed),
+            "cancelled" => Some(SandboxOutcome::Cancelled),
+            _ => None,
+        }
+    }
+
+    fn status(self) -> &'static str {
+        match self {
+            SandboxOutcome::Succeeded => "succeeded",
+            SandboxOutcome::Failed => "failed",
+            SandboxOutcome::Cancelled => "cancelled",
+        }
+    }
+
+    fn event_type(self) -> &'static str {
+        match self {
+            SandboxOutcome::Succeeded => "payment.succeeded",
+            SandboxOutcome::Failed => "payment.failed",
+            SandboxOutcome::Cancelled => "payment.cancelled",
+        }
+    }
+}
+
+pub struct Sandbox {
+    db: Db,
+    clock: SharedClock,
+    merchant_id: String,
+    merchant_secret: Vec<u8>,
+    signing_key: Ed25519KeyPair,
+    ignore_close: bool,
+    http: reqwest::Client,
+}
+
+/// A payment as the sandbox knows it.
+#[derive(Debug, Clone)]
+pub struct SandboxPayment {
+    pub attempt_ref: String,
+    pub amount: Money,
+    pub subject: String,
+    pub return_url: String,
+    pub status: String,
+    pub closed: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Completed {
+    pub attempt_ref: String,
+    pub status: String,
+    pub event_id: String,
+    pub copies: u32,
+}
+
+impl Sandbox {
+    /// Loads the sandbox's keys from the database, creating them on first start (shared by every
+    /// instance of a fleet).
+    pub async fn init(db: Db, clock: SharedClock, ignore_close: bool) -> Result<Arc<Sandbox>> {
+        let pkcs8 = settings::get_or_init(&db, "sandbox.signing_key_pkcs8", || {
+            Ed25519KeyPair::generate_pkcs8(&aws_lc_rs::rand::SystemRandom::new())
+                .map(|doc| B64.encode(doc.as_ref()))
+                .unwrap_or_default()
+        })
+        .await?;
+        let signing_key = B64
+            .decode(pkcs8)
+            .ok()
+            .and_then(|der| Ed25519KeyPair::from_pkcs8(&der).ok())
+            .ok_or_else(|| Error::internal("sandbox signing key is unreadable"))?;
+        let secret =
+            settings::get_or_init(&db, "sandbox.merchant_secret", crate::domain::ids::new_secret_token).await?;
+        let http = reqwest::Client::builder()
+            .timeout(DELIVERY_TIMEOUT)
+            .build()
+            .map_err(|e| Error::internal(format!("http client: {e}")))?;
+        Ok(Arc::new(Sandbox {
+            db,
+            clock,
+            merchant_id: "kassa-demo-merchant".to_string(),
+            merchant_secret: secret.into_bytes(),
+            signing_key,
+            ignore_close,
+            http,
+        }))
+    }
+
+    pub fn merchant_id(&self) -> &str {
+        &self.merchant_id
+    }
+
+    pub fn merchant_key(&self) -> aws_lc_rs::hmac::Key {
+        aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &self.merchant_secret)
+    }
+
+    pub fn public_key(&self) -> Vec<u8> {
+        self.signing_key.public_key().as_ref().to_vec()
+    }
+
+    /// Records a payment the merchant asked for (signed form fields). Idempotent.
+    pub async fn register(&self, fields: &BTreeMap<String, String>) -> Result<String> {
+        if !verify_fields(&self.merchant_key(), fields) {
+            return Err(Error::api(400, "invalid_signature", "merchant signature does not verify"));
+        }
+        let get = |k: &str| {
+            fields.get(k).cloned().ok_or_else(|| Error::invalid("invalid_request", format!("missing field {k}")))
+        };
+        if get("merchant_id")? != self.merchant_id {
+            return Err(Error::invalid("merchant_mismatch", "unknown merchant"));
+        }
+        let attempt_ref = get("attempt_ref")?;
+        let amount_minor: i64 =
+            get("amount_minor")?.parse().map_err(|_| Error::invalid("invalid_amount", "bad amount"))?;
+        let amount = Money::new(amount_minor, Currency::parse(&get("currency")?)?)?;
+        let expires_at: i64 =
+            get("expires_at")?.parse().map_err(|_| Error::invalid("invalid_request", "bad expires_at"))?;
+        let now = self.clock.now_ms();
+        crate::write_tx!(self.db, |tx| {
+            sqlx::query(
+                    "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
+                     expires_at, status, closed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'open', 0, $9, $9) \
+                     ON CONFLICT (attempt_ref) DO NOTHING",
+                )
+                .bind(&attempt_ref)
+                .bind(&self.merchant_id)
+                .bind(amount.amount_minor())
+                .bind(amount.currency().code())
+                .bind(get("subject")?)
+                .bind(get("notify_url")?)
+                .bind(get("return_url")?)
+                .bind(expires_at.saturating_mul(1000))
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        })?;
+        Ok(attempt_ref)
+    }
+
+    pub async fn payment(&self, attempt_ref: &str) -> Result<SandboxPayment> {
+        let r = sqlx::query(
+            "SELECT attempt_ref, amount_minor, currency, subject, return_url, status, closed FROM sandbox_payments WHERE attempt_ref = $1",
+        )
+        .bind(attempt_ref)
+        .fetch_optional(self.db.read_pool())
+        .await?
+        .ok_or_else(|| Error::not_found("sandbox payment"))?;
+        Ok(SandboxPayment {
+            attempt_ref: col(&r, "attempt_ref")?,
+            amount: Money::new(col(&r, "amount_minor")?, Currency::parse(&col::<String>(&r, "currency")?)?)?,
+            subject: col(&r, "subject")?,
+            return_url: col(&r, "return_url")?,
+            status: col(&r, "status")?,
+            closed: col::<i64>(&r, "closed")? != 0,
+        })
+    }
+
+    /// The buyer finishes at the gateway. Sends `copies` signed notifications after `delay_ms`.
+    pub async fn complete(
+        self: &Arc<Self>,
+        attempt_ref: &str,
+        outcome: SandboxOutcome,
+        copies: u32,
+        delay_ms: u64,
+    ) -> Result<Completed> {
+        if !(1..=COPIES_MAX).contains(&copies) || delay_ms > DELAY_MS_MAX {
+            return Err(Error::api(
+                422,
+                "invalid_request",
+                format!("copies must be 1-{COPIES_MAX}, delay_ms at most {DELAY_MS_MAX}"),
+            ));
+        }
+        let now = self.clock.now_ms();
+        let lock = self.db.for_update();
+        let delay = i64::try_from(delay_ms).unwrap_or(0);
+        let (event_id, ids) = crate::write_tx!(self.db, |tx| {
+            let p = sqlx::query(&format!(
+                    "SELECT status, closed, event_id, txn_id, amount_minor, currency, notify_url FROM sandbox_payments WHERE attempt_ref = $1{lock}"
+                ))
+                .bind(attempt_ref)
+                .fetch_optional(&mut **tx)
+                .await?
+                .ok_or_else(|| Error::not_found("sandbox payment"))?;
+            let status: String = col(&p, "status")?;
+            let closed = col::<i64>(&p, "closed")? != 0;
+            let (event_id, txn_id) = if status == "open" {
+                if closed && !self.ignore_close {
+                    return Err(Error::conflict("payment_closed", "the merchant closed this payment"));
+                }
+                let event_id = format!("evt_{}", uuid::Uuid::now_v7().simple());
+                let txn_id =
+                    (outcome == SandboxOutcome::Succeeded).then(|| format!("txn_{}", uuid::Uuid::now_v7().simple()));
+                sqlx::query("UPDATE sandbox_payments SET status = $1, event_id = $2, txn_id = $3, updated_at = $4 WHERE attempt_ref = $5")
+                        .bind(outcome.status())
+                        .bind(&event_id)
+                        .bind(&txn_id)
+                        .bind(now)
+                        .bind(attempt_ref)
+                        .execute(&mut **tx)
+                        .await?;
+                (event_id, txn_id)
+            } else if status == outcome.status() {
+                // Same outcome again: send the same event again (a duplicate, as gateways do).
+                (col::<Option<String>>(&p, "event_id")?.unwrap_or_default(), col(&p, "txn_id")?)
+            } else {
+                return Err(Error::conflict("payment_final", format!("the payment already {status}")));
+            };
+            let body = json!({
+                "event_id": event_id,
+                "event_type": outcome.event_type(),
+                "merchant_id": self.merchant_id,
+                "attempt_ref": attempt_ref,
+                "txn_id": txn_id,
+                "amount_minor": col::<i64>(&p, "amount_minor")?,
+                "currency": col::<String>(&p, "currency")?,
+                "created_at": now / 1000,
+            })
+            .to_string();
+            let notify_url: String = col(&p, "notify_url")?;
+            let mut ids = Vec::new();
+            for _ in 0..copies {
+                let id = new_id();
+                sqlx::query(
+                        "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, lease_until, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, 0, $7)",
+                    )
+                    .bind(&id)
+                    .bind(attempt_ref)
+                    .bind(&event_id)
+                    .bind(&body)
+                    .bind(&notify_url)
+                    .bind(now.saturating_add(delay))
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+                ids.push(id);
+            }
+            Ok((event_id, ids))
+        })?;
+        // Send right away (in parallel); the delivery worker retries whatever fails.
+        for id in ids {
+            let me = Arc::clone(self);
+            tokio::spawn(async move {
+                if delay_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                }
+                if let Err(e) = me.deliver(&id).await {
+                    tracing::warn!(error = %e, "sandbox delivery failed; will retry");
+                }
+            });
+        }
+        Ok(Completed { attempt_ref: attempt_ref.to_string(), status: outcome.status().to_string(), event_id, copies })
+    }
+
+    /// The merchant closes a payment. A paid one answers with the payment instead.
+    pub async fn close(&self, attempt_ref: &str) -> Result<CloseOutcome> {
+        let now = self.clock.now_ms();
+        let lock = self.db.for_update();
+        crate::write_tx!(self.db, |tx| {
+            let Some(p) = sqlx::query(&format!(
+                    "SELECT status, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1{lock}"
+                ))
+                .bind(attempt_ref)
+                .fetch_optional(&mut **tx)
+                .await?
+                else {
+                    return Ok(CloseOutcome::NotFound);
+                };
+            let status: String = col(&p, "status")?;
+            if status == "succeeded" {
+                let event_id: Option<String> = col(&p, "event_id")?;
+                let amount = Money::new(col(&p, "amount_minor")?, Currency::parse(&col::<String>(&p, "currency")?)?)?;
+                let body = json!({"close": attempt_ref, "status": status}).to_string();
+                return Ok(CloseOutcome::AlreadyPaid(VerifiedEvent {
+                    gateway: crate::gateway::sandbox::NAME.to_string(),
+                    event_id: format!("close_{}", event_id.unwrap_or_default()),
+                    attempt_ref: attempt_ref.to_string(),
+                    outcome: Outcome::Succeeded {
+                        gateway_txn_id: col::<Option<String>>(&p, "txn_id")?.unwrap_or_default(),
+                        amount,
+                    },
+                    raw_body: body.into_bytes(),
+                }));
+            }
+            sqlx::query("UPDATE sandbox_payments SET closed = 1, updated_at = $1 WHERE attempt_ref = $2")
+                .bind(now)
+                .bind(attempt_ref)
+                .execute(&mut **tx)
+                .await?;
+            Ok(CloseOutcome::Closed)
+        })
+    }
+
+    /// Sends one pending notification if it is due and not claimed by someone else.
+    pub async fn deliver(&self, id: &str) -> Result<()> {
+        let now = self.clock.now_ms();
+        let claimed = crate::write_tx!(self.db, |tx| {
+            let done = sqlx::query(
+                    "UPDATE sandbox_deliveries SET lease_until = $1 WHERE id = $2 AND status = 'pending' AND lease_until <= $3",
+                )
+                .bind(now.saturating_add(DELIVERY_LEASE_MS))
+                .bind(id)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            if done.rows_affected() != 1 {
+                return Ok(None);
+            }
+            let r = sqlx::query("SELECT body, notify_url, tries FROM sandbox_deliveries WHERE id = $1")
+                .bind(id)
+                .fetch_one(&mut **tx)
+                .await?;
+            Ok(Some((col::<String>(&r, "body")?, col::<String>(&r, "notify_url")?, col::<i64>(&r, "tries")?)))
+        })?;
+        let Some((body, url, tries)) = claimed else {
+            return Ok(());
+        };
+        let result = self.post(&url, &body).await;
+        let now = self.clock.now_ms();
+        let tries = tries + 1;
+        let (status, next_at, error) = match &result {
+            Ok(()) => ("delivered", now, None),
+            Err(e) if tries >= DELIVERY_TRIES_MAX => ("dead", now, Some(e.clone())),
+            Err(e) => ("pending", now.saturating_add(backoff_ms(tries)), Some(e.clone())),
+        };
+        crate::write_tx!(self.db, |tx| {
+            sqlx::query(
+                    "UPDATE sandbox_deliveries SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4 WHERE id = $5",
+                )
+                .bind(status)
+                .bind(tries)
+                .bind(next_at)
+                .bind(&error)
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        })?;
+        result.map_err(|e| Error::internal(format!("notification not acknowledged: {e}")))
+    }
+
+    async fn post(&self, url: &str, body: &str) -> std::result::Result<(), String> {
+        let t = self.clock.now_ms() / 1000;
+        let mut message = format!("{t}.").into_bytes();
+        message.extend_from_slice(body.as_bytes());
+        let sig = B64.encode(self.signing_key.sign(&message).as_ref());
+        let response = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header(SIGNATURE_HEADER, format!("t={t},v1={sig}"))
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| format!("request failed: {e}"))?;
+        if response.status().is_success() { Ok(()) } else { Err(format!("answered {}", response.status())) }
+    }
+
+    /// One pass of the delivery worker: sends every due notification. Returns how many it tried.
+    pub async fn deliver_step(self: &Arc<Self>) -> Result<usize> {
+        let now = self.clock.now_ms();
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM sandbox_deliveries WHERE status = 'pending' AND next_at <= $1 AND lease_until <= $1 ORDER BY next_at LIMIT $2",
+        )
+        .bind(now)
+        .bind(DELIVERY_BATCH_MAX)
+        .fetch_all(self.db.read_pool())
+        .await?;
+        let mut set = tokio::task::JoinSet::new();
+        for id in ids.clone() {
+            let me = Arc::clone(self);
+            set.spawn(async move { me.deliver(&id).await });
+        }
+        while let Some(done) = set.join_next().await {
+            if let Ok(Err(e)) = done {
+                tracing::debug!(error = %e, "sandbox delivery will be retried");
+            }
+        }
+        Ok(ids.len())
+    }
+
+    /// Deliveries not yet acknowledged (for tests and the operator).
+    pub async fn pending_deliveries(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'")
+            .fetch_one(self.db.read_pool())
+            .await?)
+    }
+}
+
+/// Exponential backoff: 1 s, 2 s, 4 s, … capped at a minute.
+pub fn backoff_ms(tries: i64) -> i64 {
+    let exp = u32::try_from(tries.clamp(1, 20) - 1).unwrap_or(0);
+    1000_i64.saturating_mul(1_i64 << exp.min(16)).min(BACKOFF_MS_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(backoff_ms(1), 1000);
+        assert_eq!(backoff_ms(2), 2000);
+        assert_eq!(backoff_ms(4), 8000);
+        assert_eq!(backoff_ms(30), BACKOFF_MS_MAX);
+        assert_eq!(backoff_ms(-5), 1000);
+    }
+}

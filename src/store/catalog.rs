@@ -1,0 +1,381 @@
+//! Catalog (SKUs and stock), buyer sessions and baskets.
+
+use serde::Serialize;
+
+use crate::clock::Millis;
+use crate::domain::{Currency, Money, ids};
+use crate::error::{Error, Result};
+use crate::store::{Db, col, new_id};
+
+/// Largest quantity of one SKU in one basket line: bounds every stock update and money product.
+pub const LINE_QUANTITY_MAX: i64 = 10_000;
+/// Most lines in a basket: bounds the checkout transaction.
+pub const BASKET_LINES_MAX: i64 = 100;
+/// Largest stock movement in one admin call.
+pub const STOCK_DELTA_MAX: i64 = 1_000_000_000;
+
+/// Sessions are looked up by a hash of their bearer token, so a database dump does not hand out
+/// live sessions.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes()))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SkuKind {
+    Physical,
+    Digital,
+}
+
+impl SkuKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkuKind::Physical => "physical",
+            SkuKind::Digital => "digital",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewSku {
+    pub sku: String,
+    pub name: String,
+    pub kind: SkuKind,
+    pub price: Money,
+    pub stock: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SkuView {
+    pub sku: String,
+    pub name: String,
+    pub kind: String,
+    pub price_minor: i64,
+    pub currency: String,
+    pub on_hand: i64,
+    pub reserved: i64,
+    pub sold: i64,
+    pub available: i64,
+}
+
+const SKU_COLUMNS: &str = "sku, name, kind, price_minor, currency, on_hand, reserved, sold";
+
+fn sku_from_row(row: &sqlx::any::AnyRow) -> Result<SkuView> {
+    let on_hand: i64 = col(row, "on_hand")?;
+    let reserved: i64 = col(row, "reserved")?;
+    Ok(SkuView {
+        sku: col(row, "sku")?,
+        name: col(row, "name")?,
+        kind: col(row, "kind")?,
+        price_minor: col(row, "price_minor")?,
+        currency: col(row, "currency")?,
+        on_hand,
+        reserved,
+        sold: col(row, "sold")?,
+        available: on_hand - reserved,
+    })
+}
+
+/// Creates a SKU. `if_absent` makes it idempotent (demo seeding by several instances at once);
+/// otherwise an existing SKU is a `sku_exists` conflict.
+pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> Result<SkuView> {
+    if !(0..=STOCK_DELTA_MAX).contains(&new.stock) {
+        return Err(Error::api(422, "invalid_quantity", "stock must be between 0 and 1000000000"));
+    }
+    let created = crate::write_tx!(db, |tx| {
+        let done = sqlx::query(
+                "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 0, 0, $7, $7) ON CONFLICT (sku) DO NOTHING",
+            )
+            .bind(&new.sku)
+            .bind(&new.name)
+            .bind(new.kind.as_str())
+            .bind(new.price.amount_minor())
+            .bind(new.price.currency().code())
+            .bind(new.stock)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    })?;
+    if !created && !if_absent {
+        return Err(Error::conflict("sku_exists", format!("SKU {} already exists", new.sku)));
+    }
+    get_sku(db, &new.sku).await
+}
+
+pub async fn get_sku(db: &Db, sku: &str) -> Result<SkuView> {
+    let row = sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus WHERE sku = $1"))
+        .bind(sku)
+        .fetch_optional(db.read_pool())
+        .await?
+        .ok_or_else(|| Error::not_found("SKU"))?;
+    sku_from_row(&row)
+}
+
+pub async fn list_skus(db: &Db) -> Result<Vec<SkuView>> {
+    let rows = sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus ORDER BY sku")).fetch_all(db.read_pool()).await?;
+    rows.iter().map(sku_from_row).collect()
+}
+
+/// Restock (positive) or write off (negative). A write-off can never take away held units.
+pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result<SkuView> {
+    if delta == 0 || !(-STOCK_DELTA_MAX..=STOCK_DELTA_MAX).contains(&delta) {
+        return Err(Error::api(422, "invalid_quantity", "delta must be non-zero and within ±1000000000"));
+    }
+    crate::write_tx!(db, |tx| {
+        let done = sqlx::query(
+            "UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3 AND on_hand + $1 >= reserved",
+        )
+        .bind(delta)
+        .bind(now)
+        .bind(sku)
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT sku FROM skus WHERE sku = $1").bind(sku).fetch_optional(&mut **tx).await?;
+        match exists {
+            None => Err(Error::not_found("SKU")),
+            Some(_) => {
+                Err(Error::conflict("insufficient_stock", "the write-off would take away units that are held or sold"))
+            }
+        }
+    })?;
+    get_sku(db, sku).await
+}
+
+/// A buyer session as the HTTP layer sees it.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: String,
+    /// Per-session token that HTML forms must echo (cross-site request forgery protection).
+    pub csrf_token: String,
+}
+
+/// Creates an anonymous buyer and returns its bearer token (shown once, stored hashed).
+pub async fn create_session(db: &Db, now: Millis) -> Result<(String, Session)> {
+    let token = ids::new_secret_token();
+    let session = Session { id: new_id(), csrf_token: ids::new_secret_token() };
+    crate::write_tx!(db, |tx| {
+        sqlx::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(&session.id)
+            .bind(token_hash(&token))
+            .bind(&session.csrf_token)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    })?;
+    Ok((token, session))
+}
+
+pub async fn session_by_token(db: &Db, token: &str) -> Result<Option<Session>> {
+    if token.is_empty() || token.len() > 128 {
+        return Ok(None);
+    }
+    let row = sqlx::query("SELECT id, csrf_token FROM sessions WHERE token_hash = $1")
+        .bind(token_hash(token))
+        .fetch_optional(db.read_pool())
+        .await?;
+    row.map(|r| Ok(Session { id: col(&r, "id")?, csrf_token: col(&r, "csrf_token")? })).transpose()
+}
+
+pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<String> {
+    let id = new_id();
+    crate::write_tx!(db, |tx| {
+        sqlx::query(
+            "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
+        )
+        .bind(&id)
+        .bind(session_id)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    })?;
+    Ok(id)
+}
+
+/// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price.
+pub async fn set_basket_line(
+    db: &Db,
+    session_id: &str,
+    basket_id: &str,
+    sku: &str,
+    quantity: i64,
+    now: Millis,
+) -> Result<()> {
+    if !(0..=LINE_QUANTITY_MAX).contains(&quantity) {
+        return Err(Error::api(422, "invalid_quantity", format!("quantity must be between 0 and {LINE_QUANTITY_MAX}")));
+    }
+    let lock = db.for_update();
+    crate::write_tx!(db, |tx| {
+        let status: Option<String> =
+            sqlx::query_scalar(&format!("SELECT status FROM baskets WHERE id = $1 AND session_id = $2{lock}"))
+                .bind(basket_id)
+                .bind(session_id)
+                .fetch_optional(&mut **tx)
+                .await?;
+        match status.as_deref() {
+            None => return Err(Error::not_found("basket")),
+            Some("open") => {}
+            Some(_) => {
+                return Err(Error::conflict(
+                    "basket_frozen",
+                    "the basket has been checked out and can no longer change",
+                ));
+            }
+        }
+        if quantity == 0 {
+            sqlx::query("DELETE FROM basket_lines WHERE basket_id = $1 AND sku = $2")
+                .bind(basket_id)
+                .bind(sku)
+                .execute(&mut **tx)
+                .await?;
+            return Ok(());
+        }
+        let row = sqlx::query("SELECT price_minor, currency FROM skus WHERE sku = $1")
+            .bind(sku)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| Error::not_found("SKU"))?;
+        let price: i64 = col(&row, "price_minor")?;
+        let currency: String = col(&row, "currency")?;
+        let other: Option<String> = sqlx::query_scalar(
+            "SELECT currency FROM basket_lines WHERE basket_id = $1 AND sku <> $2 AND currency <> $3 LIMIT 1",
+        )
+        .bind(basket_id)
+        .bind(sku)
+        .bind(&currency)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if other.is_some() {
+            return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
+        }
+        let lines: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM basket_lines WHERE basket_id = $1 AND sku <> $2")
+            .bind(basket_id)
+            .bind(sku)
+            .fetch_one(&mut **tx)
+            .await?;
+        if lines >= BASKET_LINES_MAX {
+            return Err(Error::api(
+                422,
+                "basket_too_large",
+                format!("a basket holds at most {BASKET_LINES_MAX} lines"),
+            ));
+        }
+        sqlx::query(
+            "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (basket_id, sku) DO UPDATE SET quantity = excluded.quantity, \
+             quoted_unit_minor = excluded.quoted_unit_minor, currency = excluded.currency",
+        )
+        .bind(basket_id)
+        .bind(sku)
+        .bind(quantity)
+        .bind(price)
+        .bind(&currency)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query("UPDATE baskets SET updated_at = $1 WHERE id = $2")
+            .bind(now)
+            .bind(basket_id)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    })
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BasketLineView {
+    pub sku: String,
+    pub name: String,
+    pub quantity: i64,
+    /// The price the buyer was quoted; confirm refuses with `price_changed` if it moved.
+    pub unit_price_minor: i64,
+    pub current_unit_price_minor: i64,
+    pub line_total_minor: i64,
+    pub price_changed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BasketView {
+    pub basket_id: String,
+    pub status: String,
+    pub lines: Vec<BasketLineView>,
+    pub total_minor: i64,
+    pub currency: Option<String>,
+    pub order_no: Option<String>,
+}
+
+impl BasketView {
+    pub fn total_display(&self) -> String {
+        match self.currency.as_deref().map(Currency::parse) {
+            Some(Ok(c)) => Money::new(self.total_minor, c).map(|m| m.display_major()).unwrap_or_default(),
+            _ => String::new(),
+        }
+    }
+}
+
+pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<BasketView> {
+    let basket = sqlx::query("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2")
+        .bind(basket_id)
+        .bind(session_id)
+        .fetch_optional(db.read_pool())
+        .await?
+        .ok_or_else(|| Error::not_found("basket"))?;
+    let rows = sqlx::query(
+        "SELECT l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
+         FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku",
+    )
+    .bind(basket_id)
+    .fetch_all(db.read_pool())
+    .await?;
+    let mut lines = Vec::with_capacity(rows.len());
+    let mut total: i64 = 0;
+    let mut currency = None;
+    for r in &rows {
+        let quantity: i64 = col(r, "quantity")?;
+        let quoted: i64 = col(r, "quoted_unit_minor")?;
+        let current: i64 = col(r, "price_minor")?;
+        let line_total =
+            quoted.checked_mul(quantity).ok_or_else(|| Error::api(422, "amount_overflow", "basket total overflows"))?;
+        total = total
+            .checked_add(line_total)
+            .ok_or_else(|| Error::api(422, "amount_overflow", "basket total overflows"))?;
+        currency = Some(col::<String>(r, "currency")?);
+        lines.push(BasketLineView {
+            sku: col(r, "sku")?,
+            name: col(r, "name")?,
+            quantity,
+            unit_price_minor: quoted,
+            current_unit_price_minor: current,
+            line_total_minor: line_total,
+            price_changed: quoted != current,
+        });
+    }
+    Ok(BasketView {
+        basket_id: basket_id.to_string(),
+        status: col(&basket, "status")?,
+        lines,
+        total_minor: total,
+        currency,
+        order_no: col(&basket, "order_no")?,
+    })
+}
+
+/// After a `price_changed` refusal: quote today's prices so the buyer can review and confirm again.
+pub async fn requote_basket(db: &Db, basket_id: &str) -> Result<()> {
+    crate::write_tx!(db, |tx| {
+        sqlx::query(
+            "UPDATE basket_lines SET quoted_unit_minor = (SELECT price_minor FROM skus WHERE skus.sku = basket_lines.sku) \
+             WHERE basket_id = $1 AND EXISTS (SELECT 1 FROM baskets b WHERE b.id = $1 AND b.status = 'open')",
+        )
+        .bind(basket_id)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    })
+}

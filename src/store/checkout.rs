@@ -1,0 +1,312 @@
+//! Checkout confirm: the one atomic step that turns a basket into a pending order.
+
+use serde_json::json;
+
+use crate::clock::Millis;
+use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ids};
+use crate::error::{Error, Result};
+use crate::store::events::{self, Cause};
+use crate::store::{Db, Tx, col};
+
+/// Longest `Idempotency-Key` accepted.
+pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 128;
+
+#[derive(Debug, Clone)]
+pub struct ConfirmRequest<'a> {
+    pub session_id: &'a str,
+    pub basket_id: &'a str,
+    pub gateway: &'a str,
+    pub channel: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    pub hold_ms: i64,
+    pub now: Millis,
+}
+
+/// A pending order and its active attempt, as the buyer needs them for the hand-off.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub order_no: String,
+    pub attempt_ref: String,
+    pub gateway: String,
+    pub channel: String,
+    pub status: OrderStatus,
+    pub total: Money,
+    pub expires_at: Millis,
+    pub subject: String,
+    /// False when a repeated confirm (double click, same key) returned the existing order.
+    pub created: bool,
+}
+
+struct PricedLine {
+    sku: String,
+    name: String,
+    kind: String,
+    quantity: i64,
+    unit: Money,
+    line_total: Money,
+}
+
+/// Confirms a basket in one transaction: re-price, hold stock, freeze the basket, create the order,
+/// its line snapshot, reservations with `expires_at`, and the first payment attempt. Nothing remote
+/// happens here; the hand-off is built by the caller after commit.
+pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
+    if let Some(key) = req.idempotency_key
+        && (key.is_empty() || key.len() > IDEMPOTENCY_KEY_LEN_MAX || key.chars().any(char::is_control))
+    {
+        return Err(Error::invalid("invalid_idempotency_key", "Idempotency-Key must be 1-128 printable characters"));
+    }
+    let lock = db.for_update();
+    let result = crate::write_tx!(db, |tx| {
+        // 1. A key already used by this buyer returns its order, whatever basket it names.
+        if let Some(key) = req.idempotency_key {
+            let row =
+                sqlx::query("SELECT basket_id, order_no FROM idempotency_keys WHERE session_id = $1 AND idem_key = $2")
+                    .bind(req.session_id)
+                    .bind(key)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            if let Some(row) = row {
+                let basket: String = col(&row, "basket_id")?;
+                if basket != req.basket_id {
+                    return Err(Error::api(
+                        422,
+                        "idempotency_key_reused",
+                        "this Idempotency-Key was used for another basket",
+                    ));
+                }
+                let order_no: String = col(&row, "order_no")?;
+                return load_placed(tx, &order_no, false).await;
+            }
+        }
+        // 2. Lock the basket (lock order: basket, then stock rows by SKU, then the order).
+        let basket =
+            sqlx::query(&format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}"))
+                .bind(req.basket_id)
+                .bind(req.session_id)
+                .fetch_optional(&mut **tx)
+                .await?
+                .ok_or_else(|| Error::not_found("basket"))?;
+        if let Some(order_no) = col::<Option<String>>(&basket, "order_no")? {
+            // A double-clicked confirm: the basket is frozen with its order.
+            remember_key(tx, req, &order_no).await?;
+            return load_placed(tx, &order_no, false).await;
+        }
+        // 3. Re-price from today's catalog; the preview's total is never trusted.
+        let lines = price_lines(tx, req.basket_id).await?;
+        let total =
+            lines.iter().try_fold(Money::zero(lines[0].unit.currency()), |acc, l| acc.checked_add(l.line_total))?;
+        // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell).
+        for line in &lines {
+            let held = sqlx::query(
+                "UPDATE skus SET reserved = reserved + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
+            )
+            .bind(line.quantity)
+            .bind(req.now)
+            .bind(&line.sku)
+            .execute(&mut **tx)
+            .await?;
+            if held.rows_affected() != 1 {
+                let available: i64 = sqlx::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
+                    .bind(&line.sku)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                return Err(Error::conflict("out_of_stock", format!("not enough stock for {}", line.sku))
+                    .with_details(
+                        json!({"sku": line.sku, "requested": line.quantity, "available": available.max(0)}),
+                    ));
+            }
+        }
+        // 5. Create the order, its lines, reservations and first attempt; freeze the basket.
+        let order_no = ids::new_order_no();
+        let attempt_ref = ids::attempt_ref(&order_no, 1);
+        let expires_at = req.now.saturating_add(req.hold_ms);
+        sqlx::query(
+                "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
+            )
+            .bind(&order_no)
+            .bind(req.session_id)
+            .bind(req.basket_id)
+            .bind(OrderStatus::PendingPayment.as_str())
+            .bind(total.amount_minor())
+            .bind(total.currency().code())
+            .bind(req.gateway)
+            .bind(expires_at)
+            .bind(req.now)
+            .execute(&mut **tx)
+            .await?;
+        for (i, line) in lines.iter().enumerate() {
+            sqlx::query(
+                    "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(&order_no)
+                .bind(i64::try_from(i).unwrap_or(i64::MAX) + 1)
+                .bind(&line.sku)
+                .bind(&line.name)
+                .bind(&line.kind)
+                .bind(line.unit.amount_minor())
+                .bind(line.quantity)
+                .bind(line.line_total.amount_minor())
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query(
+                    "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ($1, $2, $3, 'active', $4, $5)",
+                )
+                .bind(&order_no)
+                .bind(&line.sku)
+                .bind(line.quantity)
+                .bind(expires_at)
+                .bind(req.now)
+                .execute(&mut **tx)
+                .await?;
+        }
+        sqlx::query(
+                "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+                 VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8)",
+            )
+            .bind(&attempt_ref)
+            .bind(&order_no)
+            .bind(req.gateway)
+            .bind(req.channel)
+            .bind(AttemptStatus::Created.as_str())
+            .bind(total.amount_minor())
+            .bind(total.currency().code())
+            .bind(req.now)
+            .execute(&mut **tx)
+            .await?;
+        let cause = Cause { trigger: "checkout", notification_id: None, at: req.now };
+        events::log_order_created(tx, &order_no, cause).await?;
+        events::log_attempt_created(tx, &order_no, &attempt_ref, cause).await?;
+        let frozen = sqlx::query(
+            "UPDATE baskets SET status = 'frozen', order_no = $1, updated_at = $2 WHERE id = $3 AND status = 'open'",
+        )
+        .bind(&order_no)
+        .bind(req.now)
+        .bind(req.basket_id)
+        .execute(&mut **tx)
+        .await?;
+        if frozen.rows_affected() != 1 {
+            return Err(Error::internal("basket changed under its lock"));
+        }
+        remember_key(tx, req, &order_no).await?;
+        Ok(Placed {
+            subject: subject(&lines),
+            order_no,
+            attempt_ref,
+            gateway: req.gateway.to_string(),
+            channel: req.channel.to_string(),
+            status: OrderStatus::PendingPayment,
+            total,
+            expires_at,
+            created: true,
+        })
+    });
+    match &result {
+        Ok(p) if p.created => metrics::counter!("kassa_confirms_total", "result" => "created").increment(1),
+        Ok(_) => metrics::counter!("kassa_confirms_total", "result" => "replayed").increment(1),
+        Err(e) => metrics::counter!("kassa_confirms_total", "result" => e.code()).increment(1),
+    }
+    result
+}
+
+async fn remember_key(tx: &mut Tx, req: &ConfirmRequest<'_>, order_no: &str) -> Result<()> {
+    if let Some(key) = req.idempotency_key {
+        sqlx::query(
+            "INSERT INTO idempotency_keys (session_id, idem_key, basket_id, order_no, created_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (session_id, idem_key) DO NOTHING",
+        )
+        .bind(req.session_id)
+        .bind(key)
+        .bind(req.basket_id)
+        .bind(order_no)
+        .bind(req.now)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+async fn price_lines(tx: &mut Tx, basket_id: &str) -> Result<Vec<PricedLine>> {
+    let rows = sqlx::query(
+        "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency \
+         FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku",
+    )
+    .bind(basket_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    if rows.is_empty() {
+        return Err(Error::api(422, "basket_empty", "the basket has no lines"));
+    }
+    let mut lines = Vec::with_capacity(rows.len());
+    let mut changed = Vec::new();
+    for r in &rows {
+        let sku: String = col(r, "sku")?;
+        let price: i64 = col(r, "price_minor")?;
+        let quoted: i64 = col(r, "quoted_unit_minor")?;
+        let currency: String = col(r, "currency")?;
+        let quoted_currency: String = col(r, "quoted_currency")?;
+        if price != quoted || currency != quoted_currency {
+            changed.push(json!({"sku": sku, "quoted_minor": quoted, "price_minor": price, "currency": currency}));
+        }
+        let unit = Money::new(price, Currency::parse(&currency)?)?;
+        let quantity: i64 = col(r, "quantity")?;
+        lines.push(PricedLine {
+            line_total: unit.checked_mul(quantity)?,
+            unit,
+            quantity,
+            sku,
+            name: col(r, "name")?,
+            kind: col(r, "kind")?,
+        });
+    }
+    if !changed.is_empty() {
+        return Err(Error::conflict(
+            "price_changed",
+            "prices changed since the basket was quoted; review and confirm again",
+        )
+        .with_details(json!({"lines": changed})));
+    }
+    Ok(lines)
+}
+
+fn subject(lines: &[PricedLine]) -> String {
+    let first = lines.first().map(|l| l.name.as_str()).unwrap_or("order");
+    if lines.len() > 1 { format!("{first} and {} more", lines.len() - 1) } else { first.to_string() }
+}
+
+/// The order with its newest attempt, for repeated confirms and retries of the hand-off.
+pub async fn load_placed(tx: &mut Tx, order_no: &str, created: bool) -> Result<Placed> {
+    let order = sqlx::query("SELECT status, total_minor, currency, hold_expires_at FROM orders WHERE order_no = $1")
+        .bind(order_no)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| Error::not_found("order"))?;
+    let attempt = sqlx::query(
+        "SELECT attempt_ref, gateway, channel FROM payment_attempts WHERE order_no = $1 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(order_no)
+    .fetch_one(&mut **tx)
+    .await?;
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+        .bind(order_no)
+        .fetch_all(&mut **tx)
+        .await?;
+    let status: String = col(&order, "status")?;
+    let subject = match names.len() {
+        0 => "order".to_string(),
+        1 => names[0].clone(),
+        n => format!("{} and {} more", names[0], n - 1),
+    };
+    Ok(Placed {
+        order_no: order_no.to_string(),
+        attempt_ref: col(&attempt, "attempt_ref")?,
+        gateway: col(&attempt, "gateway")?,
+        channel: col(&attempt, "channel")?,
+        status: OrderStatus::parse(&status).ok_or_else(|| Error::internal("unknown order status in database"))?,
+        total: Money::new(col(&order, "total_minor")?, Currency::parse(&col::<String>(&order, "currency")?)?)?,
+        expires_at: col(&order, "hold_expires_at")?,
+        subject,
+        created,
+    })
+}

@@ -1,0 +1,141 @@
+//! Status changes and alerts. The only place that writes `status` columns of orders and attempts:
+//! each change is checked against the transition table and logged in the same transaction.
+
+use sqlx::AnyConnection;
+
+use crate::clock::Millis;
+use crate::domain::{AttemptStatus, OrderStatus};
+use crate::error::{Error, Result};
+
+/// Why a status changed; stored in the event log.
+#[derive(Debug, Clone, Copy)]
+pub struct Cause<'a> {
+    pub trigger: &'a str,
+    pub notification_id: Option<&'a str>,
+    pub at: Millis,
+}
+
+pub async fn log_order_created(conn: &mut AnyConnection, order_no: &str, cause: Cause<'_>) -> Result<()> {
+    insert_event(conn, order_no, "order", order_no, None, OrderStatus::PendingPayment.as_str(), cause).await
+}
+
+pub async fn log_attempt_created(
+    conn: &mut AnyConnection,
+    order_no: &str,
+    attempt_ref: &str,
+    cause: Cause<'_>,
+) -> Result<()> {
+    insert_event(conn, order_no, "attempt", attempt_ref, None, AttemptStatus::Created.as_str(), cause).await
+}
+
+/// Moves an order `from -> to`; fails if the table forbids it or the row is not in `from` any more.
+pub async fn set_order_status(
+    conn: &mut AnyConnection,
+    order_no: &str,
+    from: OrderStatus,
+    to: OrderStatus,
+    cause: Cause<'_>,
+) -> Result<()> {
+    from.transition(to)?;
+    let done = sqlx::query("UPDATE orders SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = $4")
+        .bind(to.as_str())
+        .bind(cause.at)
+        .bind(order_no)
+        .bind(from.as_str())
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() != 1 {
+        return Err(Error::internal(format!("order {order_no} was not in {from} when moving to {to}")));
+    }
+    insert_event(conn, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause).await
+}
+
+pub async fn set_attempt_status(
+    conn: &mut AnyConnection,
+    order_no: &str,
+    attempt_ref: &str,
+    from: AttemptStatus,
+    to: AttemptStatus,
+    cause: Cause<'_>,
+) -> Result<()> {
+    from.transition(to)?;
+    let done =
+        sqlx::query("UPDATE payment_attempts SET status = $1, updated_at = $2 WHERE attempt_ref = $3 AND status = $4")
+            .bind(to.as_str())
+            .bind(cause.at)
+            .bind(attempt_ref)
+            .bind(from.as_str())
+            .execute(&mut *conn)
+            .await?;
+    if done.rows_affected() != 1 {
+        return Err(Error::internal(format!("attempt {attempt_ref} was not in {from} when moving to {to}")));
+    }
+    insert_event(conn, order_no, "attempt", attempt_ref, Some(from.as_str()), to.as_str(), cause).await
+}
+
+async fn insert_event(
+    conn: &mut AnyConnection,
+    order_no: &str,
+    entity: &str,
+    entity_id: &str,
+    from: Option<&str>,
+    to: &str,
+    cause: Cause<'_>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO status_events (order_no, entity, entity_id, from_status, to_status, trigger_name, notification_id, at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(order_no)
+    .bind(entity)
+    .bind(entity_id)
+    .bind(from)
+    .bind(to)
+    .bind(cause.trigger)
+    .bind(cause.notification_id)
+    .bind(cause.at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Warning,
+    Critical,
+}
+
+/// Records (or bumps) a de-duplicated alert and counts it. Alerts about money (late and duplicate
+/// payments, mismatches) are written in the same transaction as the fact they describe.
+pub async fn raise_alert(
+    conn: &mut AnyConnection,
+    kind: &'static str,
+    severity: Severity,
+    dedupe_key: &str,
+    order_no: Option<&str>,
+    details: &str,
+    now: Millis,
+) -> Result<()> {
+    let severity = match severity {
+        Severity::Warning => "warning",
+        Severity::Critical => "critical",
+    };
+    sqlx::query(
+        "INSERT INTO alerts (id, kind, dedupe_key, severity, order_no, details, first_seen, last_seen, count, acknowledged) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, 0) \
+         ON CONFLICT (kind, dedupe_key) DO UPDATE SET count = alerts.count + 1, last_seen = excluded.last_seen, \
+         details = excluded.details, acknowledged = 0",
+    )
+    .bind(super::new_id())
+    .bind(kind)
+    .bind(dedupe_key)
+    .bind(severity)
+    .bind(order_no)
+    .bind(details)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    metrics::counter!("kassa_alerts_total", "kind" => kind).increment(1);
+    tracing::warn!(alert = kind, severity, order_no, details, "alert raised");
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! The store: one database handle for SQLite and PostgreSQL, migrations, and the commands that each
+//! run in one transaction. Per-database differences live here and nowhere else:
+//! `BEGIN IMMEDIATE` versus `SELECT … FOR UPDATE`, the pool shape, and the migration folder.
+
+pub mod catalog;
+pub mod check;
+pub mod checkout;
+pub mod events;
+pub mod payments;
+pub mod settings;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{Any, AnyPool, Executor as _};
+
+use crate::error::{Error, Result};
+
+pub type Tx = sqlx::Transaction<'static, Any>;
+
+/// Runs one command in one write transaction: `write_tx!(db, |tx| { ...; Ok(value) })`.
+/// Commits on `Ok`, rolls back on `Err`; serialization failures and deadlocks re-run the whole
+/// body, a bounded number of times. The body is an async block, so `return` leaves the command.
+/// (A macro rather than a closure-taking method: async closures borrowing the transaction are not
+/// yet provably `Send` for every lifetime, which spawned tasks need.)
+#[macro_export]
+macro_rules! write_tx {
+    ($db:expr, |$tx:ident| $body:block) => {{
+        let db: &$crate::store::Db = &$db;
+        let mut tries: u32 = 0;
+        loop {
+            tries += 1;
+            let outcome: $crate::error::Result<_> = match db.begin().await {
+                Ok(mut owned) => {
+                    let outcome = {
+                        let $tx = &mut owned;
+                        async { $body }.await
+                    };
+                    db.finish(owned, outcome).await
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Err(e) if e.is_retryable() && tries < $crate::store::TX_RETRIES_MAX => {
+                    tracing::debug!(tries, error = %e, "retrying transaction");
+                    $crate::store::Db::retry_pause(tries).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+/// Retries of a whole transaction after a serialization failure or deadlock. Bounded so a
+/// pathological conflict surfaces as an error instead of spinning.
+pub const TX_RETRIES_MAX: u32 = 8;
+/// SQLite: how long a connection waits for another process's write lock before giving up.
+const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
+/// SQLite: concurrent readers (the writer is a pool of one, see [`Db::connect`]).
+const SQLITE_READERS_MAX: u32 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, Clone)]
+pub struct Db {
+    kind: DbKind,
+    /// Writes. For SQLite a single connection: SQLite has one writer anyway, and queueing in the
+    /// pool is fair and cheap where SQLite's busy handler would sleep and poll.
+    write: AnyPool,
+    /// Reads and `kassa check`. The same pool as `write` on PostgreSQL.
+    read: AnyPool,
+}
+
+/// Turns the configured URL into one sqlx can open, creating the SQLite file when missing.
+pub fn normalize_url(url: &str) -> anyhow::Result<(DbKind, String)> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((DbKind::Postgres, url.to_string()));
+    }
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        anyhow::bail!("unsupported database URL scheme (use sqlite:// or postgres://)");
+    };
+    let path = rest.trim_start_matches("//");
+    let path = path.split('?').next().unwrap_or_default();
+    if let Some(parent) = std::path::Path::new(path).parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating database directory {}", parent.display()))?;
+    }
+    let url = if url.contains("mode=") {
+        url.to_string()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    };
+    Ok((DbKind::Sqlite, url))
+}
+
+impl Db {
+    /// Opens the database. `max_connections` bounds the PostgreSQL pool.
+    pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
+        install_default_drivers();
+        let (kind, url) = normalize_url(url)?;
+        match kind {
+            DbKind::Sqlite => {
+                let write = sqlite_pool(&url, 1).await?;
+                let read = sqlite_pool(&url, SQLITE_READERS_MAX).await?;
+                Ok(Db { kind, write, read })
+            }
+            DbKind::Postgres => {
+                let pool = AnyPoolOptions::new()
+                    .max_connections(max_connections.max(2))
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect(&url)
+                    .await
+                    .context("connecting to PostgreSQL")?;
+                Ok(Db { kind, write: pool.clone(), read: pool })
+            }
+        }
+    }
+
+    pub fn kind(&self) -> DbKind {
+        self.kind
+    }
+
+    pub fn read_pool(&self) -> &AnyPool {
+        &self.read
+    }
+
+    /// Row-lock suffix for reading a row the transaction will change. SQLite needs none: its write
+    /// transaction (`BEGIN IMMEDIATE`) already excludes every other writer.
+    pub fn for_update(&self) -> &'static str {
+        match self.kind {
+            DbKind::Sqlite => "",
+            DbKind::Postgres => " FOR UPDATE",
+        }
+    }
+
+    /// Starts a write transaction.
+    pub async fn begin(&self) -> Result<Tx> {
+        let tx = match self.kind {
+            DbKind::Sqlite => self.write.begin_with("BEGIN IMMEDIATE").await?,
+            DbKind::Postgres => self.write.begin().await?,
+        };
+        Ok(tx)
+    }
+
+    /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
+    pub async fn snapshot(&self) -> Result<Tx> {
+        let tx = match self.kind {
+            DbKind::Sqlite => self.read.begin().await?,
+            DbKind::Postgres => self.read.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?,
+        };
+        Ok(tx)
+    }
+
+    /// Commits on `Ok`, rolls back on `Err`; used by [`write_tx!`].
+    pub async fn finish<T>(&self, tx: Tx, outcome: Result<T>) -> Result<T> {
+        match outcome {
+            Ok(value) => {
+                tx.commit().await?;
+                Ok(value)
+            }
+            Err(e) => {
+                // Dropping would roll back too; doing it here returns the connection clean.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Pause before retry number `tries` of a transaction that hit a serialization failure.
+    pub async fn retry_pause(tries: u32) {
+        tokio::time::sleep(Duration::from_millis(u64::from(tries) * 5)).await;
+    }
+
+    /// Applies the migrations of this database kind that have not been applied yet. Safe when
+    /// several instances start at once.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        let migrations: &[(i64, &str)] = match self.kind {
+            DbKind::Sqlite => &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))],
+            DbKind::Postgres => &[(1, include_str!("../../migrations/postgres/0001_init.sql"))],
+        };
+        let mut conn = self.write.acquire().await?;
+        if self.kind == DbKind::Postgres {
+            // One migrator at a time across the fleet; released at the end of the session.
+            conn.execute("SELECT pg_advisory_lock(7285937001)").await?;
+        }
+        let result = async {
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+            )
+            .await?;
+            for (version, sql) in migrations {
+                let applied: Option<i64> =
+                    sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+                        .bind(*version)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                if applied.is_some() {
+                    continue;
+                }
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                sqlx::raw_sql(sql).execute(&mut *tx).await.with_context(|| format!("applying migration {version}"))?;
+                sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                    .bind(*version)
+                    .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                tracing::info!(version, "applied migration");
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        if self.kind == DbKind::Postgres {
+            conn.execute("SELECT pg_advisory_unlock(7285937001)").await?;
+        }
+        result
+    }
+
+    pub async fn close(&self) {
+        self.write.close().await;
+        self.read.close().await;
+    }
+}
+
+async fn sqlite_pool(url: &str, max: u32) -> anyhow::Result<AnyPool> {
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(30))
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                // WAL lets readers run beside the writer; synchronous=FULL makes every
+                // acknowledged commit survive a power loss (durability is not traded for speed).
+                conn.execute(
+                    format!(
+                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS};"
+                    )
+                    .as_str(),
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await
+        .context("opening SQLite database")
+}
+
+/// Reads a column, turning a decode problem into an internal error with the column's name.
+pub(crate) fn col<T>(row: &sqlx::any::AnyRow, name: &str) -> Result<T>
+where
+    T: for<'r> sqlx::Decode<'r, Any> + sqlx::Type<Any>,
+{
+    use sqlx::Row as _;
+    row.try_get::<T, _>(name).map_err(Error::from)
+}
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}

@@ -1,0 +1,612 @@
+//! Payment truth applied to orders: verified gateway events (notifications, or a close/query that
+//! answered "paid") and expiry. Each runs under the order's row lock through the transition table.
+
+use serde::Serialize;
+
+use crate::clock::{Millis, rfc3339};
+use crate::domain::decide::{FailureDecision, SuccessDecision, decide_failure, decide_success, may_expire};
+use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
+use crate::error::{Error, Result};
+use crate::store::events::{self, Cause, Severity};
+use crate::store::{Db, Tx, col, new_id};
+
+/// What a gateway said happened to one attempt, after its signature was verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded { gateway_txn_id: String, amount: Money },
+    Failed,
+    Cancelled,
+}
+
+/// A verified gateway event, ready to be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedEvent {
+    pub gateway: String,
+    /// The gateway's own event id; unique per gateway (I6).
+    pub event_id: String,
+    pub attempt_ref: String,
+    pub outcome: Outcome,
+    pub raw_body: Vec<u8>,
+}
+
+/// The result of applying one event, which decides the gateway's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The event changed state; `effect` names what happened.
+    Changed { order_no: String, effect: &'static str },
+    /// Valid, but stale or already known: nothing changed.
+    Ignored { order_no: String },
+    /// The same event id was applied before: acknowledged, nothing changed.
+    Duplicate,
+    /// Signature was fine but the content does not match our records: refused.
+    Rejected { code: &'static str, reason: String },
+}
+
+/// Applies a verified event exactly once.
+pub async fn apply_event(db: &Db, ev: &VerifiedEvent, now: Millis) -> Result<Applied> {
+    let lock = db.for_update();
+    let applied = crate::write_tx!(db, |tx| {
+        let id = new_id();
+        // Claim the event id first: a concurrent copy waits here and then sees the claim.
+        let claimed = sqlx::query(
+                "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
+                 VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
+            )
+            .bind(&id)
+            .bind(&ev.gateway)
+            .bind(&ev.event_id)
+            .bind(&ev.attempt_ref)
+            .bind(&ev.raw_body)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        if claimed.rows_affected() == 0 {
+            record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
+            return Ok(Applied::Duplicate);
+        }
+        let Some(attempt) =
+            sqlx::query("SELECT order_no, status, amount_minor, currency FROM payment_attempts WHERE attempt_ref = $1")
+                .bind(&ev.attempt_ref)
+                .fetch_optional(&mut **tx)
+                .await?
+        else {
+            return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
+        };
+        let order_no: String = col(&attempt, "order_no")?;
+        let order = sqlx::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
+            .bind(&order_no)
+            .fetch_one(&mut **tx)
+            .await?;
+        let order_status = parse_order_status(&col::<String>(&order, "status")?)?;
+        // Re-read the attempt under the order lock: it may have moved while we waited.
+        let attempt_status: String = sqlx::query_scalar("SELECT status FROM payment_attempts WHERE attempt_ref = $1")
+            .bind(&ev.attempt_ref)
+            .fetch_one(&mut **tx)
+            .await?;
+        let attempt_status = parse_attempt_status(&attempt_status)?;
+        let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
+        let effect = match &ev.outcome {
+            Outcome::Succeeded { gateway_txn_id, amount } => {
+                let expected_minor: i64 = col(&attempt, "amount_minor")?;
+                let expected_currency: String = col(&attempt, "currency")?;
+                if amount.currency().code() != expected_currency {
+                    let reason = format!("currency {} but attempt is in {expected_currency}", amount.currency());
+                    return reject_mismatch(tx, &id, ev, &order_no, "currency_mismatch", reason, now).await;
+                }
+                if amount.amount_minor() != expected_minor {
+                    let reason = format!("amount {} but attempt is {expected_minor}", amount.amount_minor());
+                    return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
+                }
+                apply_success(
+                    tx,
+                    &order_no,
+                    &ev.attempt_ref,
+                    order_status,
+                    attempt_status,
+                    gateway_txn_id,
+                    *amount,
+                    cause,
+                )
+                .await?
+            }
+            Outcome::Failed | Outcome::Cancelled => {
+                let to = if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
+                match decide_failure(attempt_status, to) {
+                    FailureDecision::CloseAttempt(to) => {
+                        let cause = Cause { trigger: "gateway_failure", ..cause };
+                        events::set_attempt_status(tx, &order_no, &ev.attempt_ref, attempt_status, to, cause).await?;
+                        Some("attempt_closed")
+                    }
+                    FailureDecision::Ignore => None,
+                }
+            }
+        };
+        let status = if effect.is_some() { "applied" } else { "ignored" };
+        sqlx::query("UPDATE notifications SET status = $1, order_no = $2 WHERE id = $3")
+            .bind(status)
+            .bind(&order_no)
+            .bind(&id)
+            .execute(&mut **tx)
+            .await?;
+        Ok(match effect {
+            Some(effect) => Applied::Changed { order_no, effect },
+            None => Applied::Ignored { order_no },
+        })
+    });
+    let label = match &applied {
+        Ok(Applied::Changed { .. }) => "applied",
+        Ok(Applied::Ignored { .. }) => "ignored",
+        Ok(Applied::Duplicate) => "duplicate",
+        Ok(Applied::Rejected { .. }) => "rejected",
+        Err(_) => "error",
+    };
+    metrics::counter!("kassa_notifications_total", "gateway" => ev.gateway.clone(), "result" => label).increment(1);
+    applied
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn apply_success(
+    tx: &mut Tx,
+    order_no: &str,
+    attempt_ref: &str,
+    order_status: OrderStatus,
+    attempt_status: AttemptStatus,
+    gateway_txn_id: &str,
+    amount: Money,
+    cause: Cause<'_>,
+) -> Result<Option<&'static str>> {
+    let decision = decide_success(order_status, attempt_status);
+    if decision == SuccessDecision::AlreadyApplied {
+        return Ok(None);
+    }
+    let cause = Cause { trigger: "payment_succeeded", ..cause };
+    events::set_attempt_status(tx, order_no, attempt_ref, attempt_status, AttemptStatus::Succeeded, cause).await?;
+    sqlx::query("UPDATE payment_attempts SET gateway_txn_id = $1 WHERE attempt_ref = $2")
+        .bind(gateway_txn_id)
+        .bind(attempt_ref)
+        .execute(&mut **tx)
+        .await?;
+    match decision {
+        SuccessDecision::Pay => {
+            // Another attempt still open on this order must not be paid too (I5 on a paid order).
+            let others = sqlx::query(&format!(
+                "SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1 AND attempt_ref <> $2 AND status IN {}",
+                AttemptStatus::ACTIVE_SQL
+            ))
+            .bind(order_no)
+            .bind(attempt_ref)
+            .fetch_all(&mut **tx)
+            .await?;
+            for other in &others {
+                let other_ref: String = col(other, "attempt_ref")?;
+                let from = parse_attempt_status(&col::<String>(other, "status")?)?;
+                let cause = Cause { notification_id: None, ..cause };
+                events::set_attempt_status(tx, order_no, &other_ref, from, AttemptStatus::Superseded, cause).await?;
+            }
+            consume_reservations(tx, order_no, cause.at).await?;
+            set_captured(tx, order_no, amount).await?;
+            events::set_order_status(tx, order_no, order_status, OrderStatus::Paid, cause).await?;
+            Ok(Some("paid"))
+        }
+        SuccessDecision::LatePayment => {
+            set_captured(tx, order_no, amount).await?;
+            let cause = Cause { trigger: "late_payment", ..cause };
+            events::set_order_status(tx, order_no, order_status, OrderStatus::PaidAfterExpiry, cause).await?;
+            let details =
+                format!("attempt {attempt_ref} paid {} after the order was {order_status}", amount.display_major());
+            events::raise_alert(
+                tx,
+                "late_payment",
+                Severity::Critical,
+                attempt_ref,
+                Some(order_no),
+                &details,
+                cause.at,
+            )
+            .await?;
+            Ok(Some("paid_after_expiry"))
+        }
+        SuccessDecision::DuplicatePayment => {
+            let details =
+                format!("attempt {attempt_ref} paid {} on an order already {order_status}", amount.display_major());
+            events::raise_alert(
+                tx,
+                "duplicate_payment",
+                Severity::Critical,
+                attempt_ref,
+                Some(order_no),
+                &details,
+                cause.at,
+            )
+            .await?;
+            Ok(Some("duplicate_payment"))
+        }
+        SuccessDecision::AlreadyApplied => Ok(None),
+    }
+}
+
+async fn set_captured(tx: &mut Tx, order_no: &str, amount: Money) -> Result<()> {
+    sqlx::query("UPDATE orders SET captured_minor = $1, captured_currency = $2 WHERE order_no = $3")
+        .bind(amount.amount_minor())
+        .bind(amount.currency().code())
+        .bind(order_no)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Active reservations become sold units.
+async fn consume_reservations(tx: &mut Tx, order_no: &str, now: Millis) -> Result<()> {
+    move_reservations(tx, order_no, ReservationStatus::Consumed, now).await
+}
+
+async fn move_reservations(tx: &mut Tx, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {
+    let rows =
+        sqlx::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'active' ORDER BY sku")
+            .bind(order_no)
+            .fetch_all(&mut **tx)
+            .await?;
+    let stock_sql = match to {
+        ReservationStatus::Consumed => {
+            "UPDATE skus SET reserved = reserved - $1, on_hand = on_hand - $1, sold = sold + $1, updated_at = $2 WHERE sku = $3 AND reserved >= $1"
+        }
+        ReservationStatus::Released => {
+            "UPDATE skus SET reserved = reserved - $1, updated_at = $2 WHERE sku = $3 AND reserved >= $1"
+        }
+        ReservationStatus::Active => return Err(Error::internal("reservations never return to active")),
+    };
+    for r in &rows {
+        let sku: String = col(r, "sku")?;
+        let quantity: i64 = col(r, "quantity")?;
+        let done = sqlx::query(stock_sql).bind(quantity).bind(now).bind(&sku).execute(&mut **tx).await?;
+        if done.rows_affected() != 1 {
+            return Err(Error::internal(format!("stock of {sku} does not cover the reservation of {order_no}")));
+        }
+    }
+    sqlx::query("UPDATE reservations SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = 'active'")
+        .bind(to.as_str())
+        .bind(now)
+        .bind(order_no)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+async fn reject(
+    tx: &mut Tx,
+    id: &str,
+    ev: &VerifiedEvent,
+    code: &'static str,
+    reason: String,
+    now: Millis,
+) -> Result<Applied> {
+    // Give the event id back: a rejected event is refused again when retried, never "duplicate".
+    sqlx::query("UPDATE notifications SET event_id = NULL, status = 'rejected', reason = $1 WHERE id = $2")
+        .bind(format!("{code}: {reason}"))
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    events::raise_alert(
+        tx,
+        "notification_rejected",
+        Severity::Warning,
+        &format!("{}:{code}", ev.gateway),
+        None,
+        &reason,
+        now,
+    )
+    .await?;
+    Ok(Applied::Rejected { code, reason })
+}
+
+async fn reject_mismatch(
+    tx: &mut Tx,
+    id: &str,
+    ev: &VerifiedEvent,
+    order_no: &str,
+    code: &'static str,
+    reason: String,
+    now: Millis,
+) -> Result<Applied> {
+    sqlx::query("UPDATE notifications SET order_no = $1 WHERE id = $2")
+        .bind(order_no)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    events::raise_alert(tx, code, Severity::Critical, &ev.attempt_ref, Some(order_no), &reason, now).await?;
+    reject(tx, id, ev, code, reason, now).await
+}
+
+/// Stores an arrival that does not hold the event id (a duplicate).
+async fn record_arrival(
+    tx: &mut Tx,
+    ev: &VerifiedEvent,
+    status: &str,
+    reason: Option<&str>,
+    now: Millis,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, reason, attempt_ref, raw_body, received_at) \
+         VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(new_id())
+    .bind(&ev.gateway)
+    .bind(&ev.event_id)
+    .bind(status)
+    .bind(reason)
+    .bind(&ev.attempt_ref)
+    .bind(&ev.raw_body)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Stores a notification that failed verification (bad signature, malformed body) so an operator
+/// can see it; nothing else changes.
+pub async fn record_rejected(
+    db: &Db,
+    gateway: &str,
+    claimed_event_id: Option<&str>,
+    reason: &str,
+    raw_body: &[u8],
+    now: Millis,
+) -> Result<()> {
+    crate::write_tx!(db, |tx| {
+        sqlx::query(
+            "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, reason, raw_body, received_at) \
+             VALUES ($1, $2, NULL, $3, 'rejected', $4, $5, $6)",
+        )
+        .bind(new_id())
+        .bind(gateway)
+        .bind(claimed_event_id)
+        .bind(reason)
+        .bind(raw_body)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        let kind = if reason.starts_with("invalid_signature") { "signature_failure" } else { "notification_rejected" };
+        events::raise_alert(tx, kind, Severity::Warning, gateway, None, reason, now).await
+    })?;
+    metrics::counter!("kassa_notifications_total", "gateway" => gateway.to_string(), "result" => "rejected")
+        .increment(1);
+    Ok(())
+}
+
+/// What the sweeper did to one order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    Expired,
+    /// Locked and re-read: the order was no longer due (paid, cancelled, or extended).
+    Skipped(OrderStatus),
+}
+
+/// Expires an unpaid order whose hold has elapsed: attempt closed, reservations released. Runs under
+/// the order lock and re-checks, so running it twice never returns stock twice.
+pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry> {
+    let lock = db.for_update();
+    let result = crate::write_tx!(db, |tx| {
+        let order = sqlx::query(&format!("SELECT status, hold_expires_at FROM orders WHERE order_no = $1{lock}"))
+            .bind(order_no)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| Error::not_found("order"))?;
+        let status = parse_order_status(&col::<String>(&order, "status")?)?;
+        if !may_expire(status, col(&order, "hold_expires_at")?, now) {
+            return Ok(Expiry::Skipped(status));
+        }
+        let cause = Cause { trigger: "hold_expired", notification_id: None, at: now };
+        let active = sqlx::query(&format!(
+            "SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1 AND status IN {}",
+            AttemptStatus::ACTIVE_SQL
+        ))
+        .bind(order_no)
+        .fetch_all(&mut **tx)
+        .await?;
+        for a in &active {
+            let attempt_ref: String = col(a, "attempt_ref")?;
+            let from = parse_attempt_status(&col::<String>(a, "status")?)?;
+            events::set_attempt_status(tx, order_no, &attempt_ref, from, AttemptStatus::Expired, cause).await?;
+        }
+        move_reservations(tx, order_no, ReservationStatus::Released, now).await?;
+        events::set_order_status(tx, order_no, status, OrderStatus::Expired, cause).await?;
+        Ok(Expiry::Expired)
+    });
+    if let Ok(Expiry::Expired) = result {
+        metrics::counter!("kassa_expiries_total").increment(1);
+    }
+    result
+}
+
+/// Orders whose hold has elapsed, oldest first, with their active attempt (if any).
+pub async fn due_for_expiry(db: &Db, now: Millis, limit: i64) -> Result<Vec<DueOrder>> {
+    let rows = sqlx::query(&format!(
+        "SELECT o.order_no, o.hold_expires_at, a.attempt_ref, a.gateway FROM orders o \
+         LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND a.status IN {} \
+         WHERE o.status = 'pending_payment' AND o.hold_expires_at <= $1 ORDER BY o.hold_expires_at LIMIT $2",
+        AttemptStatus::ACTIVE_SQL
+    ))
+    .bind(now)
+    .bind(limit)
+    .fetch_all(db.read_pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(DueOrder {
+                order_no: col(r, "order_no")?,
+                hold_expires_at: col(r, "hold_expires_at")?,
+                attempt_ref: col(r, "attempt_ref")?,
+                gateway: col(r, "gateway")?,
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct DueOrder {
+    pub order_no: String,
+    pub hold_expires_at: Millis,
+    pub attempt_ref: Option<String>,
+    pub gateway: Option<String>,
+}
+
+fn parse_order_status(s: &str) -> Result<OrderStatus> {
+    OrderStatus::parse(s).ok_or_else(|| Error::internal(format!("unknown order status {s:?} in database")))
+}
+
+fn parse_attempt_status(s: &str) -> Result<AttemptStatus> {
+    AttemptStatus::parse(s).ok_or_else(|| Error::internal(format!("unknown attempt status {s:?} in database")))
+}
+
+// ---- read models -------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderLineView {
+    pub sku: String,
+    pub name: String,
+    pub quantity: i64,
+    pub unit_price_minor: i64,
+    pub line_total_minor: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptView {
+    pub attempt_ref: String,
+    pub status: String,
+    pub gateway: String,
+    pub channel: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway_txn_id: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    pub entity: String,
+    pub entity_id: String,
+    pub from: Option<String>,
+    pub to: String,
+    pub trigger: String,
+    pub at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderView {
+    pub order_no: String,
+    pub status: String,
+    pub total_minor: i64,
+    pub currency: String,
+    pub captured_minor: Option<i64>,
+    pub expires_at: String,
+    pub created_at: String,
+    pub lines: Vec<OrderLineView>,
+    pub attempts: Vec<AttemptView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<EventView>>,
+    #[serde(skip)]
+    pub session_id: String,
+}
+
+impl OrderView {
+    pub fn total_display(&self) -> String {
+        crate::domain::Currency::parse(&self.currency)
+            .ok()
+            .and_then(|c| Money::new(self.total_minor, c).ok())
+            .map(|m| m.display_major())
+            .unwrap_or_default()
+    }
+}
+
+/// Finds the order an attempt reference belongs to.
+pub async fn order_no_for_attempt(db: &Db, attempt_ref: &str) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT order_no FROM payment_attempts WHERE attempt_ref = $1")
+        .bind(attempt_ref)
+        .fetch_optional(db.read_pool())
+        .await?)
+}
+
+/// The order with lines and attempts; with `with_events` the whole event log too (admin view).
+pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<OrderView> {
+    let pool = db.read_pool();
+    let o = sqlx::query(
+        "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at FROM orders WHERE order_no = $1",
+    )
+    .bind(order_no)
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| Error::not_found("order"))?;
+    let lines = sqlx::query("SELECT sku, name, quantity, unit_price_minor, line_total_minor FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+        .bind(order_no)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(OrderLineView {
+                sku: col(r, "sku")?,
+                name: col(r, "name")?,
+                quantity: col(r, "quantity")?,
+                unit_price_minor: col(r, "unit_price_minor")?,
+                line_total_minor: col(r, "line_total_minor")?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let attempts = sqlx::query(
+        "SELECT attempt_ref, status, gateway, channel, amount_minor, currency, gateway_txn_id, created_at FROM payment_attempts WHERE order_no = $1 ORDER BY seq",
+    )
+    .bind(order_no)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(AttemptView {
+            attempt_ref: col(r, "attempt_ref")?,
+            status: col(r, "status")?,
+            gateway: col(r, "gateway")?,
+            channel: col(r, "channel")?,
+            amount_minor: col(r, "amount_minor")?,
+            currency: col(r, "currency")?,
+            gateway_txn_id: col(r, "gateway_txn_id")?,
+            created_at: rfc3339(col(r, "created_at")?),
+        })
+    })
+    .collect::<Result<Vec<_>>>()?;
+    let events = if with_events {
+        let rows = sqlx::query(
+            "SELECT entity, entity_id, from_status, to_status, trigger_name, at FROM status_events WHERE order_no = $1 ORDER BY id",
+        )
+        .bind(order_no)
+        .fetch_all(pool)
+        .await?;
+        Some(
+            rows.iter()
+                .map(|r| {
+                    Ok(EventView {
+                        entity: col(r, "entity")?,
+                        entity_id: col(r, "entity_id")?,
+                        from: col(r, "from_status")?,
+                        to: col(r, "to_status")?,
+                        trigger: col(r, "trigger_name")?,
+                        at: rfc3339(col(r, "at")?),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        )
+    } else {
+        None
+    };
+    Ok(OrderView {
+        order_no: col(&o, "order_no")?,
+        session_id: col(&o, "session_id")?,
+        status: col(&o, "status")?,
+        total_minor: col(&o, "total_minor")?,
+        currency: col(&o, "currency")?,
+        captured_minor: col(&o, "captured_minor")?,
+        expires_at: rfc3339(col(&o, "hold_expires_at")?),
+        created_at: rfc3339(col(&o, "created_at")?),
+        lines,
+        attempts,
+        events,
+    })
+}
