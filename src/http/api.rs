@@ -168,13 +168,15 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             doc(
                 "get",
                 "/api/v1/admin/skus/{sku}",
-                "Stock of a SKU: on_hand, reserved, sold, available",
+                "Stock of a SKU: on_hand, reserved, sold, available (PATCH: change price or name)",
                 "admin",
                 Admin,
-                Option::None,
+                Some(
+                    json!({"type": "object", "properties": {"name": {"type": "string"}, "price_minor": {"type": "integer", "minimum": 0}}}),
+                ),
                 &[(200, "the SKU"), (404, "not_found")],
             ),
-            get(get_sku),
+            get(get_sku).patch(update_sku),
         ),
         (
             doc(
@@ -425,10 +427,7 @@ const SKU_NAME_LEN_MAX: usize = 200;
 async fn create_sku(State(state): State<AppState>, _admin: Admin, ApiJson(body): ApiJson<SkuBody>) -> Result<Response> {
     let sku = ids::parse_sku(&body.sku)
         .ok_or_else(|| Error::api(422, "invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > SKU_NAME_LEN_MAX || name.chars().any(char::is_control) {
-        return Err(Error::api(422, "invalid_name", "name must be 1-200 printable characters"));
-    }
+    let name = valid_name(&body.name)?;
     let kind = match body.kind.as_deref() {
         None | Some("physical") => SkuKind::Physical,
         Some(_) => return Err(Error::api(422, "unsupported_kind", "only physical SKUs are supported so far")),
@@ -451,6 +450,34 @@ async fn list_skus(State(state): State<AppState>, _admin: Admin) -> Result<Respo
 async fn get_sku(State(state): State<AppState>, _admin: Admin, Path(sku): Path<String>) -> Result<Response> {
     plain(&sku, "SKU")?;
     Ok(axum::Json(catalog::get_sku(&state.db, &sku).await?).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkuPatch {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    price_minor: Option<i64>,
+}
+
+async fn update_sku(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(sku): Path<String>,
+    ApiJson(body): ApiJson<SkuPatch>,
+) -> Result<Response> {
+    plain(&sku, "SKU")?;
+    let name = body.name.as_deref().map(valid_name).transpose()?;
+    Ok(axum::Json(catalog::update_sku(&state.db, &sku, name, body.price_minor, state.now_ms()).await?).into_response())
+}
+
+fn valid_name(name: &str) -> Result<&str> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > SKU_NAME_LEN_MAX || name.chars().any(char::is_control) {
+        return Err(Error::api(422, "invalid_name", "name must be 1-200 printable characters"));
+    }
+    Ok(name)
 }
 
 #[derive(Deserialize)]

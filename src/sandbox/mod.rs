@@ -388,16 +388,21 @@ impl Sandbox {
         result.map_err(|e| Error::internal(format!("notification not acknowledged: {e}")))
     }
 
-    async fn post(&self, url: &str, body: &str) -> std::result::Result<(), String> {
+    /// The signature header value for a notification body, signed now.
+    pub fn sign_notification(&self, body: &[u8]) -> String {
         let t = self.clock.now_ms() / 1000;
         let mut message = format!("{t}.").into_bytes();
-        message.extend_from_slice(body.as_bytes());
+        message.extend_from_slice(body);
         let sig = B64.encode(self.signing_key.sign(&message).as_ref());
+        format!("t={t},v1={sig}")
+    }
+
+    async fn post(&self, url: &str, body: &str) -> std::result::Result<(), String> {
         let response = self
             .http
             .post(url)
             .header("content-type", "application/json")
-            .header(SIGNATURE_HEADER, format!("t={t},v1={sig}"))
+            .header(SIGNATURE_HEADER, self.sign_notification(body.as_bytes()))
             .body(body.to_string())
             .send()
             .await

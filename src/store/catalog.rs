@@ -118,6 +118,33 @@ pub async fn list_skus(db: &Db) -> Result<Vec<SkuView>> {
     rows.iter().map(sku_from_row).collect()
 }
 
+/// Changes a SKU's price and/or name. Open baskets keep their quote; their confirm then answers
+/// `price_changed` so the buyer sees the new price before paying it.
+pub async fn update_sku(
+    db: &Db,
+    sku: &str,
+    name: Option<&str>,
+    price_minor: Option<i64>,
+    now: Millis,
+) -> Result<SkuView> {
+    if price_minor.is_some_and(|p| p < 0) {
+        return Err(Error::api(422, "invalid_amount", "price must not be negative"));
+    }
+    crate::write_tx!(db, |tx| {
+        let done = sqlx::query(
+            "UPDATE skus SET name = COALESCE($1, name), price_minor = COALESCE($2, price_minor), updated_at = $3 WHERE sku = $4",
+        )
+        .bind(name)
+        .bind(price_minor)
+        .bind(now)
+        .bind(sku)
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() == 1 { Ok(()) } else { Err(Error::not_found("SKU")) }
+    })?;
+    get_sku(db, sku).await
+}
+
 /// Restock (positive) or write off (negative). A write-off can never take away held units.
 pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result<SkuView> {
     if delta == 0 || !(-STOCK_DELTA_MAX..=STOCK_DELTA_MAX).contains(&delta) {

@@ -1,0 +1,240 @@
+use std::collections::BTreeSet;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::common::{Backend, TestApp, s};
+use crate::on_both;
+
+on_both!(fifty_buyers_ten_units_never_oversell, fifty_buyers_ten_units);
+async fn fifty_buyers_ten_units(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("HOT", "Hot item", 990, 10).await;
+    // Sessions and baskets first, so the checkouts themselves race.
+    let mut carts = Vec::new();
+    for _ in 0..50 {
+        let buyer = t.buyer().await;
+        let basket = t.basket(&buyer, &[("HOT", 1)]).await;
+        carts.push((buyer, basket));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (buyer, basket) in carts {
+        let http = t.http.clone();
+        let url = t.url(&format!("/api/v1/baskets/{basket}/checkout"));
+        tasks.spawn(async move {
+            let r = http.post(url).bearer_auth(buyer).json(&json!({"gateway": "sandbox"})).send().await.unwrap();
+            let status = r.status();
+            let body: serde_json::Value = r.json().await.unwrap();
+            (status, body)
+        });
+    }
+    let (mut created, mut out_of_stock, mut orders) = (0, 0, BTreeSet::new());
+    while let Some(done) = tasks.join_next().await {
+        let (status, body) = done.unwrap();
+        match status {
+            StatusCode::CREATED => {
+                created += 1;
+                orders.insert(s(&body["order_no"]));
+            }
+            StatusCode::CONFLICT => {
+                assert_eq!(body["error"]["code"], "out_of_stock", "{body}");
+                out_of_stock += 1;
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!((created, out_of_stock, orders.len()), (10, 40, 10));
+    let sku = t.sku("HOT").await;
+    assert_eq!(
+        (sku["on_hand"].as_i64(), sku["reserved"].as_i64(), sku["available"].as_i64()),
+        (Some(10), Some(10), Some(0))
+    );
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 10);
+    t.assert_clean().await;
+
+    // Pay half; the rest expire: the numbers still add up.
+    let list: Vec<String> = orders.into_iter().collect();
+    for order_no in &list[..5] {
+        t.complete(&format!("{order_no}_1"), "succeeded", 1).await;
+    }
+    t.settle().await;
+    for order_no in &list[5..] {
+        kassa::store::payments::expire_order(&t.app.state.db, order_no, t.now_ms() + 10_000_000).await.unwrap();
+    }
+    let sku = t.sku("HOT").await;
+    assert_eq!((sku["on_hand"].as_i64(), sku["reserved"].as_i64(), sku["sold"].as_i64()), (Some(5), Some(0), Some(5)));
+    t.assert_clean().await;
+}
+
+on_both!(double_clicked_confirm_gives_one_order, double_click);
+async fn double_click(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let buyer = t.buyer().await;
+    let basket = t.basket(&buyer, &[("MUG", 2)]).await;
+    // Same basket, in parallel, no key.
+    let (a, b) = tokio::join!(t.checkout(&buyer, &basket, None), t.checkout(&buyer, &basket, None));
+    assert_eq!(a.0, StatusCode::CREATED, "{}", a.1);
+    assert_eq!(b.0, StatusCode::CREATED, "{}", b.1);
+    assert_eq!(a.1["order_no"], b.1["order_no"]);
+    assert_eq!(a.1["attempt_ref"], b.1["attempt_ref"]);
+    // Same Idempotency-Key again: the same order.
+    let (c, d) =
+        tokio::join!(t.checkout(&buyer, &basket, Some("click-1")), t.checkout(&buyer, &basket, Some("click-1")));
+    assert_eq!(c.1["order_no"], a.1["order_no"]);
+    assert_eq!(d.1["order_no"], a.1["order_no"]);
+    // The key cannot be reused for another basket.
+    let other = t.basket(&buyer, &[("MUG", 1)]).await;
+    let (status, body) = t.checkout(&buyer, &other, Some("click-1")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["error"]["code"], "idempotency_key_reused");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 1);
+    assert_eq!(t.sku("MUG").await["reserved"], 2);
+    // A frozen basket cannot be edited.
+    let r = t
+        .http
+        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/MUG")))
+        .bearer_auth(&buyer)
+        .json(&json!({"quantity": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "basket_frozen");
+    t.assert_clean().await;
+}
+
+on_both!(price_change_and_short_stock_create_nothing, price_and_stock);
+async fn price_and_stock(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("TEA", "Tea", 12800, 3).await;
+    t.create_sku("CUP", "Cup", 1500, 100).await;
+    let buyer = t.buyer().await;
+    let basket = t.basket(&buyer, &[("TEA", 1), ("CUP", 2)]).await;
+    let r = t
+        .http
+        .patch(t.url("/api/v1/admin/skus/TEA"))
+        .bearer_auth(crate::common::ADMIN)
+        .json(&json!({"price_minor": 13800}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let (status, body) = t.checkout(&buyer, &basket, None).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["error"]["code"], "price_changed", "{body}");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 0);
+    assert_eq!(t.sku("TEA").await["reserved"], 0);
+    assert_eq!(t.sku("CUP").await["reserved"], 0);
+    // The basket now quotes today's price; confirming again works at that price.
+    let (status, body) = t.checkout(&buyer, &basket, None).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["total_minor"], 13800 + 3000);
+
+    // Short stock: nothing held, nothing created, not even the lines that had stock.
+    let buyer2 = t.buyer().await;
+    let basket2 = t.basket(&buyer2, &[("CUP", 1), ("TEA", 3)]).await;
+    let (status, body) = t.checkout(&buyer2, &basket2, None).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["error"]["code"], "out_of_stock");
+    assert_eq!(body["error"]["details"]["sku"], "TEA");
+    assert_eq!(body["error"]["details"]["available"], 2);
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 1);
+    assert_eq!(t.sku("CUP").await["reserved"], 2);
+    // The basket stays open and editable.
+    let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket2}"))).bearer_auth(&buyer2).send().await.unwrap();
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "open");
+    t.assert_clean().await;
+}
+
+on_both!(buyers_cannot_see_each_other, access_control);
+async fn access_control(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let (_buyer, order_no, _) = t.pending_order(&[("MUG", 1)]).await;
+    let stranger = t.buyer().await;
+    let r = t.http.get(t.url(&format!("/api/v1/orders/{order_no}"))).bearer_auth(&stranger).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = t.http.get(t.url(&format!("/api/v1/orders/{order_no}"))).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = t.http.get(t.url("/api/v1/admin/skus/MUG")).bearer_auth(&stranger).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "forbidden");
+    let r = t
+        .http
+        .get(t.url(&format!("/api/v1/orders/{order_no}")))
+        .bearer_auth(crate::common::ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+on_both!(bad_input_is_refused_with_codes, bad_input);
+async fn bad_input(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let cases = [
+        (json!({"sku": "a/b", "name": "x", "price_minor": 1, "currency": "CNY"}), "invalid_sku"),
+        (json!({"sku": "X1", "name": "x", "price_minor": -1, "currency": "CNY"}), "invalid_amount"),
+        (json!({"sku": "X1", "name": "x", "price_minor": 1, "currency": "XXX"}), "unknown_currency"),
+        (json!({"sku": "X1", "name": "", "price_minor": 1, "currency": "CNY"}), "invalid_name"),
+        (json!({"sku": "MUG", "name": "x", "price_minor": 1, "currency": "CNY"}), "sku_exists"),
+    ];
+    for (body, code) in cases {
+        let (status, answer) = t.admin_post("/api/v1/admin/skus", body).await;
+        assert!(status.is_client_error(), "{status} {answer}");
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+    }
+    let buyer = t.buyer().await;
+    let basket = t.basket(&buyer, &[]).await;
+    for (qty, code) in [(-1, "invalid_quantity"), (1_000_000, "invalid_quantity")] {
+        let r = t
+            .http
+            .put(t.url(&format!("/api/v1/baskets/{basket}/lines/MUG")))
+            .bearer_auth(&buyer)
+            .json(&json!({"quantity": qty}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], code);
+    }
+    let (status, body) = t.checkout(&buyer, &basket, None).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "basket_empty".to_string()));
+    let r = t
+        .http
+        .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+        .bearer_auth(&buyer)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "invalid_json");
+    let huge = vec![b' '; 1024 * 1024 + 10];
+    let r = t
+        .http
+        .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+        .bearer_auth(&buyer)
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "payload_too_large");
+    let (status, body) = {
+        let basket = t.basket(&buyer, &[("MUG", 1)]).await;
+        let r = t
+            .http
+            .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+            .bearer_auth(&buyer)
+            .json(&json!({"gateway": "nope"}))
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<serde_json::Value>().await.unwrap())
+    };
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "unknown_gateway".to_string()));
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 0);
+}

@@ -1,0 +1,290 @@
+//! Test harness: a real kassa on port 0 with a fresh database per test (a temp SQLite file, or a
+//! fresh PostgreSQL database when `KASSA_TEST_DATABASE_URL` is set), driven over HTTP.
+
+use std::sync::Arc;
+
+use kassa::app::{App, Workers};
+use kassa::clock::{ManualClock, SharedClock, SystemClock};
+use kassa::config::Settings;
+use kassa::store::check::{self, Violation};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+pub const ADMIN: &str = "test-admin-token-0123456789";
+
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Sqlite,
+    Postgres(String),
+}
+
+impl Backend {
+    /// PostgreSQL when configured. Outside CI a missing URL skips loudly; in CI it fails.
+    pub fn postgres() -> Option<Backend> {
+        match std::env::var("KASSA_TEST_DATABASE_URL") {
+            Ok(url) if !url.is_empty() => Some(Backend::Postgres(url)),
+            _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("CI=true but KASSA_TEST_DATABASE_URL is not set: PostgreSQL tests must run in CI")
+            }
+            _ => {
+                eprintln!("SKIPPING PostgreSQL variant: KASSA_TEST_DATABASE_URL is not set");
+                None
+            }
+        }
+    }
+}
+
+/// Runs a test body once per database: `on_both!(name, body_fn);`
+#[macro_export]
+macro_rules! on_both {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                super::$body($crate::common::Backend::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn postgres() {
+                if let Some(b) = $crate::common::Backend::postgres() {
+                    super::$body(b).await
+                }
+            }
+        }
+    };
+}
+
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub hold_seconds: u64,
+    pub ignore_close: bool,
+    pub manual_clock: bool,
+    pub public_url: Option<String>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts { hold_seconds: 900, ignore_close: false, manual_clock: false, public_url: None }
+    }
+}
+
+pub struct TestApp {
+    pub app: App,
+    /// PostgreSQL: (server URL, database name) to drop when the test ends.
+    pg_drop: Option<(String, String)>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub clock: Option<ManualClock>,
+    pub database_url: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn fresh_database(backend: &Backend, dir: &std::path::Path) -> String {
+    match backend {
+        Backend::Sqlite => format!("sqlite://{}", dir.join("kassa.db").display()),
+        Backend::Postgres(url) => {
+            use sqlx::Connection as _;
+            let name = format!("kassa_t_{}", uuid::Uuid::now_v7().simple());
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect to KASSA_TEST_DATABASE_URL");
+            sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
+                .await
+                .expect("create test database");
+            let (prefix, _) = url.rsplit_once('/').expect("database URL ends with /dbname");
+            let query = url.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+            format!("{prefix}/{name}{query}")
+        }
+    }
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> TestApp {
+        Self::spawn_with(backend, Opts::default()).await
+    }
+
+    pub async fn spawn_with(backend: Backend, opts: Opts) -> TestApp {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let database_url = fresh_database(&backend, dir.path()).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let settings = Settings {
+            data_dir: dir.path().to_path_buf(),
+            database_url: database_url.clone(),
+            db_max_connections: 16,
+            listen: listener.local_addr().expect("addr"),
+            public_url: opts.public_url.clone(),
+            demo: false,
+            sandbox: true,
+            sandbox_ignore_close: opts.ignore_close,
+            admin_token: Some(ADMIN.to_string()),
+            hold_seconds: opts.hold_seconds,
+            sweep_interval_ms: 3_600_000,
+        };
+        let manual = opts.manual_clock.then(ManualClock::default);
+        let clock: SharedClock = match &manual {
+            Some(c) => Arc::new(c.clone()),
+            None => Arc::new(SystemClock),
+        };
+        // Workers off: tests drive the sweeper and delivery steps themselves.
+        let app = App::start(&settings, clock, listener, Workers::Off).await.expect("start kassa");
+        let base = format!("http://{}", app.addr);
+        let pg_drop = match &backend {
+            Backend::Postgres(server) => {
+                database_url.rsplit('/').next().map(|n| (server.clone(), n.split('?').next().unwrap_or(n).to_string()))
+            }
+            Backend::Sqlite => None,
+        };
+        TestApp { app, pg_drop, base, http: reqwest::Client::new(), clock: manual, database_url, _dir: dir }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.app.state.clock.now_ms()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn admin_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let r = self.http.post(self.url(path)).bearer_auth(ADMIN).json(&body).send().await.expect("request");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Value {
+        let r = self.http.get(self.url(path)).bearer_auth(ADMIN).send().await.expect("request");
+        assert!(r.status().is_success(), "GET {path}: {}", r.status());
+        r.json().await.expect("json")
+    }
+
+    pub async fn create_sku(&self, sku: &str, name: &str, price_minor: i64, stock: i64) {
+        let (status, body) = self
+            .admin_post(
+                "/api/v1/admin/skus",
+                json!({"sku": sku, "name": name, "price_minor": price_minor, "currency": "CNY", "stock": stock}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
+    pub async fn sku(&self, sku: &str) -> Value {
+        self.admin_get(&format!("/api/v1/admin/skus/{sku}")).await
+    }
+
+    pub async fn buyer(&self) -> String {
+        let r = self.http.post(self.url("/api/v1/sessions")).send().await.expect("session");
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let v: Value = r.json().await.expect("json");
+        v["token"].as_str().expect("token").to_string()
+    }
+
+    pub async fn basket(&self, buyer: &str, lines: &[(&str, i64)]) -> String {
+        let r = self.http.post(self.url("/api/v1/baskets")).bearer_auth(buyer).send().await.expect("basket");
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let v: Value = r.json().await.expect("json");
+        let id = v["basket_id"].as_str().expect("basket_id").to_string();
+        for (sku, qty) in lines {
+            let r = self
+                .http
+                .put(self.url(&format!("/api/v1/baskets/{id}/lines/{sku}")))
+                .bearer_auth(buyer)
+                .json(&json!({"quantity": qty}))
+                .send()
+                .await
+                .expect("line");
+            assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+        }
+        id
+    }
+
+    pub async fn checkout(&self, buyer: &str, basket: &str, key: Option<&str>) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .post(self.url(&format!("/api/v1/baskets/{basket}/checkout")))
+            .bearer_auth(buyer)
+            .json(&json!({"gateway": "sandbox"}));
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        let r = req.send().await.expect("checkout");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A buyer with a pending order for `lines`: (buyer token, order_no, attempt_ref).
+    pub async fn pending_order(&self, lines: &[(&str, i64)]) -> (String, String, String) {
+        let buyer = self.buyer().await;
+        let basket = self.basket(&buyer, lines).await;
+        let (status, body) = self.checkout(&buyer, &basket, None).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        (buyer, s(&body["order_no"]), s(&body["attempt_ref"]))
+    }
+
+    pub async fn complete(&self, attempt_ref: &str, outcome: &str, copies: u32) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .post(self.url(&format!("/sandbox/api/payments/{attempt_ref}/complete")))
+            .json(&json!({"outcome": outcome, "copies": copies}))
+            .send()
+            .await
+            .expect("complete");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn order(&self, order_no: &str) -> Value {
+        self.admin_get(&format!("/api/v1/admin/orders/{order_no}")).await
+    }
+
+    pub async fn status(&self, order_no: &str) -> String {
+        s(&self.order(order_no).await["status"])
+    }
+
+    /// Waits for the sandbox's in-flight notifications to be delivered (they are sent by spawned
+    /// tasks). Bounded; this is synchronisation, not a timing assertion.
+    pub async fn settle(&self) {
+        let sandbox = self.app.sandbox.as_ref().expect("sandbox");
+        for _ in 0..2_000 {
+            if sandbox.pending_deliveries().await.expect("pending") == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("sandbox deliveries did not settle");
+    }
+
+    pub async fn violations(&self) -> Vec<Violation> {
+        check::run(&self.app.state.db).await.expect("check runs")
+    }
+
+    pub async fn assert_clean(&self) {
+        let v = self.violations().await;
+        assert!(v.is_empty(), "invariant violations: {v:#?}");
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql).fetch_one(self.app.state.db.read_pool()).await.expect("count query")
+    }
+}
+
+impl Drop for TestApp {
+    /// Drops the test's PostgreSQL database (FORCE closes the app's pooled connections).
+    fn drop(&mut self) {
+        let Some((server, name)) = self.pg_drop.take() else { return };
+        let dropper = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                use sqlx::Connection as _;
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&server).await {
+                    let _ = sqlx::Executor::execute(
+                        &mut conn,
+                        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str(),
+                    )
+                    .await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+pub fn s(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}

@@ -1,0 +1,11 @@
+//! Integration tests: the real server over HTTP, a fresh database per test, on SQLite and (when
+//! `KASSA_TEST_DATABASE_URL` is set) PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod checkout;
+mod expiry;
+mod notifications;
+mod ops;
+mod pages;
