@@ -33,7 +33,7 @@ pub const DELIVERY_TRIES_MAX: i64 = 15;
 /// Longest pause between two tries of one notification.
 const BACKOFF_MS_MAX: i64 = 60_000;
 /// How long a claimed delivery is reserved for the instance sending it.
-const DELIVERY_LEASE_MS: i64 = 30_000;
+const DELIVERY_LEASE_MS: i64 = 15_000;
 /// Deliveries claimed per worker step.
 const DELIVERY_BATCH_MAX: i64 = 32;
 /// Timeout of one notification POST.

@@ -141,6 +141,15 @@ impl Db {
         }
     }
 
+    /// Suffix of a sub-select that claims queue rows: PostgreSQL skips rows another instance has
+    /// locked; SQLite has one writer, so there is nothing to skip.
+    pub fn skip_locked(&self) -> &'static str {
+        match self.kind {
+            DbKind::Sqlite => "",
+            DbKind::Postgres => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+
     /// Starts a write transaction.
     pub async fn begin(&self) -> Result<Tx> {
         let tx = match self.kind {
@@ -183,8 +192,14 @@ impl Db {
     /// several instances start at once.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         let migrations: &[(i64, &str)] = match self.kind {
-            DbKind::Sqlite => &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))],
-            DbKind::Postgres => &[(1, include_str!("../../migrations/postgres/0001_init.sql"))],
+            DbKind::Sqlite => &[
+                (1, include_str!("../../migrations/sqlite/0001_init.sql")),
+                (2, include_str!("../../migrations/sqlite/0002_sweep_claims.sql")),
+            ],
+            DbKind::Postgres => &[
+                (1, include_str!("../../migrations/postgres/0001_init.sql")),
+                (2, include_str!("../../migrations/postgres/0002_sweep_claims.sql")),
+            ],
         };
         let mut conn = self.write.acquire().await?;
         if self.kind == DbKind::Postgres {
@@ -197,15 +212,21 @@ impl Db {
             )
             .await?;
             for (version, sql) in migrations {
+                // SQLite: take the write lock before looking, so two processes starting on one file
+                // cannot both decide to apply the same migration.
+                let mut tx = match self.kind {
+                    DbKind::Sqlite => sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?,
+                    DbKind::Postgres => sqlx::Connection::begin(&mut *conn).await?,
+                };
                 let applied: Option<i64> =
                     sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
                         .bind(*version)
-                        .fetch_optional(&mut *conn)
+                        .fetch_optional(&mut *tx)
                         .await?;
                 if applied.is_some() {
+                    tx.rollback().await?;
                     continue;
                 }
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 sqlx::raw_sql(sql).execute(&mut *tx).await.with_context(|| format!("applying migration {version}"))?;
                 sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
                     .bind(*version)

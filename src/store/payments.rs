@@ -418,28 +418,42 @@ pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry
     result
 }
 
-/// Orders whose hold has elapsed, oldest first, with their active attempt (if any).
-pub async fn due_for_expiry(db: &Db, now: Millis, limit: i64) -> Result<Vec<DueOrder>> {
-    let rows = sqlx::query(&format!(
-        "SELECT o.order_no, o.hold_expires_at, a.attempt_ref, a.gateway FROM orders o \
-         LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND a.status IN {} \
-         WHERE o.status = 'pending_payment' AND o.hold_expires_at <= $1 ORDER BY o.hold_expires_at LIMIT $2",
-        AttemptStatus::ACTIVE_SQL
-    ))
-    .bind(now)
-    .bind(limit)
-    .fetch_all(db.read_pool())
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(DueOrder {
-                order_no: col(r, "order_no")?,
-                hold_expires_at: col(r, "hold_expires_at")?,
-                attempt_ref: col(r, "attempt_ref")?,
-                gateway: col(r, "gateway")?,
-            })
-        })
-        .collect()
+/// Claims up to `limit` orders whose hold has elapsed (oldest first) for `lease_ms`, so that no
+/// other instance's sweeper handles them meanwhile, and returns them with their active attempt.
+pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<DueOrder>> {
+    let skip = db.skip_locked();
+    let claimed: Vec<String> = crate::write_tx!(db, |tx| {
+        let rows = sqlx::query(&format!(
+            "UPDATE orders SET sweep_lease_until = $1 WHERE order_no IN (SELECT order_no FROM orders \
+             WHERE status = 'pending_payment' AND hold_expires_at <= $2 AND sweep_lease_until <= $2 \
+             ORDER BY hold_expires_at LIMIT $3{skip}) RETURNING order_no"
+        ))
+        .bind(now.saturating_add(lease_ms))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut **tx)
+        .await?;
+        rows.iter().map(|r| col::<String>(r, "order_no")).collect()
+    })?;
+    let mut due = Vec::with_capacity(claimed.len());
+    for order_no in claimed {
+        let r = sqlx::query(&format!(
+            "SELECT o.hold_expires_at, a.attempt_ref, a.gateway FROM orders o \
+             LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND a.status IN {} WHERE o.order_no = $1",
+            AttemptStatus::ACTIVE_SQL
+        ))
+        .bind(&order_no)
+        .fetch_one(db.read_pool())
+        .await?;
+        due.push(DueOrder {
+            hold_expires_at: col(&r, "hold_expires_at")?,
+            attempt_ref: col(&r, "attempt_ref")?,
+            gateway: col(&r, "gateway")?,
+            order_no,
+        });
+    }
+    due.sort_by_key(|d| d.hold_expires_at);
+    Ok(due)
 }
 
 #[derive(Debug, Clone)]

@@ -11,6 +11,9 @@ use crate::store::payments::{self, Applied, Expiry};
 
 /// Orders handled per step: bounds the work (and gateway calls) of one pass.
 pub const SWEEP_BATCH_MAX: i64 = 200;
+/// How long a claimed order is reserved for this instance's sweeper. Longer than one step takes;
+/// if the instance dies, another one picks the order up when the lease runs out.
+pub const SWEEP_LEASE_MS: Millis = 30_000;
 /// If the gateway cannot be reached to close an attempt, the order is expired anyway this long
 /// after its hold ended. A payment that still slips through arrives as `paid_after_expiry`.
 pub const CLOSE_GRACE_MS: Millis = 10 * 60 * 1000;
@@ -36,7 +39,7 @@ pub struct Sweeper {
 impl Sweeper {
     pub async fn step(&self) -> Result<SweepReport> {
         let now = self.clock.now_ms();
-        let due = payments::due_for_expiry(&self.db, now, SWEEP_BATCH_MAX).await?;
+        let due = payments::claim_due_orders(&self.db, now, SWEEP_LEASE_MS, SWEEP_BATCH_MAX).await?;
         let mut report = SweepReport { examined: due.len(), ..Default::default() };
         for order in due {
             if let (Some(attempt_ref), Some(gateway)) =

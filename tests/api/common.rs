@@ -59,11 +59,12 @@ pub struct Opts {
     pub ignore_close: bool,
     pub manual_clock: bool,
     pub public_url: Option<String>,
+    pub demo: bool,
 }
 
 impl Default for Opts {
     fn default() -> Self {
-        Opts { hold_seconds: 900, ignore_close: false, manual_clock: false, public_url: None }
+        Opts { hold_seconds: 900, ignore_close: false, manual_clock: false, public_url: None, demo: false }
     }
 }
 
@@ -78,7 +79,7 @@ pub struct TestApp {
     _dir: tempfile::TempDir,
 }
 
-async fn fresh_database(backend: &Backend, dir: &std::path::Path) -> String {
+pub async fn fresh_database(backend: &Backend, dir: &std::path::Path) -> String {
     match backend {
         Backend::Sqlite => format!("sqlite://{}", dir.join("kassa.db").display()),
         Backend::Postgres(url) => {
@@ -110,7 +111,7 @@ impl TestApp {
             db_max_connections: 16,
             listen: listener.local_addr().expect("addr"),
             public_url: opts.public_url.clone(),
-            demo: false,
+            demo: opts.demo,
             sandbox: true,
             sandbox_ignore_close: opts.ignore_close,
             admin_token: Some(ADMIN.to_string()),

@@ -6,6 +6,7 @@ mod common;
 
 mod checkout;
 mod expiry;
+mod fleet;
 mod notifications;
 mod ops;
 mod pages;

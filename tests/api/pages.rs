@@ -51,25 +51,30 @@ on_both!(browser_flow_over_forms_and_return_page, browser_flow);
 /// test belongs to the UI issue): storefront, basket, confirm, auto-submit to the sandbox, pay,
 /// return page. Query parameters on the return page change nothing.
 async fn browser_flow(backend: Backend) {
-    let t = TestApp::spawn(backend).await;
-    t.create_sku("LAMP", "Desk lamp", 990, 3).await;
+    let t = TestApp::spawn_with(backend, crate::common::Opts { demo: true, ..Default::default() }).await;
     let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    // The storefront is a --demo page; the test app is not in demo mode, so sign in the way the
-    // pages do: the session cookie. Make one through the API.
-    let token = t.buyer().await;
-    let cookie = format!("kassa_session={token}");
-    let csrf: String = sqlx::query_scalar("SELECT csrf_token FROM sessions ORDER BY created_at DESC LIMIT 1")
-        .fetch_one(t.app.state.db.read_pool())
+    // The demo storefront hands out the session cookie and lists the demo catalog.
+    let r = browser.get(t.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let set_cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Lax"), "{set_cookie}");
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    let shop = r.text().await.unwrap();
+    assert!(shop.contains("name=\"qty_LAMP-FLASH-SALE\""), "{shop}");
+    let csrf = shop.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    // Without the CSRF token the form post is refused.
+    let r = browser
+        .post(t.url("/shop/basket"))
+        .header("cookie", &cookie)
+        .form(&[("qty_LAMP-FLASH-SALE", "1")])
+        .send()
         .await
         .unwrap();
-    // Without the CSRF token the form post is refused.
-    let r =
-        browser.post(t.url("/shop/basket")).header("cookie", &cookie).form(&[("qty_LAMP", "1")]).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     let r = browser
         .post(t.url("/shop/basket"))
         .header("cookie", &cookie)
-        .form(&[("qty_LAMP", "2"), ("csrf", &csrf)])
+        .form(&[("qty_LAMP-FLASH-SALE", "2"), ("csrf", &csrf)])
         .send()
         .await
         .unwrap();

@@ -1,0 +1,289 @@
+//! Several stateless kassa processes on one PostgreSQL, behind a load balancer, under concurrent
+//! load, with one instance killed (SIGKILL) in the middle. PostgreSQL only: SQLite is the
+//! single-machine engine.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::common::{ADMIN, Backend, fresh_database, s};
+
+const INSTANCES: usize = 3;
+const BUYERS: usize = 300;
+const STOCK: i64 = 40;
+const HOLD_SECONDS: u64 = 3;
+
+/// A round-robin TCP load balancer that skips backends it cannot connect to.
+async fn load_balancer(backends: Arc<Mutex<Vec<SocketAddr>>>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let next = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else { continue };
+            let (backends, next) = (backends.clone(), next.clone());
+            tokio::spawn(async move {
+                let list = backends.lock().await.clone();
+                for _ in 0..list.len() {
+                    let target = list[next.fetch_add(1, Ordering::Relaxed) % list.len()];
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start_instance(database_url: &str, port: u16, public: SocketAddr, log: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_kassa"))
+        .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--public-url", &format!("http://{public}"), "--sandbox", "--admin-token", ADMIN])
+        .args(["--hold-seconds", &HOLD_SECONDS.to_string(), "--sweep-interval-ms", "200", "--db-max-connections", "12"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_healthy(http: &reqwest::Client, base: &str) {
+    for _ in 0..300 {
+        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{base} did not become healthy");
+}
+
+#[derive(Default)]
+struct Tally {
+    placed: Vec<(String, String)>,
+    out_of_stock: usize,
+    unknown: usize,
+    paid_at_gateway: Vec<String>,
+}
+
+/// The `k`-th live instance, round robin.
+async fn pick(bases: &[String], alive: &Mutex<Vec<bool>>, k: usize) -> String {
+    let alive = alive.lock().await.clone();
+    let live: Vec<usize> = (0..bases.len()).filter(|j| alive[*j]).collect();
+    bases[live[k % live.len()]].clone()
+}
+
+async fn buyer(
+    http: reqwest::Client,
+    bases: Vec<String>,
+    i: usize,
+    alive: Arc<Mutex<Vec<bool>>>,
+    tally: Arc<Mutex<Tally>>,
+) {
+    let base = pick(&bases, &alive, i).await;
+    let step = async {
+        let token: Value = http.post(format!("{base}/api/v1/sessions")).send().await?.json().await?;
+        let token = s(&token["token"]);
+        let basket: Value =
+            http.post(format!("{base}/api/v1/baskets")).bearer_auth(&token).send().await?.json().await?;
+        let basket = s(&basket["basket_id"]);
+        let sku = if i % 3 == 0 { "WARM" } else { "HOT" };
+        http.put(format!("{base}/api/v1/baskets/{basket}/lines/{sku}"))
+            .bearer_auth(&token)
+            .json(&json!({"quantity": 1 + i % 2}))
+            .send()
+            .await?;
+        let r = http
+            .post(format!("{base}/api/v1/baskets/{basket}/checkout"))
+            .bearer_auth(&token)
+            .json(&json!({"gateway": "sandbox"}))
+            .send()
+            .await?;
+        let status = r.status();
+        let body: Value = r.json().await?;
+        Ok::<_, reqwest::Error>((status, body))
+    };
+    let (status, body) = match step.await {
+        Ok(x) => x,
+        Err(_) => {
+            tally.lock().await.unknown += 1;
+            return;
+        }
+    };
+    if status == StatusCode::CONFLICT {
+        assert_eq!(body["error"]["code"], "out_of_stock", "{body}");
+        tally.lock().await.out_of_stock += 1;
+        return;
+    }
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (order_no, attempt_ref) = (s(&body["order_no"]), s(&body["attempt_ref"]));
+    tally.lock().await.placed.push((order_no, attempt_ref.clone()));
+    // What the buyer does at the gateway; sent to another instance than the checkout.
+    let (outcome, copies, delay_ms) = match i % 4 {
+        0 => ("succeeded", 3, 0),
+        1 => ("succeeded", 2, 2_500 + (i as u64 % 10) * 100), // notification racing the expiry
+        2 => return,                                          // walks away: the hold expires
+        _ => ("failed", 2, 0),
+    };
+    let other = pick(&bases, &alive, i + 1).await;
+    let url = format!("{other}/sandbox/api/payments/{attempt_ref}/complete");
+    if let Ok(r) =
+        http.post(&url).json(&json!({"outcome": outcome, "copies": copies, "delay_ms": delay_ms})).send().await
+    {
+        if r.status() == StatusCode::OK && outcome == "succeeded" {
+            tally.lock().await.paid_at_gateway.push(attempt_ref.clone());
+            // The same event again, through a third instance: duplicates land on different instances.
+            let third = pick(&bases, &alive, i + 2).await;
+            let _ = http
+                .post(format!("{third}/sandbox/api/payments/{attempt_ref}/complete"))
+                .json(&json!({"outcome": outcome, "copies": 2}))
+                .send()
+                .await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_on_one_postgres_survive_a_sigkill() {
+    let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = fresh_database(&backend, dir.path()).await;
+    let ports: Vec<u16> = (0..INSTANCES).map(|_| free_port()).collect();
+    let addrs: Vec<SocketAddr> = ports.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
+    let backends = Arc::new(Mutex::new(addrs.clone()));
+    let lb = load_balancer(backends.clone()).await;
+    let mut children: Vec<Child> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| start_instance(&database_url, *p, lb, &dir.path().join(format!("kassa-{i}.log"))))
+        .collect();
+    let bases: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    for b in &bases {
+        wait_healthy(&http, b).await;
+    }
+    for (sku, stock) in [("HOT", STOCK), ("WARM", STOCK)] {
+        let r = http
+            .post(format!("{}/api/v1/admin/skus", bases[0]))
+            .bearer_auth(ADMIN)
+            .json(&json!({"sku": sku, "name": sku, "price_minor": 990, "currency": "CNY", "stock": stock}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+
+    let alive = Arc::new(Mutex::new(vec![true; INSTANCES]));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..BUYERS {
+        tasks.spawn(buyer(http.clone(), bases.clone(), i, alive.clone(), tally.clone()));
+        if i == BUYERS / 3 {
+            // In the middle of the load: SIGKILL one instance.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            children[2].kill().unwrap();
+            children[2].wait().unwrap();
+            alive.lock().await[2] = false;
+            backends.lock().await.retain(|a| *a != addrs[2]);
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let tally = tally.lock().await;
+    eprintln!(
+        "fleet: {} placed, {} out of stock, {} unknown (in flight on the killed instance), {} paid at the gateway",
+        tally.placed.len(),
+        tally.out_of_stock,
+        tally.unknown,
+        tally.paid_at_gateway.len()
+    );
+    assert!(tally.placed.len() >= 40, "too few orders placed to mean anything");
+    assert!(tally.out_of_stock > 0, "the stock was meant to run out");
+
+    // Let the survivors' sweepers and the sandbox's retries settle (leases of the dead instance
+    // run out first). Bounded wait: synchronisation, not a timing assertion.
+    let db = kassa::store::Db::connect(&database_url, 4).await.unwrap();
+    let pool = db.read_pool();
+    let count = |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.unwrap() };
+    let mut settled = false;
+    for _ in 0..600 {
+        let pending = count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE status = 'pending_payment'").await;
+        let deliveries =
+            count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'").await;
+        if pending == 0 && deliveries == 0 {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(settled, "orders or notifications did not settle");
+
+    // Every order whose confirm returned 201 exists.
+    for (order_no, _) in &tally.placed {
+        let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE order_no = $1")
+            .bind(order_no)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "order {order_no} was acknowledged but is missing");
+    }
+    // Every acknowledged notification was applied (its event is in the inbox).
+    let lost = count(
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries d WHERE d.status = 'delivered' AND NOT EXISTS \
+         (SELECT 1 FROM notifications n WHERE n.gateway = 'sandbox' AND n.event_id = d.event_id)",
+    )
+    .await;
+    assert_eq!(lost, 0, "acknowledged notifications missing from the inbox");
+    // Every payment the gateway took ended paid (the close answered "paid" where it raced).
+    for attempt_ref in &tally.paid_at_gateway {
+        let status: String = sqlx::query_scalar(
+            "SELECT o.status FROM orders o JOIN payment_attempts a ON a.order_no = o.order_no WHERE a.attempt_ref = $1",
+        )
+        .bind(attempt_ref)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(status, "paid", "{attempt_ref}");
+    }
+    // The numbers add up: units ordered = units sold + units released, per SKU.
+    for sku in ["HOT", "WARM"] {
+        let row = sqlx::query(
+            "SELECT s.on_hand, s.reserved, s.sold, \
+             CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku), 0) AS BIGINT) AS ordered, \
+             CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku AND r.status = 'released'), 0) AS BIGINT) AS released \
+             FROM skus s WHERE s.sku = $1",
+        )
+        .bind(sku)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        use sqlx::Row as _;
+        let (on_hand, reserved, sold, ordered, released): (i64, i64, i64, i64, i64) =
+            (row.get("on_hand"), row.get("reserved"), row.get("sold"), row.get("ordered"), row.get("released"));
+        eprintln!("fleet {sku}: ordered {ordered} = sold {sold} + released {released}; on hand {on_hand}");
+        assert_eq!(reserved, 0);
+        assert_eq!(ordered, sold + released);
+        assert_eq!(on_hand + sold, STOCK);
+    }
+    db.close().await;
+    // And the invariant checker agrees.
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_kassa")).args(["check", "--database-url", &database_url]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
