@@ -98,7 +98,7 @@ async fn buyer(
         let basket: Value =
             http.post(format!("{base}/api/v1/baskets")).bearer_auth(&token).send().await?.json().await?;
         let basket = s(&basket["basket_id"]);
-        let sku = if i % 3 == 0 { "WARM" } else { "HOT" };
+        let sku = if i.is_multiple_of(3) { "WARM" } else { "HOT" };
         http.put(format!("{base}/api/v1/baskets/{basket}/lines/{sku}"))
             .bearer_auth(&token)
             .json(&json!({"quantity": 1 + i % 2}))
@@ -138,19 +138,16 @@ async fn buyer(
     };
     let other = pick(&bases, &alive, i + 1).await;
     let url = format!("{other}/sandbox/api/payments/{attempt_ref}/complete");
-    if let Ok(r) =
-        http.post(&url).json(&json!({"outcome": outcome, "copies": copies, "delay_ms": delay_ms})).send().await
-    {
-        if r.status() == StatusCode::OK && outcome == "succeeded" {
-            tally.lock().await.paid_at_gateway.push(attempt_ref.clone());
-            // The same event again, through a third instance: duplicates land on different instances.
-            let third = pick(&bases, &alive, i + 2).await;
-            let _ = http
-                .post(format!("{third}/sandbox/api/payments/{attempt_ref}/complete"))
-                .json(&json!({"outcome": outcome, "copies": 2}))
-                .send()
-                .await;
-        }
+    let paid = http.post(&url).json(&json!({"outcome": outcome, "copies": copies, "delay_ms": delay_ms})).send().await;
+    if paid.is_ok_and(|r| r.status() == StatusCode::OK) && outcome == "succeeded" {
+        tally.lock().await.paid_at_gateway.push(attempt_ref.clone());
+        // The same event again, through a third instance: duplicates land on different instances.
+        let third = pick(&bases, &alive, i + 2).await;
+        let _ = http
+            .post(format!("{third}/sandbox/api/payments/{attempt_ref}/complete"))
+            .json(&json!({"outcome": outcome, "copies": 2}))
+            .send()
+            .await;
     }
 }
 
