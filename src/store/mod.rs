@@ -43,7 +43,7 @@ macro_rules! write_tx {
             };
             match outcome {
                 Err(e) if e.is_retryable() && tries < $crate::store::TX_RETRIES_MAX => {
-                    tracing::debug!(tries, error = %e, "retrying transaction");
+                    ::tracing::debug!(tries, error = %e, "retrying transaction");
                     $crate::store::Db::retry_pause(tries).await;
                 }
                 other => break other,

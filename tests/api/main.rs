@@ -10,3 +10,4 @@ mod fleet;
 mod notifications;
 mod ops;
 mod pages;
+mod store;
