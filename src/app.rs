@@ -17,9 +17,16 @@ use crate::http::{AppState, Inner, router};
 use crate::sandbox::Sandbox;
 use crate::store::Db;
 use crate::store::catalog::{self, NewSku, SkuKind};
+use crate::vault::Vault;
+use crate::workers::outbox::Relay;
+use crate::workers::refunds::Refunder;
 use crate::workers::run_every;
 use crate::workers::sweeper::Sweeper;
 
+/// Interval of the refund sender.
+const REFUND_INTERVAL: Duration = Duration::from_millis(1_000);
+/// Interval of the outbox relay.
+const OUTBOX_INTERVAL: Duration = Duration::from_millis(500);
 /// Interval of the sandbox's notification retry worker.
 const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -27,6 +34,9 @@ const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
 pub struct App {
     pub state: AppState,
     pub sweeper: Arc<Sweeper>,
+    pub refunder: Arc<Refunder>,
+    /// The outbox relay, when a merchant webhook is configured.
+    pub relay: Option<Arc<Relay>>,
     pub sandbox: Option<Arc<Sandbox>>,
     pub addr: SocketAddr,
     pub public_url: String,
@@ -77,6 +87,20 @@ async fn seed_demo(db: &Db, now: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a secret file readable by its owner only.
+fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    Ok(())
+}
+
 impl App {
     /// Starts kassa on an already bound listener.
     pub async fn start(
@@ -86,6 +110,8 @@ impl App {
         workers: Workers,
     ) -> anyhow::Result<App> {
         let addr = listener.local_addr()?;
+        std::fs::create_dir_all(&settings.data_dir)
+            .with_context(|| format!("creating the data dir {}", settings.data_dir.display()))?;
         let db = Db::connect(&settings.database_url, settings.db_max_connections).await?;
         db.migrate().await.context("applying migrations")?;
         let public_url =
@@ -111,6 +137,24 @@ impl App {
             }
             (None, false) => (None, None),
         };
+        let vault = match (&settings.keys_secret, settings.demo) {
+            (Some(secret), _) => Some(Arc::new(Vault::from_hex(secret).context("--keys-secret")?)),
+            (None, demo) => {
+                let path = crate::config::keys_secret_file(&settings.data_dir);
+                match std::fs::read_to_string(&path) {
+                    Ok(secret) => {
+                        Some(Arc::new(Vault::from_hex(&secret).with_context(|| format!("{}", path.display()))?))
+                    }
+                    Err(_) if demo => {
+                        let secret = Vault::generate_secret();
+                        write_private(&path, &secret)?;
+                        Some(Arc::new(Vault::from_hex(&secret)?))
+                    }
+                    Err(_) => None,
+                }
+            }
+        };
+        let refunder = Arc::new(Refunder { db: db.clone(), gateways: gateways.clone(), clock: clock.clone() });
         let state = AppState(Arc::new(Inner {
             db: db.clone(),
             clock: clock.clone(),
@@ -121,9 +165,21 @@ impl App {
             admin_token_hash: admin_token
                 .map(|t| aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, t.as_bytes()).as_ref().to_vec()),
             demo: settings.demo,
+            late_policy: settings.late_payment_policy,
+            vault,
+            refunder: refunder.clone(),
             metrics: metrics_handle(),
         }));
-        let sweeper = Arc::new(Sweeper { db: db.clone(), gateways, clock: clock.clone() });
+        let sweeper = Arc::new(Sweeper {
+            db: db.clone(),
+            late_policy: settings.late_payment_policy,
+            gateways,
+            clock: clock.clone(),
+        });
+        let relay = match (&settings.webhook_url, &settings.webhook_secret) {
+            (Some(url), Some(secret)) => Some(Arc::new(Relay::new(db.clone(), clock.clone(), url.clone(), secret)?)),
+            _ => None,
+        };
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 
@@ -150,6 +206,25 @@ impl App {
                     }
                 }
             })));
+            let rf = refunder.clone();
+            tasks.push(tokio::spawn(run_every("refunds", REFUND_INTERVAL, shutdown_rx.clone(), move || {
+                let rf = rf.clone();
+                async move {
+                    if let Err(e) = rf.step().await {
+                        tracing::error!(error = %e, "refund step failed");
+                    }
+                }
+            })));
+            if let Some(relay) = relay.clone() {
+                tasks.push(tokio::spawn(run_every("outbox", OUTBOX_INTERVAL, shutdown_rx.clone(), move || {
+                    let relay = relay.clone();
+                    async move {
+                        if let Err(e) = relay.step().await {
+                            tracing::error!(error = %e, "outbox relay step failed");
+                        }
+                    }
+                })));
+            }
             if let Some(sb) = sandbox.clone() {
                 tasks.push(tokio::spawn(run_every(
                     "sandbox-delivery",
@@ -166,7 +241,7 @@ impl App {
                 )));
             }
         }
-        Ok(App { state, sweeper, sandbox, addr, public_url, generated_admin_token, shutdown, tasks })
+        Ok(App { state, sweeper, refunder, relay, sandbox, addr, public_url, generated_admin_token, shutdown, tasks })
     }
 
     /// Stops accepting requests, lets in-flight ones finish, stops the workers.

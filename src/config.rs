@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Deserialize;
 
+use crate::domain::decide::LatePolicy;
+
 /// Options shared by `serve`, `check` and `migrate`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CommonArgs {
@@ -52,6 +54,26 @@ pub struct ServeArgs {
     /// Sweeper interval in milliseconds [default: 5000]
     #[arg(long, env = "KASSA_SWEEP_INTERVAL_MS")]
     pub sweep_interval_ms: Option<u64>,
+    /// What to do with a payment that arrives after its order expired: reallocate (take the stock
+    /// again if it is there, else refund), refund, or manual [default: reallocate]
+    #[arg(long, env = "KASSA_LATE_PAYMENT_POLICY")]
+    pub late_payment_policy: Option<String>,
+    /// Merchant webhook that receives order events (outbox), e.g. https://shop.example/kassa-events
+    #[arg(long, env = "KASSA_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+    /// Secret for the webhook's HMAC-SHA256 signature
+    #[arg(long, env = "KASSA_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+    #[command(flatten)]
+    pub keys: KeysArgs,
+}
+
+/// Where the card-key encryption secret comes from.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KeysArgs {
+    /// Card-key encryption secret: 64 hex characters (generated into the data dir with --demo)
+    #[arg(long, env = "KASSA_KEYS_SECRET", hide_env_values = true)]
+    pub keys_secret: Option<String>,
 }
 
 /// The `--config` file. Unknown keys are refused so a typo is not silently ignored.
@@ -69,6 +91,10 @@ pub struct FileConfig {
     pub admin_token: Option<String>,
     pub hold_seconds: Option<u64>,
     pub sweep_interval_ms: Option<u64>,
+    pub late_payment_policy: Option<String>,
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
+    pub keys_secret: Option<String>,
     /// Real gateway sections (`[gateways.alipay]`, …); read by the adapters that support them.
     #[serde(default)]
     pub gateways: toml::Table,
@@ -88,6 +114,10 @@ pub struct Settings {
     pub admin_token: Option<String>,
     pub hold_seconds: u64,
     pub sweep_interval_ms: u64,
+    pub late_payment_policy: LatePolicy,
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
+    pub keys_secret: Option<String>,
 }
 
 pub const DEFAULT_HOLD_SECONDS: u64 = 900;
@@ -102,6 +132,11 @@ fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
     };
     let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+/// Where `serve --demo` keeps the card-key secret it generated (mode 0600).
+pub fn keys_secret_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("keys.secret")
 }
 
 fn database_url(data_dir: &Path, explicit: Option<String>) -> String {
@@ -122,7 +157,28 @@ impl Settings {
         let sweep_interval_ms =
             args.sweep_interval_ms.or(file.sweep_interval_ms).unwrap_or(DEFAULT_SWEEP_INTERVAL_MS).max(10);
         let demo = args.demo || file.demo.unwrap_or(false);
+        let policy = args.late_payment_policy.clone().or(file.late_payment_policy.clone());
+        let late_payment_policy = match policy.as_deref() {
+            None => LatePolicy::default(),
+            Some(p) => LatePolicy::parse(p)
+                .with_context(|| format!("--late-payment-policy {p:?}: use reallocate, refund or manual"))?,
+        };
+        let webhook_url = args.webhook_url.clone().or(file.webhook_url.clone()).filter(|u| !u.is_empty());
+        if let Some(url) = &webhook_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            anyhow::bail!("--webhook-url must be an http(s) URL");
+        }
+        let webhook_secret = args.webhook_secret.clone().or(file.webhook_secret.clone()).filter(|s| !s.is_empty());
+        if webhook_url.is_some() && webhook_secret.is_none() {
+            anyhow::bail!("--webhook-url needs --webhook-secret, so the shop can verify what it receives");
+        }
+        let keys_secret = args.keys.keys_secret.clone().or(file.keys_secret.clone()).filter(|s| !s.is_empty());
         Ok(Settings {
+            late_payment_policy,
+            webhook_url,
+            webhook_secret,
+            keys_secret,
             database_url: database_url(&data_dir, args.common.database_url.clone().or(file.database_url)),
             data_dir,
             db_max_connections: args
@@ -139,6 +195,18 @@ impl Settings {
             hold_seconds,
             sweep_interval_ms,
         })
+    }
+
+    /// The card-key secret for commands other than `serve`: option, environment, file, or the one
+    /// `serve --demo` generated in the data dir.
+    pub fn resolve_keys_secret(common: &CommonArgs, keys: &KeysArgs) -> anyhow::Result<Option<String>> {
+        let file = read_file(common.config.as_deref())?;
+        if let Some(secret) = keys.keys_secret.clone().or(file.keys_secret).filter(|s| !s.is_empty()) {
+            return Ok(Some(secret));
+        }
+        let data_dir = common.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("./kassa-data"));
+        let path = keys_secret_file(&data_dir);
+        Ok(std::fs::read_to_string(&path).ok().map(|s| s.trim().to_string()))
     }
 
     /// The database settings for `check` and `migrate`.

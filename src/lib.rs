@@ -26,4 +26,5 @@ pub mod gateway;
 pub mod http;
 pub mod sandbox;
 pub mod store;
+pub mod vault;
 pub mod workers;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use kassa::app::{App, Workers};
 use kassa::clock::SystemClock;
-use kassa::config::{CommonArgs, ServeArgs, Settings};
+use kassa::config::{CommonArgs, KeysArgs, ServeArgs, Settings};
 use kassa::store::{Db, check};
 
 #[derive(Parser)]
@@ -25,6 +25,28 @@ enum Command {
     Check(CommonArgs),
     /// Apply migrations
     Migrate(CommonArgs),
+    /// Card keys of digital SKUs
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Import keys from a file, one per line (blank lines skipped); duplicates within the SKU are
+    /// refused and counted
+    Import {
+        /// The digital SKU to add the keys to
+        #[arg(long)]
+        sku: String,
+        /// File with one key per line ("-" for standard input)
+        file: std::path::PathBuf,
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        keys: KeysArgs,
+    },
 }
 
 fn init_logging() {
@@ -59,6 +81,15 @@ fn main() -> ExitCode {
                 }
             },
             Command::Check(args) => run_check(&args).await,
+            Command::Keys { command: KeysCommand::Import { sku, file, common, keys } } => {
+                match import_keys(&sku, &file, &common, &keys).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("kassa keys import: {e:#}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
             Command::Migrate(args) => match migrate(&args).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -85,6 +116,64 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tokio::signal::ctrl_c().await?;
     tracing::info!("shutting down");
     app.stop().await;
+    Ok(())
+}
+
+async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, keys: &KeysArgs) -> anyhow::Result<()> {
+    use std::io::{BufRead as _, Write as _};
+    let secret = Settings::resolve_keys_secret(common, keys)?
+        .ok_or_else(|| anyhow::anyhow!("no keys secret: pass --keys-secret (or KASSA_KEYS_SECRET)"))?;
+    let vault = kassa::vault::Vault::from_hex(&secret)?;
+    let (url, max) = Settings::resolve_common(common)?;
+    let db = Db::connect(&url, max).await?;
+    db.migrate().await?;
+    let reader: Box<dyn std::io::BufRead> = if file.as_os_str() == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?,
+        ))
+    };
+    let total_bytes = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let terminal = std::io::stderr().is_terminal();
+    let clock = SystemClock;
+    let (mut imported, mut duplicates, mut read_bytes, mut batch) = (0_i64, 0_i64, 0_u64, Vec::new());
+    let report = |imported: i64, duplicates: i64, read_bytes: u64, last: bool| {
+        let pct = read_bytes.saturating_mul(100).checked_div(total_bytes).unwrap_or(0);
+        if terminal {
+            eprint!("\rimported {imported} keys, {duplicates} duplicates ({pct}% of the file)");
+            if last {
+                eprintln!();
+            }
+            let _ = std::io::stderr().flush();
+        } else {
+            eprintln!("imported {imported} keys, {duplicates} duplicates ({pct}% of the file)");
+        }
+    };
+    for line in reader.lines() {
+        let line = line?;
+        read_bytes = read_bytes.saturating_add(line.len() as u64 + 1);
+        if line.trim().is_empty() {
+            continue;
+        }
+        batch.push(line);
+        if batch.len() == kassa::store::fulfilment::IMPORT_BATCH_MAX {
+            let n =
+                kassa::store::fulfilment::import_keys(&db, &vault, sku, &batch, kassa::clock::Clock::now_ms(&clock))
+                    .await?;
+            (imported, duplicates) = (imported + n.imported, duplicates + n.duplicates);
+            batch.clear();
+            report(imported, duplicates, read_bytes, false);
+        }
+    }
+    if !batch.is_empty() {
+        let n = kassa::store::fulfilment::import_keys(&db, &vault, sku, &batch, kassa::clock::Clock::now_ms(&clock))
+            .await?;
+        (imported, duplicates) = (imported + n.imported, duplicates + n.duplicates);
+    }
+    report(imported, duplicates, read_bytes, true);
+    println!("{{\"imported\": {imported}, \"duplicates\": {duplicates}}}");
+    db.close().await;
     Ok(())
 }
 

@@ -28,6 +28,29 @@ pub fn decide_success(order: OrderStatus, attempt: AttemptStatus) -> SuccessDeci
     }
 }
 
+/// What happens to a payment that arrives after its order expired or was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LatePolicy {
+    /// Take the stock again if it is there (then `paid`), otherwise refund automatically.
+    #[default]
+    Reallocate,
+    /// Always refund automatically.
+    Refund,
+    /// Hold in `paid_after_expiry` for an operator to accept or refund.
+    Manual,
+}
+
+impl LatePolicy {
+    pub fn parse(s: &str) -> Option<LatePolicy> {
+        match s {
+            "reallocate" => Some(LatePolicy::Reallocate),
+            "refund" => Some(LatePolicy::Refund),
+            "manual" => Some(LatePolicy::Manual),
+            _ => None,
+        }
+    }
+}
+
 /// What a verified failure or buyer-cancel at the gateway does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureDecision {

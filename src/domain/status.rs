@@ -67,6 +67,17 @@ string_enum!(
 );
 
 string_enum!(
+    /// Status of a refund: sent to the gateway outside any transaction, settled by its answer or
+    /// its refund notification.
+    RefundStatus {
+        Requested => "requested",
+        Processing => "processing",
+        Succeeded => "succeeded",
+        Failed => "failed",
+    }
+);
+
+string_enum!(
     /// Outcome of one notification arrival in the inbox.
     NotificationStatus {
         Received => "received",
@@ -94,6 +105,8 @@ const ORDER_TRANSITIONS: &[(OrderStatus, OrderStatus)] = {
         (Refunding, Refunded),
         (Refunding, Paid),
         (Refunding, Delivered),
+        // An automatic refund of a late payment that fails goes back to review.
+        (Refunding, PaidAfterExpiry),
     ]
 };
 
@@ -124,6 +137,17 @@ const ATTEMPT_TRANSITIONS: &[(AttemptStatus, AttemptStatus)] = {
         (Cancelled, Succeeded),
         (Expired, Succeeded),
         (Superseded, Succeeded),
+    ]
+};
+
+const REFUND_TRANSITIONS: &[(RefundStatus, RefundStatus)] = {
+    use RefundStatus::*;
+    &[
+        (Requested, Processing),
+        (Requested, Succeeded),
+        (Requested, Failed),
+        (Processing, Succeeded),
+        (Processing, Failed),
     ]
 };
 
@@ -179,45 +203,59 @@ impl AttemptStatus {
     pub const ACTIVE_SQL: &'static str = "('created','redirected','unknown')";
 }
 
-/// Replays a log of `(from, to)` order transitions and returns the status it ends in, or the first
-/// broken link. Used by `kassa check` (I7).
-pub fn replay_order_log(log: &[(Option<String>, String)]) -> Result<Option<OrderStatus>, String> {
-    let mut current: Option<OrderStatus> = None;
+impl RefundStatus {
+    pub fn transition(self, to: RefundStatus) -> Result<RefundStatus, IllegalTransition> {
+        if REFUND_TRANSITIONS.contains(&(self, to)) {
+            Ok(to)
+        } else {
+            Err(IllegalTransition { entity: "refund", from: self.to_string(), to: to.to_string() })
+        }
+    }
+
+    /// Still owed an answer by the gateway.
+    pub fn is_open(self) -> bool {
+        matches!(self, RefundStatus::Requested | RefundStatus::Processing)
+    }
+}
+
+/// Replays a refund's log (see [`replay_order_log`]).
+pub fn replay_refund_log(log: &[(Option<String>, String)]) -> Result<Option<RefundStatus>, String> {
+    replay(log, RefundStatus::parse, RefundStatus::Requested, RefundStatus::transition)
+}
+
+/// Replays a log of `(from, to)` transitions from `initial` through `transition`; returns the
+/// status it ends in, or the first broken link.
+fn replay<S: Copy + PartialEq + fmt::Display, E: fmt::Display>(
+    log: &[(Option<String>, String)],
+    parse: fn(&str) -> Option<S>,
+    initial: S,
+    transition: fn(S, S) -> Result<S, E>,
+) -> Result<Option<S>, String> {
+    let mut current: Option<S> = None;
     for (i, (from, to)) in log.iter().enumerate() {
-        let to_status = OrderStatus::parse(to).ok_or_else(|| format!("event {i}: unknown status {to:?}"))?;
+        let to_status = parse(to).ok_or_else(|| format!("event {i}: unknown status {to:?}"))?;
         match (current, from.as_deref()) {
-            (None, None) if to_status == OrderStatus::PendingPayment => {}
+            (None, None) if to_status == initial => {}
             (None, _) => return Err(format!("event {i}: log does not start at creation")),
-            (Some(cur), Some(f)) if f == cur.as_str() => {
-                cur.transition(to_status).map_err(|e| format!("event {i}: {e}"))?;
+            (Some(cur), Some(f)) if f == cur.to_string() => {
+                transition(cur, to_status).map_err(|e| format!("event {i}: {e}"))?;
             }
-            (Some(cur), f) => {
-                return Err(format!("event {i}: from {f:?} but status was {cur}"));
-            }
+            (Some(cur), f) => return Err(format!("event {i}: from {f:?} but status was {cur}")),
         }
         current = Some(to_status);
     }
     Ok(current)
 }
 
+/// Replays a log of `(from, to)` order transitions and returns the status it ends in, or the first
+/// broken link. Used by `kassa check` (I7).
+pub fn replay_order_log(log: &[(Option<String>, String)]) -> Result<Option<OrderStatus>, String> {
+    replay(log, OrderStatus::parse, OrderStatus::PendingPayment, OrderStatus::transition)
+}
+
 /// Same as [`replay_order_log`] for an attempt.
 pub fn replay_attempt_log(log: &[(Option<String>, String)]) -> Result<Option<AttemptStatus>, String> {
-    let mut current: Option<AttemptStatus> = None;
-    for (i, (from, to)) in log.iter().enumerate() {
-        let to_status = AttemptStatus::parse(to).ok_or_else(|| format!("event {i}: unknown status {to:?}"))?;
-        match (current, from.as_deref()) {
-            (None, None) if to_status == AttemptStatus::Created => {}
-            (None, _) => return Err(format!("event {i}: log does not start at creation")),
-            (Some(cur), Some(f)) if f == cur.as_str() => {
-                cur.transition(to_status).map_err(|e| format!("event {i}: {e}"))?;
-            }
-            (Some(cur), f) => {
-                return Err(format!("event {i}: from {f:?} but status was {cur}"));
-            }
-        }
-        current = Some(to_status);
-    }
-    Ok(current)
+    replay(log, AttemptStatus::parse, AttemptStatus::Created, AttemptStatus::transition)
 }
 
 #[cfg(test)]

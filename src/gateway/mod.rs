@@ -76,6 +76,25 @@ pub enum CloseOutcome {
     NotFound,
 }
 
+/// A refund to send to the gateway; `refund_no` is its idempotency number there.
+#[derive(Debug, Clone)]
+pub struct RefundRequest {
+    pub attempt_ref: String,
+    pub refund_no: String,
+    pub amount: Money,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundAnswer {
+    /// Taken; the result follows by notification (or query).
+    Accepted { gateway_refund_id: String },
+    /// Done synchronously.
+    Succeeded { gateway_refund_id: String },
+    /// Refused for good (e.g. more than was paid, refund window over).
+    Rejected { reason: String },
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("gateway unavailable: {0}")]
 pub struct GatewayError(pub String);
@@ -94,6 +113,8 @@ pub trait Gateway: Send + Sync {
     fn nack(&self, code: &str, message: &str) -> Reply;
     /// Asks the gateway to stop accepting payment for an attempt.
     fn close<'a>(&'a self, attempt_ref: &'a str) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>>;
+    /// Sends a refund. Sending the same `refund_no` again must not refund twice.
+    fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>>;
 }
 
 /// The configured gateways by name.

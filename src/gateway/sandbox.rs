@@ -11,7 +11,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 
 use super::{
-    BoxFuture, CloseOutcome, Gateway, GatewayError, Handoff, HandoffRequest, Rejection, Reply, json_error_reply,
+    BoxFuture, CloseOutcome, Gateway, GatewayError, Handoff, HandoffRequest, RefundAnswer, RefundRequest, Rejection,
+    Reply, json_error_reply,
 };
 use crate::clock::Millis;
 use crate::domain::{Currency, Money};
@@ -34,6 +35,8 @@ pub struct WireNotification {
     pub attempt_ref: String,
     #[serde(default)]
     pub txn_id: Option<String>,
+    #[serde(default)]
+    pub refund_no: Option<String>,
     pub amount_minor: i64,
     pub currency: String,
     pub created_at: i64,
@@ -134,6 +137,21 @@ pub fn parse_notification(merchant_id: &str, body: &[u8]) -> Result<VerifiedEven
                 .ok_or_else(|| reject("malformed_body", "success without a transaction id", claimed.clone()))?;
             Outcome::Succeeded { gateway_txn_id: txn, amount }
         }
+        "refund.succeeded" | "refund.failed" => {
+            let refund_no = wire
+                .refund_no
+                .filter(|r| plain(r))
+                .ok_or_else(|| reject("malformed_body", "refund event without a refund number", claimed.clone()))?;
+            if wire.event_type == "refund.failed" {
+                Outcome::RefundFailed { refund_no }
+            } else {
+                let currency = Currency::parse(&wire.currency)
+                    .map_err(|_| reject("currency_mismatch", "unknown currency", claimed.clone()))?;
+                let amount = Money::new(wire.amount_minor, currency)
+                    .map_err(|_| reject("amount_mismatch", "negative amount", claimed.clone()))?;
+                Outcome::RefundSucceeded { refund_no, amount }
+            }
+        }
         "payment.failed" => Outcome::Failed,
         "payment.cancelled" => Outcome::Cancelled,
         _ => return Err(reject("unsupported_event", "unknown event type", claimed)),
@@ -191,5 +209,11 @@ impl Gateway for SandboxGateway {
 
     fn close<'a>(&'a self, attempt_ref: &'a str) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>> {
         Box::pin(async move { self.api.close(attempt_ref).await.map_err(|e| GatewayError(e.to_string())) })
+    }
+
+    fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>> {
+        Box::pin(async move {
+            self.api.refund(&req.attempt_ref, &req.refund_no, req.amount).await.map_err(|e| GatewayError(e.to_string()))
+        })
     }
 }

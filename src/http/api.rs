@@ -11,10 +11,12 @@ use super::{Admin, ApiJson, AppState, Auth, Buyer, Caller, RawBody, RouteDoc};
 use crate::clock::rfc3339;
 use crate::domain::{Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
+use crate::gateway::CloseOutcome;
 use crate::gateway::{Handoff, HandoffRequest};
 use crate::store::catalog::{self, NewSku, SkuKind};
 use crate::store::checkout::{self, ConfirmRequest, Placed};
 use crate::store::payments::{self, Applied};
+use crate::store::{fulfilment, orders, refunds};
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     use Auth::*;
@@ -205,6 +207,91 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (
             doc(
                 "post",
+                "/api/v1/orders/{order_no}/attempts",
+                "Retry: a new payment attempt (the active one is superseded and closed at its gateway)",
+                "buyer",
+                Buyer,
+                Some(
+                    json!({"type": "object", "properties": {"gateway": {"type": "string"}, "channel": {"type": "string"}}}),
+                ),
+                &[
+                    (201, "{order_no, attempt_ref, expires_at, payment}"),
+                    (409, "not_payable / order_expired / already_paid"),
+                ],
+            ),
+            post(retry_payment),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/orders/{order_no}/cancel",
+                "Cancel a pending order: stock released, attempt closed; rebasket=true returns a new editable basket",
+                "buyer",
+                Buyer,
+                Some(json!({"type": "object", "properties": {"rebasket": {"type": "boolean", "default": false}}})),
+                &[(200, "{status, basket_id?}"), (409, "not_cancellable / already_paid")],
+            ),
+            post(cancel_order),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/orders/{order_no}/refunds",
+                "Refund (full or partial) with a caller-supplied refund number; the same number returns the same refund",
+                "admin",
+                Admin,
+                Some(
+                    json!({"type": "object", "required": ["refund_no", "amount_minor"], "properties": {"refund_no": {"type": "string"}, "amount_minor": {"type": "integer", "minimum": 1}, "reason": {"type": "string"}}}),
+                ),
+                &[
+                    (201, "the refund"),
+                    (200, "the existing refund"),
+                    (409, "refund_exceeds_captured / not_refundable / refund_no_reused"),
+                ],
+            ),
+            post(request_refund),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/orders/{order_no}/deliver",
+                "Mark a paid physical order delivered (shipped)",
+                "admin",
+                Admin,
+                Option::None,
+                &[(200, "delivered"), (409, "not_deliverable")],
+            ),
+            post(mark_delivered),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/orders/{order_no}/accept",
+                "Accept a late payment (paid_after_expiry): stock is taken again and the order paid",
+                "admin",
+                Admin,
+                Option::None,
+                &[(200, "paid"), (409, "out_of_stock / not_late_payment")],
+            ),
+            post(accept_late),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/skus/{sku}/keys",
+                "Import card keys into a digital SKU (encrypted at rest; duplicates within the SKU are refused)",
+                "admin",
+                Admin,
+                Some(
+                    json!({"type": "object", "required": ["keys"], "properties": {"keys": {"type": "array", "items": {"type": "string"}}}}),
+                ),
+                &[(200, "{imported, duplicates}"), (422, "not_digital / keys_secret_missing")],
+            ),
+            post(import_keys),
+        ),
+        (
+            doc(
+                "post",
                 "/notify/{gateway}",
                 "Gateway notification; answered with the gateway's own acknowledgement",
                 "gateways",
@@ -332,6 +419,12 @@ pub async fn place_order(
         return Ok((placed, None));
     }
     // The order is committed; only now is the gateway involved (no remote call inside a transaction).
+    let handoff = build_handoff(state, &placed).await?;
+    Ok((placed, Some(handoff)))
+}
+
+/// Builds the hand-off of the order's newest attempt (after commit).
+async fn build_handoff(state: &AppState, placed: &Placed) -> Result<Handoff> {
     let gateway =
         state.gateways.get(&placed.gateway).ok_or_else(|| Error::internal("order names an unconfigured gateway"))?;
     let base = state.public_url.trim_end_matches('/');
@@ -345,15 +438,206 @@ pub async fn place_order(
         return_url: format!("{base}/checkout/return/{}", placed.attempt_ref),
         channel: placed.channel.clone(),
     };
-    let handoff = gateway.handoff(&req).await.map_err(|e| {
+    gateway.handoff(&req).await.map_err(|e| {
         tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off failed");
         Error::api(
             502,
             "gateway_unavailable",
-            format!("the gateway could not be reached; order {} is kept, retry the checkout", placed.order_no),
+            format!("the gateway could not be reached; order {} is kept, retry the payment", placed.order_no),
         )
+    })
+}
+
+/// Closes attempts at their gateways (after commit). A close that answers "already paid" is
+/// applied as the payment it is. Returns whether any turned out paid.
+async fn close_at_gateways(state: &AppState, attempts: &[orders::ToClose]) -> Result<bool> {
+    let mut paid = false;
+    for a in attempts {
+        let Some(gateway) = state.gateways.get(&a.gateway) else { continue };
+        match gateway.close(&a.attempt_ref).await {
+            Ok(CloseOutcome::AlreadyPaid(event)) => {
+                payments::apply_event(&state.db, &event, state.late_policy, state.now_ms()).await?;
+                paid = true;
+            }
+            Ok(CloseOutcome::Closed | CloseOutcome::NotFound) => {}
+            Err(e) => {
+                tracing::warn!(attempt_ref = %a.attempt_ref, error = %e, "close failed");
+                return Err(Error::api(502, "gateway_unavailable", "the gateway could not be reached; try again"));
+            }
+        }
+    }
+    Ok(paid)
+}
+
+async fn retry_payment(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(order_no): Path<String>,
+    ApiJson(body): ApiJson<CheckoutBody>,
+) -> Result<Response> {
+    plain(&order_no, "order")?;
+    let session = owner(&caller)?;
+    let current = payments::get_order(&state.db, &order_no, false).await?;
+    if session.is_some_and(|s| s != current.session_id) {
+        return Err(Error::not_found("order"));
+    }
+    let name = body.gateway.clone().or_else(|| current.attempts.last().map(|a| a.gateway.clone())).unwrap_or_default();
+    let gateway = state.gateways.get(&name).ok_or_else(|| {
+        Error::api(422, "unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
     })?;
-    Ok((placed, Some(handoff)))
+    let channel = body.channel.clone().unwrap_or_else(|| gateway.default_channel().to_string());
+    let (placed, superseded) =
+        orders::new_attempt(&state.db, session, &order_no, gateway.name(), &channel, state.now_ms()).await?;
+    if close_at_gateways(&state, &superseded).await? {
+        // The superseded attempt had been paid after all: the order is paid, nothing to hand off.
+        return Err(Error::conflict("already_paid", "the previous attempt was paid; no new payment is needed"));
+    }
+    let handoff = build_handoff(&state, &placed).await?;
+    Ok((StatusCode::CREATED, axum::Json(placed_json(&placed, Some(&handoff)))).into_response())
+}
+
+/// The buyer's session id, or `None` for the admin (who may act on any order).
+fn owner(caller: &Caller) -> Result<Option<&str>> {
+    match (&caller.session, caller.admin) {
+        (_, true) => Ok(None),
+        (Some(s), false) => Ok(Some(s.id.as_str())),
+        (None, false) => Err(Error::unauthorized()),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    #[serde(default)]
+    rebasket: bool,
+}
+
+async fn cancel_order(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(order_no): Path<String>,
+    ApiJson(body): ApiJson<CancelBody>,
+) -> Result<Response> {
+    plain(&order_no, "order")?;
+    let session = owner(&caller)?;
+    let current = payments::get_order(&state.db, &order_no, false).await?;
+    if session.is_some_and(|s| s != current.session_id) {
+        return Err(Error::not_found("order"));
+    }
+    if current.status != OrderStatus::PendingPayment.as_str() {
+        return Err(Error::conflict("not_cancellable", format!("the order is {}", current.status)));
+    }
+    // Close at the gateway first, outside any transaction: after this the buyer cannot pay.
+    if let Some(active) = orders::active_attempt(&state.db, &order_no).await?
+        && close_at_gateways(&state, &[active]).await?
+    {
+        return Err(Error::conflict("already_paid", "the order was paid before it could be cancelled"));
+    }
+    let basket_id = orders::cancel(&state.db, session, &order_no, body.rebasket, state.now_ms()).await?;
+    let mut answer = json!({"order_no": order_no, "status": OrderStatus::Cancelled.as_str()});
+    if let Some(id) = basket_id {
+        answer["basket_id"] = json!(id);
+    }
+    Ok(axum::Json(answer).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RefundBody {
+    refund_no: String,
+    amount_minor: i64,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn request_refund(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(order_no): Path<String>,
+    ApiJson(body): ApiJson<RefundBody>,
+) -> Result<Response> {
+    plain(&order_no, "order")?;
+    let (refund, created) =
+        refunds::request(&state.db, &order_no, &body.refund_no, body.amount_minor, &body.reason, state.now_ms())
+            .await?;
+    if created {
+        // Sent now, outside the transaction; if this fails the refund worker sends it.
+        if let Err(e) = state.refunder.send_now(&refund.refund_no).await {
+            tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
+        }
+    }
+    let refund = refunds::get(&state.db, &refund.refund_no).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, axum::Json(refund)).into_response())
+}
+
+async fn mark_delivered(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(order_no): Path<String>,
+) -> Result<Response> {
+    plain(&order_no, "order")?;
+    fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?;
+    Ok(axum::Json(json!({"order_no": order_no, "status": "delivered"})).into_response())
+}
+
+async fn accept_late(State(state): State<AppState>, _admin: Admin, Path(order_no): Path<String>) -> Result<Response> {
+    plain(&order_no, "order")?;
+    orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?;
+    let order = payments::get_order(&state.db, &order_no, false).await?;
+    Ok(axum::Json(json!({"order_no": order_no, "status": order.status})).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysBody {
+    keys: Vec<String>,
+}
+
+async fn import_keys(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(sku): Path<String>,
+    ApiJson(body): ApiJson<KeysBody>,
+) -> Result<Response> {
+    plain(&sku, "SKU")?;
+    let vault = state
+        .vault
+        .as_ref()
+        .ok_or_else(|| Error::api(422, "keys_secret_missing", "digital goods need --keys-secret"))?;
+    if body.keys.len() > fulfilment::IMPORT_API_MAX {
+        return Err(Error::api(
+            422,
+            "too_many_keys",
+            format!("at most {} keys per call; use `kassa keys import` for files", fulfilment::IMPORT_API_MAX),
+        ));
+    }
+    let mut total = fulfilment::ImportCount::default();
+    for chunk in body.keys.chunks(fulfilment::IMPORT_BATCH_MAX) {
+        let n = fulfilment::import_keys(&state.db, vault, &sku, chunk, state.now_ms()).await?;
+        total.imported += n.imported;
+        total.duplicates += n.duplicates;
+    }
+    Ok(axum::Json(total).into_response())
+}
+
+/// The order as JSON, with the card keys of delivered digital lines (for its buyer and admins).
+async fn order_json(state: &AppState, order_no: &str, admin: bool) -> Result<Value> {
+    let order = payments::get_order(&state.db, order_no, admin).await?;
+    let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), order_no).await?;
+    let mut value = serde_json::to_value(&order).map_err(|e| Error::internal(e.to_string()))?;
+    if let Some(lines) = value["lines"].as_array_mut() {
+        for (i, line) in lines.iter_mut().enumerate() {
+            let line_no = i64::try_from(i).unwrap_or(i64::MAX) + 1;
+            let line_keys: Vec<&String> = keys.iter().filter(|(n, _)| *n == line_no).map(|(_, k)| k).collect();
+            if !line_keys.is_empty() {
+                line["keys"] = json!(line_keys);
+            }
+        }
+    }
+    value["refunds"] = serde_json::to_value(refunds::list_for_order(&state.db, order_no).await?)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    Ok(value)
 }
 
 pub fn placed_json(placed: &Placed, handoff: Option<&Handoff>) -> Value {
@@ -405,7 +689,7 @@ async fn get_order(State(state): State<AppState>, caller: Caller, Path(order_no)
         // Same answer as a missing order: another buyer's order numbers are not confirmed.
         return Err(Error::not_found("order"));
     }
-    Ok(axum::Json(order).into_response())
+    Ok(axum::Json(order_json(&state, &order_no, false).await?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -430,14 +714,17 @@ async fn create_sku(State(state): State<AppState>, _admin: Admin, ApiJson(body):
     let name = valid_name(&body.name)?;
     let kind = match body.kind.as_deref() {
         None | Some("physical") => SkuKind::Physical,
-        Some(_) => return Err(Error::api(422, "unsupported_kind", "only physical SKUs are supported so far")),
+        Some("digital") => SkuKind::Digital,
+        Some(_) => return Err(Error::api(422, "unsupported_kind", "kind must be physical or digital")),
     };
+    // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
+    let stock = if kind == SkuKind::Digital { 0 } else { body.stock };
     let new = NewSku {
         sku: sku.to_string(),
         name: name.to_string(),
         kind,
         price: Money::new(body.price_minor, Currency::parse(&body.currency)?)?,
-        stock: body.stock,
+        stock,
     };
     let view = catalog::create_sku(&state.db, &new, false, state.now_ms()).await?;
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
@@ -497,11 +784,7 @@ async fn adjust_stock(
 
 async fn admin_order(State(state): State<AppState>, _admin: Admin, Path(order_no): Path<String>) -> Result<Response> {
     plain(&order_no, "order")?;
-    let order = payments::get_order(&state.db, &order_no, true).await?;
-    let mut value = serde_json::to_value(&order).map_err(|e| Error::internal(e.to_string()))?;
-    // Refunds arrive with the refund issue; the key is present so clients can rely on it.
-    value["refunds"] = json!([]);
-    Ok(axum::Json(value).into_response())
+    Ok(axum::Json(order_json(&state, &order_no, true).await?).into_response())
 }
 
 /// Gateway notifications: verify, store, apply once, and answer in the gateway's own words.
@@ -552,7 +835,9 @@ async fn notify(
         }
         Ok(event) => {
             let span = tracing::info_span!("notification", gateway = %name, event_id = %event.event_id, attempt_ref = %event.attempt_ref);
-            let applied = tracing::Instrument::instrument(payments::apply_event(&state.db, &event, now), span).await;
+            let applied =
+                tracing::Instrument::instrument(payments::apply_event(&state.db, &event, state.late_policy, now), span)
+                    .await;
             match applied {
                 Ok(Applied::Rejected { code, reason }) => {
                     tracing::warn!(code, reason = %reason, "notification refused");

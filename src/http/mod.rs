@@ -42,6 +42,10 @@ pub struct Inner {
     /// SHA-256 of the admin token; compared in constant time, never stored in clear.
     pub admin_token_hash: Option<Vec<u8>>,
     pub demo: bool,
+    pub late_policy: crate::domain::decide::LatePolicy,
+    /// Card-key encryption; `None` when no keys secret is configured (digital goods disabled).
+    pub vault: Option<Arc<crate::vault::Vault>>,
+    pub refunder: Arc<crate::workers::refunds::Refunder>,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 

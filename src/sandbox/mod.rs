@@ -19,8 +19,8 @@ use serde_json::json;
 use crate::clock::SharedClock;
 use crate::domain::{Currency, Money};
 use crate::error::{Error, Result};
-use crate::gateway::CloseOutcome;
 use crate::gateway::sandbox::{SIGNATURE_HEADER, verify_fields};
+use crate::gateway::{CloseOutcome, RefundAnswer};
 use crate::store::payments::{Outcome, VerifiedEvent};
 use crate::store::{Db, col, new_id, settings};
 
@@ -266,27 +266,16 @@ impl Sandbox {
             })
             .to_string();
             let notify_url: String = col(&p, "notify_url")?;
-            let mut ids = Vec::new();
-            for _ in 0..copies {
-                let id = new_id();
-                sqlx::query(
-                        "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, lease_until, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, 0, $7)",
-                    )
-                    .bind(&id)
-                    .bind(attempt_ref)
-                    .bind(&event_id)
-                    .bind(&body)
-                    .bind(&notify_url)
-                    .bind(now.saturating_add(delay))
-                    .bind(now)
-                    .execute(&mut **tx)
-                    .await?;
-                ids.push(id);
-            }
+            let ids =
+                enqueue(tx, attempt_ref, &event_id, &body, &notify_url, copies, now.saturating_add(delay), now).await?;
             Ok((event_id, ids))
         })?;
-        // Send right away (in parallel); the delivery worker retries whatever fails.
+        self.send_soon(ids, delay_ms);
+        Ok(Completed { attempt_ref: attempt_ref.to_string(), status: outcome.status().to_string(), event_id, copies })
+    }
+
+    /// Sends notifications right away (in parallel); the delivery worker retries whatever fails.
+    fn send_soon(self: &Arc<Self>, ids: Vec<String>, delay_ms: u64) {
         for id in ids {
             let me = Arc::clone(self);
             tokio::spawn(async move {
@@ -298,7 +287,84 @@ impl Sandbox {
                 }
             });
         }
-        Ok(Completed { attempt_ref: attempt_ref.to_string(), status: outcome.status().to_string(), event_id, copies })
+    }
+
+    /// The merchant refunds (part of) a paid payment. Idempotent on `refund_no`; never more than
+    /// was paid. The result is notified (`refund.succeeded`).
+    pub async fn refund(self: &Arc<Self>, attempt_ref: &str, refund_no: &str, amount: Money) -> Result<RefundAnswer> {
+        let now = self.clock.now_ms();
+        let lock = self.db.for_update();
+        let gateway_refund_id = format!(
+            "rfd_{}",
+            hex::encode(&aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, refund_no.as_bytes()).as_ref()[..12])
+        );
+        let rejected = |reason: &str| Ok((RefundAnswer::Rejected { reason: reason.to_string() }, Vec::new()));
+        let (answer, ids) = crate::write_tx!(self.db, |tx| {
+            let Some(p) = sqlx::query(&format!(
+                "SELECT status, amount_minor, currency, notify_url FROM sandbox_payments WHERE attempt_ref = $1{lock}"
+            ))
+            .bind(attempt_ref)
+            .fetch_optional(&mut **tx)
+            .await?
+            else {
+                return rejected("no such payment");
+            };
+            let existing: Option<String> =
+                sqlx::query_scalar("SELECT attempt_ref FROM sandbox_refunds WHERE refund_no = $1")
+                    .bind(refund_no)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            match existing {
+                // The same refund number again refunds nothing more.
+                Some(a) if a == attempt_ref => {
+                    return Ok((RefundAnswer::Accepted { gateway_refund_id: gateway_refund_id.clone() }, Vec::new()));
+                }
+                Some(_) => return rejected("refund number used for another payment"),
+                None => {}
+            }
+            if col::<String>(&p, "status")? != "succeeded" {
+                return rejected("the payment was not made");
+            }
+            if col::<String>(&p, "currency")? != amount.currency().code() {
+                return rejected("currency differs from the payment");
+            }
+            let refunded: i64 = sqlx::query_scalar(
+                "SELECT CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) FROM sandbox_refunds WHERE attempt_ref = $1",
+            )
+            .bind(attempt_ref)
+            .fetch_one(&mut **tx)
+            .await?;
+            if refunded.saturating_add(amount.amount_minor()) > col::<i64>(&p, "amount_minor")? {
+                return rejected("refunds would exceed the payment");
+            }
+            let event_id = format!("evt_{}", uuid::Uuid::now_v7().simple());
+            sqlx::query(
+                "INSERT INTO sandbox_refunds (refund_no, attempt_ref, amount_minor, event_id, created_at) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(refund_no)
+            .bind(attempt_ref)
+            .bind(amount.amount_minor())
+            .bind(&event_id)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            let body = json!({
+                "event_id": event_id,
+                "event_type": "refund.succeeded",
+                "merchant_id": self.merchant_id,
+                "attempt_ref": attempt_ref,
+                "refund_no": refund_no,
+                "amount_minor": amount.amount_minor(),
+                "currency": amount.currency().code(),
+                "created_at": now / 1000,
+            })
+            .to_string();
+            let notify_url: String = col(&p, "notify_url")?;
+            let ids = enqueue(tx, attempt_ref, &event_id, &body, &notify_url, 1, now, now).await?;
+            Ok((RefundAnswer::Accepted { gateway_refund_id: gateway_refund_id.clone() }, ids))
+        })?;
+        self.send_soon(ids, 0);
+        Ok(answer)
     }
 
     /// The merchant closes a payment. A paid one answers with the payment instead.
@@ -439,6 +505,39 @@ impl Sandbox {
             .fetch_one(self.db.read_pool())
             .await?)
     }
+}
+
+/// Writes `copies` deliveries of one notification, due at `next_at`.
+#[allow(clippy::too_many_arguments)]
+async fn enqueue(
+    tx: &mut crate::store::Tx,
+    attempt_ref: &str,
+    event_id: &str,
+    body: &str,
+    notify_url: &str,
+    copies: u32,
+    next_at: i64,
+    now: i64,
+) -> Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for _ in 0..copies {
+        let id = new_id();
+        sqlx::query(
+            "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, lease_until, created_at) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, 0, $7)",
+        )
+        .bind(&id)
+        .bind(attempt_ref)
+        .bind(event_id)
+        .bind(body)
+        .bind(notify_url)
+        .bind(next_at)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        ids.push(id);
+    }
+    Ok(ids)
 }
 
 /// Exponential backoff: 1 s, 2 s, 4 s, … capped at a minute.

@@ -4,6 +4,7 @@
 use sqlx::AnyConnection;
 
 use crate::clock::Millis;
+use crate::domain::status::RefundStatus;
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 
@@ -47,7 +48,40 @@ pub async fn set_order_status(
     if done.rows_affected() != 1 {
         return Err(Error::internal(format!("order {order_no} was not in {from} when moving to {to}")));
     }
-    insert_event(conn, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause).await
+    insert_event(conn, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause).await?;
+    // The shop's own systems hear about it through the outbox, in this same transaction.
+    super::outbox::enqueue_order_event(conn, order_no, to, cause.at).await
+}
+
+pub async fn log_refund_created(
+    conn: &mut AnyConnection,
+    order_no: &str,
+    refund_no: &str,
+    cause: Cause<'_>,
+) -> Result<()> {
+    insert_event(conn, order_no, "refund", refund_no, None, RefundStatus::Requested.as_str(), cause).await
+}
+
+pub async fn set_refund_status(
+    conn: &mut AnyConnection,
+    order_no: &str,
+    refund_no: &str,
+    from: RefundStatus,
+    to: RefundStatus,
+    cause: Cause<'_>,
+) -> Result<()> {
+    from.transition(to)?;
+    let done = sqlx::query("UPDATE refunds SET status = $1, updated_at = $2 WHERE refund_no = $3 AND status = $4")
+        .bind(to.as_str())
+        .bind(cause.at)
+        .bind(refund_no)
+        .bind(from.as_str())
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() != 1 {
+        return Err(Error::internal(format!("refund {refund_no} was not in {from} when moving to {to}")));
+    }
+    insert_event(conn, order_no, "refund", refund_no, Some(from.as_str()), to.as_str(), cause).await
 }
 
 pub async fn set_attempt_status(

@@ -6,7 +6,11 @@ pub mod catalog;
 pub mod check;
 pub mod checkout;
 pub mod events;
+pub mod fulfilment;
+pub mod orders;
+pub mod outbox;
 pub mod payments;
+pub mod refunds;
 pub mod settings;
 
 use std::time::Duration;
@@ -195,10 +199,12 @@ impl Db {
             DbKind::Sqlite => &[
                 (1, include_str!("../../migrations/sqlite/0001_init.sql")),
                 (2, include_str!("../../migrations/sqlite/0002_sweep_claims.sql")),
+                (3, include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
                 (2, include_str!("../../migrations/postgres/0002_sweep_claims.sql")),
+                (3, include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;

@@ -4,18 +4,30 @@
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
-use crate::domain::decide::{FailureDecision, SuccessDecision, decide_failure, decide_success, may_expire};
+use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success, may_expire};
 use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
 use crate::store::events::{self, Cause, Severity};
-use crate::store::{Db, Tx, col, new_id};
+use crate::store::refunds::{self, RefundKind};
+use crate::store::{Db, Tx, col, fulfilment, new_id};
 
 /// What a gateway said happened to one attempt, after its signature was verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Succeeded { gateway_txn_id: String, amount: Money },
+    Succeeded {
+        gateway_txn_id: String,
+        amount: Money,
+    },
     Failed,
     Cancelled,
+    /// A refund of this attempt went through (`refund_no` is ours).
+    RefundSucceeded {
+        refund_no: String,
+        amount: Money,
+    },
+    RefundFailed {
+        refund_no: String,
+    },
 }
 
 /// A verified gateway event, ready to be applied.
@@ -43,8 +55,9 @@ pub enum Applied {
 }
 
 /// Applies a verified event exactly once.
-pub async fn apply_event(db: &Db, ev: &VerifiedEvent, now: Millis) -> Result<Applied> {
+pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
     let lock = db.for_update();
+    let skip = db.skip_locked();
     let applied = crate::write_tx!(db, |tx| {
         let id = new_id();
         // Claim the event id first: a concurrent copy waits here and then sees the claim.
@@ -97,17 +110,40 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, now: Millis) -> Result<App
                     let reason = format!("amount {} but attempt is {expected_minor}", amount.amount_minor());
                     return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
                 }
-                apply_success(
+                let success =
+                    Success { order_no: &order_no, attempt_ref: &ev.attempt_ref, gateway_txn_id, amount: *amount };
+                apply_success(tx, skip, &success, order_status, attempt_status, policy, cause).await?
+            }
+            Outcome::RefundSucceeded { refund_no, .. } | Outcome::RefundFailed { refund_no } => {
+                let refund =
+                    sqlx::query("SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2")
+                        .bind(refund_no)
+                        .bind(&ev.attempt_ref)
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                let Some(refund) = refund else {
+                    return reject(tx, &id, ev, "unknown_reference", "no such refund for this attempt".into(), now)
+                        .await;
+                };
+                if let Outcome::RefundSucceeded { amount, .. } = &ev.outcome
+                    && (amount.amount_minor() != col::<i64>(&refund, "amount_minor")?
+                        || amount.currency().code() != col::<String>(&refund, "currency")?)
+                {
+                    let reason = format!("refund {refund_no} reported as {}", amount.display_major());
+                    return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
+                }
+                let succeeded = matches!(ev.outcome, Outcome::RefundSucceeded { .. });
+                refunds::settle_locked(
                     tx,
                     &order_no,
-                    &ev.attempt_ref,
-                    order_status,
-                    attempt_status,
-                    gateway_txn_id,
-                    *amount,
-                    cause,
+                    refund_no,
+                    succeeded,
+                    "the gateway reported the refund failed",
+                    Some(&id),
+                    now,
                 )
                 .await?
+                .then_some("refund_settled")
             }
             Outcome::Failed | Outcome::Cancelled => {
                 let to = if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
@@ -144,25 +180,33 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, now: Millis) -> Result<App
     applied
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A verified success, as checked against the attempt.
+struct Success<'a> {
+    order_no: &'a str,
+    attempt_ref: &'a str,
+    gateway_txn_id: &'a str,
+    amount: Money,
+}
+
 async fn apply_success(
     tx: &mut Tx,
-    order_no: &str,
-    attempt_ref: &str,
+    skip_locked: &str,
+    s: &Success<'_>,
     order_status: OrderStatus,
     attempt_status: AttemptStatus,
-    gateway_txn_id: &str,
-    amount: Money,
+    policy: LatePolicy,
     cause: Cause<'_>,
 ) -> Result<Option<&'static str>> {
+    let (order_no, attempt_ref, amount) = (s.order_no, s.attempt_ref, s.amount);
     let decision = decide_success(order_status, attempt_status);
     if decision == SuccessDecision::AlreadyApplied {
         return Ok(None);
     }
     let cause = Cause { trigger: "payment_succeeded", ..cause };
     events::set_attempt_status(tx, order_no, attempt_ref, attempt_status, AttemptStatus::Succeeded, cause).await?;
-    sqlx::query("UPDATE payment_attempts SET gateway_txn_id = $1 WHERE attempt_ref = $2")
-        .bind(gateway_txn_id)
+    sqlx::query("UPDATE payment_attempts SET gateway_txn_id = $1, captured_minor = $2 WHERE attempt_ref = $3")
+        .bind(s.gateway_txn_id)
+        .bind(amount.amount_minor())
         .bind(attempt_ref)
         .execute(&mut **tx)
         .await?;
@@ -186,12 +230,13 @@ async fn apply_success(
             consume_reservations(tx, order_no, cause.at).await?;
             set_captured(tx, order_no, amount).await?;
             events::set_order_status(tx, order_no, order_status, OrderStatus::Paid, cause).await?;
+            fulfilment::after_paid(tx, skip_locked, order_no, cause).await?;
             Ok(Some("paid"))
         }
         SuccessDecision::LatePayment => {
             set_captured(tx, order_no, amount).await?;
-            let cause = Cause { trigger: "late_payment", ..cause };
-            events::set_order_status(tx, order_no, order_status, OrderStatus::PaidAfterExpiry, cause).await?;
+            let late = Cause { trigger: "late_payment", ..cause };
+            events::set_order_status(tx, order_no, order_status, OrderStatus::PaidAfterExpiry, late).await?;
             let details =
                 format!("attempt {attempt_ref} paid {} after the order was {order_status}", amount.display_major());
             events::raise_alert(
@@ -204,7 +249,35 @@ async fn apply_success(
                 cause.at,
             )
             .await?;
-            Ok(Some("paid_after_expiry"))
+            let follow_up = Cause { notification_id: None, ..cause };
+            match policy {
+                LatePolicy::Manual => Ok(Some("paid_after_expiry")),
+                LatePolicy::Reallocate if reallocate(tx, order_no, follow_up.at).await? => {
+                    let cause = Cause { trigger: "reallocated", ..follow_up };
+                    events::set_order_status(tx, order_no, OrderStatus::PaidAfterExpiry, OrderStatus::Paid, cause)
+                        .await?;
+                    fulfilment::after_paid(tx, skip_locked, order_no, cause).await?;
+                    Ok(Some("paid_after_expiry_reallocated"))
+                }
+                LatePolicy::Reallocate | LatePolicy::Refund => {
+                    let refund_no = format!("LATE-{attempt_ref}");
+                    let reason = "paid after the order expired; stock could not be re-allocated";
+                    refunds::insert(
+                        tx,
+                        order_no,
+                        attempt_ref,
+                        &refund_no,
+                        amount.amount_minor(),
+                        reason,
+                        RefundKind::LatePayment,
+                        cause.at,
+                    )
+                    .await?;
+                    let cause = Cause { trigger: "late_payment_refund", ..follow_up };
+                    refunds::start_refunding(tx, order_no, OrderStatus::PaidAfterExpiry, cause).await?;
+                    Ok(Some("paid_after_expiry_refunding"))
+                }
+            }
         }
         SuccessDecision::DuplicatePayment => {
             let details =
@@ -219,10 +292,64 @@ async fn apply_success(
                 cause.at,
             )
             .await?;
+            let refund_no = format!("DUP-{attempt_ref}");
+            refunds::insert(
+                tx,
+                order_no,
+                attempt_ref,
+                &refund_no,
+                amount.amount_minor(),
+                "duplicate payment",
+                RefundKind::DuplicatePayment,
+                cause.at,
+            )
+            .await?;
             Ok(Some("duplicate_payment"))
         }
         SuccessDecision::AlreadyApplied => Ok(None),
     }
+}
+
+/// Takes stock again for an order whose reservations were released (a late payment): every line
+/// or none. Returns whether it succeeded; on success the reservations count as consumed.
+pub async fn reallocate(tx: &mut Tx, order_no: &str, now: Millis) -> Result<bool> {
+    let rows =
+        sqlx::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'released' ORDER BY sku")
+            .bind(order_no)
+            .fetch_all(&mut **tx)
+            .await?;
+    let mut taken: Vec<(String, i64)> = Vec::new();
+    for r in &rows {
+        let (sku, quantity): (String, i64) = (col(r, "sku")?, col(r, "quantity")?);
+        let done = sqlx::query(
+            "UPDATE skus SET on_hand = on_hand - $1, sold = sold + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
+        )
+        .bind(quantity)
+        .bind(now)
+        .bind(&sku)
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            // Put back what this attempt took; nothing changes.
+            for (sku, quantity) in &taken {
+                sqlx::query("UPDATE skus SET on_hand = on_hand + $1, sold = sold - $1 WHERE sku = $2")
+                    .bind(quantity)
+                    .bind(sku)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            return Ok(false);
+        }
+        taken.push((sku, quantity));
+    }
+    sqlx::query(
+        "UPDATE reservations SET status = 'consumed', updated_at = $1 WHERE order_no = $2 AND status = 'released'",
+    )
+    .bind(now)
+    .bind(order_no)
+    .execute(&mut **tx)
+    .await?;
+    Ok(true)
 }
 
 async fn set_captured(tx: &mut Tx, order_no: &str, amount: Money) -> Result<()> {
@@ -233,6 +360,11 @@ async fn set_captured(tx: &mut Tx, order_no: &str, amount: Money) -> Result<()> 
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+/// Active reservations go back on the shelf.
+pub async fn release_reservations(tx: &mut Tx, order_no: &str, now: Millis) -> Result<()> {
+    move_reservations(tx, order_no, ReservationStatus::Released, now).await
 }
 
 /// Active reservations become sold units.

@@ -1,6 +1,8 @@
 //! Background workers, each a `step()` function plus a loop that only decides how long to sleep, so
 //! tests drive a step directly.
 
+pub mod outbox;
+pub mod refunds;
 pub mod sweeper;
 
 use std::future::Future;

@@ -4,6 +4,7 @@
 //! and the sweeper skips it.
 
 use crate::clock::{Millis, SharedClock};
+use crate::domain::decide::LatePolicy;
 use crate::error::Result;
 use crate::gateway::{CloseOutcome, Gateways};
 use crate::store::Db;
@@ -32,6 +33,7 @@ pub struct SweepReport {
 
 pub struct Sweeper {
     pub db: Db,
+    pub late_policy: LatePolicy,
     pub gateways: Gateways,
     pub clock: SharedClock,
 }
@@ -48,7 +50,8 @@ impl Sweeper {
                 match gateway.close(attempt_ref).await {
                     Ok(CloseOutcome::Closed | CloseOutcome::NotFound) => {}
                     Ok(CloseOutcome::AlreadyPaid(event)) => {
-                        let applied = payments::apply_event(&self.db, &event, self.clock.now_ms()).await?;
+                        let applied =
+                            payments::apply_event(&self.db, &event, self.late_policy, self.clock.now_ms()).await?;
                         if matches!(applied, Applied::Changed { .. }) {
                             report.paid_on_close += 1;
                         } else {

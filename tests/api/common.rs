@@ -11,6 +11,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 pub const ADMIN: &str = "test-admin-token-0123456789";
+pub const KEYS_SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+pub const WEBHOOK_SECRET: &str = "test-webhook-secret";
 
 #[derive(Debug, Clone)]
 pub enum Backend {
@@ -60,11 +62,21 @@ pub struct Opts {
     pub manual_clock: bool,
     pub public_url: Option<String>,
     pub demo: bool,
+    pub late_policy: kassa::domain::decide::LatePolicy,
+    pub webhook_url: Option<String>,
 }
 
 impl Default for Opts {
     fn default() -> Self {
-        Opts { hold_seconds: 900, ignore_close: false, manual_clock: false, public_url: None, demo: false }
+        Opts {
+            hold_seconds: 900,
+            ignore_close: false,
+            manual_clock: false,
+            public_url: None,
+            demo: false,
+            late_policy: Default::default(),
+            webhook_url: None,
+        }
     }
 }
 
@@ -117,6 +129,10 @@ impl TestApp {
             admin_token: Some(ADMIN.to_string()),
             hold_seconds: opts.hold_seconds,
             sweep_interval_ms: 3_600_000,
+            late_payment_policy: opts.late_policy,
+            webhook_url: opts.webhook_url.clone(),
+            webhook_secret: opts.webhook_url.as_ref().map(|_| WEBHOOK_SECRET.to_string()),
+            keys_secret: Some(KEYS_SECRET.to_string()),
         };
         let manual = opts.manual_clock.then(ManualClock::default);
         let clock: SharedClock = match &manual {

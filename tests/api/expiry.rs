@@ -39,7 +39,16 @@ async fn sweeper_once(backend: Backend) {
 
 on_both!(payment_after_expiry_is_recorded_and_alerted, late_payment);
 async fn late_payment(backend: Backend) {
-    let t = TestApp::spawn_with(backend, Opts { hold_seconds: 0, ignore_close: true, ..Default::default() }).await;
+    let t = TestApp::spawn_with(
+        backend,
+        Opts {
+            hold_seconds: 0,
+            ignore_close: true,
+            late_policy: kassa::domain::decide::LatePolicy::Manual,
+            ..Default::default()
+        },
+    )
+    .await;
     t.create_sku("MUG", "Mug", 8900, 5).await;
     let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
     let r = t.app.sweeper.step().await.unwrap();
@@ -114,7 +123,9 @@ async fn engine_race(backend: Backend) {
         };
         let now = t.now_ms();
         let (db1, db2, no) = (db.clone(), db.clone(), order_no.clone());
-        let apply = tokio::spawn(async move { payments::apply_event(&db1, &event, now).await });
+        let apply = tokio::spawn(async move {
+            payments::apply_event(&db1, &event, kassa::domain::decide::LatePolicy::Manual, now).await
+        });
         let expire = tokio::spawn(async move { payments::expire_order(&db2, &no, now).await });
         apply.await.unwrap().unwrap();
         expire.await.unwrap().unwrap();

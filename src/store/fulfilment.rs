@@ -1,0 +1,183 @@
+//! Fulfilment: card keys (import, exactly-once delivery) and the `paid -> delivered` step.
+
+use serde::Serialize;
+
+use crate::clock::Millis;
+use crate::domain::OrderStatus;
+use crate::error::{Error, Result};
+use crate::store::events::{self, Cause};
+use crate::store::{Db, Tx, col, new_id};
+use crate::vault::{KEY_LEN_MAX, Vault};
+
+/// Keys written per import transaction: bounds the transaction and lets a progress display move.
+pub const IMPORT_BATCH_MAX: usize = 500;
+/// Keys accepted in one admin API call.
+pub const IMPORT_API_MAX: usize = 10_000;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ImportCount {
+    pub imported: i64,
+    pub duplicates: i64,
+}
+
+/// Imports one batch of keys for a digital SKU: encrypted, de-duplicated within the SKU (also
+/// within the batch), and added to its stock in the same transaction.
+pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now: Millis) -> Result<ImportCount> {
+    let mut sealed = Vec::with_capacity(keys.len());
+    let mut seen = std::collections::HashSet::new();
+    let mut count = ImportCount::default();
+    for key in keys {
+        let key = key.trim();
+        if key.is_empty() || key.len() > KEY_LEN_MAX || key.chars().any(char::is_control) {
+            return Err(Error::api(422, "invalid_key", format!("keys must be 1-{KEY_LEN_MAX} printable bytes")));
+        }
+        let fp = vault.fingerprint(sku, key);
+        if !seen.insert(fp.clone()) {
+            count.duplicates += 1;
+            continue;
+        }
+        let (nonce, ct) = vault.seal(sku, key).map_err(|e| Error::internal(e.to_string()))?;
+        sealed.push((fp, nonce, ct));
+    }
+    let lock = db.for_update();
+    let inserted = crate::write_tx!(db, |tx| {
+        let kind: Option<String> = sqlx::query_scalar(&format!("SELECT kind FROM skus WHERE sku = $1{lock}"))
+            .bind(sku)
+            .fetch_optional(&mut **tx)
+            .await?;
+        match kind.as_deref() {
+            None => return Err(Error::not_found("SKU")),
+            Some("digital") => {}
+            Some(_) => return Err(Error::api(422, "not_digital", "keys can only be added to a digital SKU")),
+        }
+        let mut inserted: i64 = 0;
+        for (fp, nonce, ct) in &sealed {
+            let done = sqlx::query(
+                "INSERT INTO card_keys (id, sku, fingerprint, nonce, ciphertext, status, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, 'available', $6) ON CONFLICT (sku, fingerprint) DO NOTHING",
+            )
+            .bind(new_id())
+            .bind(sku)
+            .bind(fp)
+            .bind(nonce)
+            .bind(ct)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            inserted += i64::try_from(done.rows_affected()).unwrap_or(0);
+        }
+        sqlx::query("UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3")
+            .bind(inserted)
+            .bind(now)
+            .bind(sku)
+            .execute(&mut **tx)
+            .await?;
+        Ok(inserted)
+    })?;
+    count.duplicates += i64::try_from(sealed.len()).unwrap_or(0) - inserted;
+    count.imported = inserted;
+    Ok(count)
+}
+
+/// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
+/// from available to this order line under the order lock) and, when nothing physical remains to
+/// ship, moves the order on to `delivered`.
+pub async fn after_paid(tx: &mut Tx, skip_locked: &str, order_no: &str, cause: Cause<'_>) -> Result<()> {
+    let lines =
+        sqlx::query("SELECT line_no, sku, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+            .bind(order_no)
+            .fetch_all(&mut **tx)
+            .await?;
+    let mut physical = false;
+    for line in &lines {
+        let kind: String = col(line, "kind")?;
+        if kind != "digital" {
+            physical = true;
+            continue;
+        }
+        let (line_no, sku, quantity): (i64, String, i64) =
+            (col(line, "line_no")?, col(line, "sku")?, col(line, "quantity")?);
+        let already: i64 =
+            sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM card_keys WHERE order_no = $1 AND line_no = $2")
+                .bind(order_no)
+                .bind(line_no)
+                .fetch_one(&mut **tx)
+                .await?;
+        if already > 0 {
+            continue;
+        }
+        let ids: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM card_keys WHERE sku = $1 AND status = 'available' ORDER BY created_at, id LIMIT $2{skip_locked}"
+        ))
+        .bind(&sku)
+        .bind(quantity)
+        .fetch_all(&mut **tx)
+        .await?;
+        if i64::try_from(ids.len()).unwrap_or(0) != quantity {
+            // Stock accounting makes this impossible (on_hand counts unsold keys); refuse loudly.
+            return Err(Error::internal(format!("SKU {sku} has fewer unsold keys than its stock says")));
+        }
+        for id in &ids {
+            let done = sqlx::query(
+                "UPDATE card_keys SET status = 'delivered', order_no = $1, line_no = $2, delivered_at = $3 WHERE id = $4 AND status = 'available'",
+            )
+            .bind(order_no)
+            .bind(line_no)
+            .bind(cause.at)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                return Err(Error::internal("a card key was taken twice"));
+            }
+        }
+    }
+    if !physical {
+        let cause = Cause { trigger: "keys_delivered", notification_id: None, ..cause };
+        events::set_order_status(tx, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await?;
+        metrics::counter!("kassa_deliveries_total", "kind" => "digital").increment(1);
+    }
+    Ok(())
+}
+
+/// Admin: a physical order has shipped (`paid -> delivered`).
+pub async fn mark_delivered(db: &Db, order_no: &str, now: Millis) -> Result<()> {
+    let lock = db.for_update();
+    crate::write_tx!(db, |tx| {
+        let status: String = sqlx::query_scalar(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
+            .bind(order_no)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| Error::not_found("order"))?;
+        if status != OrderStatus::Paid.as_str() {
+            return Err(Error::conflict("not_deliverable", format!("the order is {status}, not paid")));
+        }
+        let cause = Cause { trigger: "shipped", notification_id: None, at: now };
+        events::set_order_status(tx, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await
+    })?;
+    metrics::counter!("kassa_deliveries_total", "kind" => "physical").increment(1);
+    Ok(())
+}
+
+/// The delivered keys of an order, decrypted, per SKU (for the buyer and admins only).
+pub async fn order_keys(db: &Db, vault: Option<&Vault>, order_no: &str) -> Result<Vec<(i64, String)>> {
+    let rows = sqlx::query(
+        "SELECT line_no, sku, nonce, ciphertext FROM card_keys WHERE order_no = $1 ORDER BY line_no, delivered_at, id",
+    )
+    .bind(order_no)
+    .fetch_all(db.read_pool())
+    .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let vault = vault.ok_or_else(|| Error::internal("keys are stored but no keys secret is configured"))?;
+    rows.iter()
+        .map(|r| {
+            let (line_no, sku): (i64, String) = (col(r, "line_no")?, col(r, "sku")?);
+            let key = vault
+                .open(&sku, &col::<Vec<u8>>(r, "nonce")?, &col::<Vec<u8>>(r, "ciphertext")?)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            Ok((line_no, key))
+        })
+        .collect()
+}

@@ -1,0 +1,181 @@
+//! Order commands after checkout: a new payment attempt (retry), cancel with an optional new
+//! basket, and an operator accepting a late payment.
+
+use crate::clock::Millis;
+use crate::domain::{AttemptStatus, OrderStatus, ids};
+use crate::error::{Error, Result};
+use crate::store::checkout::{Placed, load_placed};
+use crate::store::events::{self, Cause};
+use crate::store::{Db, Tx, col, fulfilment, new_id, payments};
+
+/// An attempt that was closed locally and must also be closed at its gateway (after commit).
+#[derive(Debug, Clone)]
+pub struct ToClose {
+    pub attempt_ref: String,
+    pub gateway: String,
+}
+
+async fn lock_order(tx: &mut Tx, lock: &str, order_no: &str, session_id: Option<&str>) -> Result<(OrderStatus, i64)> {
+    let row = sqlx::query(&format!("SELECT status, hold_expires_at, session_id FROM orders WHERE order_no = $1{lock}"))
+        .bind(order_no)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| Error::not_found("order"))?;
+    if let Some(session) = session_id
+        && col::<String>(&row, "session_id")? != session
+    {
+        return Err(Error::not_found("order"));
+    }
+    let status: String = col(&row, "status")?;
+    Ok((OrderStatus::parse(&status).ok_or_else(|| Error::internal("bad status"))?, col(&row, "hold_expires_at")?))
+}
+
+async fn active_attempts(tx: &mut Tx, order_no: &str) -> Result<Vec<(String, String, AttemptStatus)>> {
+    let rows = sqlx::query(&format!(
+        "SELECT attempt_ref, gateway, status FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq",
+        AttemptStatus::ACTIVE_SQL
+    ))
+    .bind(order_no)
+    .fetch_all(&mut **tx)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let status: String = col(r, "status")?;
+            Ok((
+                col(r, "attempt_ref")?,
+                col(r, "gateway")?,
+                AttemptStatus::parse(&status).ok_or_else(|| Error::internal("bad status"))?,
+            ))
+        })
+        .collect()
+}
+
+/// Retry: supersedes the active attempt (to be closed at its gateway by the caller) and creates a
+/// new one with its own merchant reference. The order is never re-created.
+pub async fn new_attempt(
+    db: &Db,
+    session_id: Option<&str>,
+    order_no: &str,
+    gateway: &str,
+    channel: &str,
+    now: Millis,
+) -> Result<(Placed, Vec<ToClose>)> {
+    let lock = db.for_update();
+    crate::write_tx!(db, |tx| {
+        let (status, hold_expires_at) = lock_order(tx, lock, order_no, session_id).await?;
+        if status != OrderStatus::PendingPayment {
+            return Err(Error::conflict("not_payable", format!("the order is {status}")));
+        }
+        if hold_expires_at <= now {
+            return Err(Error::conflict("order_expired", "the order's hold has run out"));
+        }
+        let cause = Cause { trigger: "retry", notification_id: None, at: now };
+        let mut to_close = Vec::new();
+        for (attempt_ref, gw, from) in active_attempts(tx, order_no).await? {
+            events::set_attempt_status(tx, order_no, &attempt_ref, from, AttemptStatus::Superseded, cause).await?;
+            to_close.push(ToClose { attempt_ref, gateway: gw });
+        }
+        let seq: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(MAX(seq), 0) + 1 AS BIGINT) FROM payment_attempts WHERE order_no = $1",
+        )
+        .bind(order_no)
+        .fetch_one(&mut **tx)
+        .await?;
+        let attempt_ref = ids::attempt_ref(order_no, seq);
+        sqlx::query(
+            "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+             SELECT $1, order_no, $2, $3, $4, 'created', total_minor, currency, $5, $5 FROM orders WHERE order_no = $6",
+        )
+        .bind(&attempt_ref)
+        .bind(seq)
+        .bind(gateway)
+        .bind(channel)
+        .bind(now)
+        .bind(order_no)
+        .execute(&mut **tx)
+        .await?;
+        events::log_attempt_created(tx, order_no, &attempt_ref, cause).await?;
+        Ok((load_placed(tx, order_no, true).await?, to_close))
+    })
+}
+
+/// The active attempt of a pending order, to close at the gateway before cancelling.
+pub async fn active_attempt(db: &Db, order_no: &str) -> Result<Option<ToClose>> {
+    let row = sqlx::query(&format!(
+        "SELECT attempt_ref, gateway FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq DESC LIMIT 1",
+        AttemptStatus::ACTIVE_SQL
+    ))
+    .bind(order_no)
+    .fetch_optional(db.read_pool())
+    .await?;
+    row.map(|r| Ok(ToClose { attempt_ref: col(&r, "attempt_ref")?, gateway: col(&r, "gateway")? })).transpose()
+}
+
+/// Cancels a pending order (its attempt already closed at the gateway by the caller): attempts
+/// cancelled, stock released; with `rebasket`, a new editable basket with the order's lines.
+pub async fn cancel(
+    db: &Db,
+    session_id: Option<&str>,
+    order_no: &str,
+    rebasket: bool,
+    now: Millis,
+) -> Result<Option<String>> {
+    let lock = db.for_update();
+    crate::write_tx!(db, |tx| {
+        let (status, _) = lock_order(tx, lock, order_no, session_id).await?;
+        if status != OrderStatus::PendingPayment {
+            return Err(Error::conflict("not_cancellable", format!("the order is {status}")));
+        }
+        let cause = Cause { trigger: "cancel", notification_id: None, at: now };
+        for (attempt_ref, _, from) in active_attempts(tx, order_no).await? {
+            events::set_attempt_status(tx, order_no, &attempt_ref, from, AttemptStatus::Cancelled, cause).await?;
+        }
+        payments::release_reservations(tx, order_no, now).await?;
+        events::set_order_status(tx, order_no, status, OrderStatus::Cancelled, cause).await?;
+        if !rebasket {
+            return Ok(None);
+        }
+        // A frozen basket is never edited: the buyer gets a new one, quoted at today's prices.
+        let session: String = sqlx::query_scalar("SELECT session_id FROM orders WHERE order_no = $1")
+            .bind(order_no)
+            .fetch_one(&mut **tx)
+            .await?;
+        let basket_id = new_id();
+        sqlx::query(
+            "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
+        )
+        .bind(&basket_id)
+        .bind(&session)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) \
+             SELECT $1, l.sku, l.quantity, s.price_minor, s.currency FROM order_lines l JOIN skus s ON s.sku = l.sku WHERE l.order_no = $2",
+        )
+        .bind(&basket_id)
+        .bind(order_no)
+        .execute(&mut **tx)
+        .await?;
+        Ok(Some(basket_id))
+    })
+}
+
+/// An operator accepts a late payment: stock is taken again (refused when it is not there) and
+/// the order is paid and fulfilled as usual.
+pub async fn accept_late_payment(db: &Db, order_no: &str, now: Millis) -> Result<()> {
+    let lock = db.for_update();
+    let skip = db.skip_locked();
+    crate::write_tx!(db, |tx| {
+        let (status, _) = lock_order(tx, lock, order_no, None).await?;
+        if status != OrderStatus::PaidAfterExpiry {
+            return Err(Error::conflict("not_late_payment", format!("the order is {status}")));
+        }
+        if !payments::reallocate(tx, order_no, now).await? {
+            return Err(Error::conflict("out_of_stock", "the stock is no longer there; refund the payment instead"));
+        }
+        let cause = Cause { trigger: "manual_accept", notification_id: None, at: now };
+        events::set_order_status(tx, order_no, status, OrderStatus::Paid, cause).await?;
+        fulfilment::after_paid(tx, skip, order_no, cause).await
+    })
+}

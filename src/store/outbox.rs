@@ -1,0 +1,149 @@
+//! The transactional outbox: order events for the shop's own systems, written in the same
+//! transaction as the change they describe, relayed at least once by [`crate::workers::outbox`].
+
+use serde_json::json;
+use sqlx::AnyConnection;
+
+use crate::clock::{Millis, rfc3339};
+use crate::domain::OrderStatus;
+use crate::error::Result;
+use crate::store::{Db, col, new_id};
+
+/// Writes `order.<status>` for an order that just changed status (and `fulfilment.requested` when
+/// a paid order has physical goods to ship).
+pub async fn enqueue_order_event(
+    conn: &mut AnyConnection,
+    order_no: &str,
+    status: OrderStatus,
+    now: Millis,
+) -> Result<()> {
+    let row = sqlx::query("SELECT total_minor, currency, captured_minor FROM orders WHERE order_no = $1")
+        .bind(order_no)
+        .fetch_one(&mut *conn)
+        .await?;
+    let data = json!({
+        "order_no": order_no,
+        "status": status.as_str(),
+        "total_minor": col::<i64>(&row, "total_minor")?,
+        "currency": col::<String>(&row, "currency")?,
+        "captured_minor": col::<Option<i64>>(&row, "captured_minor")?,
+        "at": rfc3339(now),
+    });
+    insert(conn, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now).await?;
+    if status == OrderStatus::Paid {
+        let physical: Vec<String> = sqlx::query_scalar(
+            "SELECT sku FROM order_lines WHERE order_no = $1 AND kind = 'physical' ORDER BY line_no",
+        )
+        .bind(order_no)
+        .fetch_all(&mut *conn)
+        .await?;
+        if !physical.is_empty() {
+            let lines: Vec<serde_json::Value> = sqlx::query(
+                "SELECT sku, name, quantity FROM order_lines WHERE order_no = $1 AND kind = 'physical' ORDER BY line_no",
+            )
+            .bind(order_no)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| Ok(json!({"sku": col::<String>(r, "sku")?, "name": col::<String>(r, "name")?, "quantity": col::<i64>(r, "quantity")?})))
+            .collect::<Result<_>>()?;
+            let data = json!({"order_no": order_no, "lines": lines, "at": rfc3339(now)});
+            insert(conn, order_no, "fulfilment.requested", &data.to_string(), now).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn insert(conn: &mut AnyConnection, order_no: &str, topic: &str, payload: &str, now: Millis) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) \
+         VALUES ($1, $2, $3, $4, 'pending', 0, $5, 0, $5)",
+    )
+    .bind(new_id())
+    .bind(order_no)
+    .bind(topic)
+    .bind(payload)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A message claimed for delivery.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub id: String,
+    pub order_no: String,
+    pub topic: String,
+    pub payload: String,
+    pub created_at: Millis,
+    pub tries: i64,
+}
+
+/// Claims up to `limit` due messages for `lease_ms` (several instances never send the same one at
+/// the same time; a crashed sender's lease runs out).
+pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Message>> {
+    let skip = db.skip_locked();
+    crate::write_tx!(db, |tx| {
+        let rows = sqlx::query(&format!(
+            "UPDATE outbox SET lease_until = $1 WHERE id IN (SELECT id FROM outbox WHERE status = 'pending' \
+             AND next_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3{skip}) \
+             RETURNING id, order_no, topic, payload, created_at, tries"
+        ))
+        .bind(now.saturating_add(lease_ms))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut **tx)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Message {
+                    id: col(r, "id")?,
+                    order_no: col(r, "order_no")?,
+                    topic: col(r, "topic")?,
+                    payload: col(r, "payload")?,
+                    created_at: col(r, "created_at")?,
+                    tries: col(r, "tries")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+    })
+}
+
+/// Records the result of one delivery try.
+pub async fn finish(
+    db: &Db,
+    id: &str,
+    result: std::result::Result<(), String>,
+    tries: i64,
+    next_at: Millis,
+    dead: bool,
+    now: Millis,
+) -> Result<()> {
+    let (status, error) = match (&result, dead) {
+        (Ok(()), _) => ("delivered", None),
+        (Err(e), true) => ("dead", Some(e.clone())),
+        (Err(e), false) => ("pending", Some(e.clone())),
+    };
+    crate::write_tx!(db, |tx| {
+        sqlx::query(
+            "UPDATE outbox SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4, \
+             delivered_at = CASE WHEN $1 = 'delivered' THEN $5 ELSE delivered_at END WHERE id = $6",
+        )
+        .bind(status)
+        .bind(tries)
+        .bind(next_at)
+        .bind(&error)
+        .bind(now)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    })
+}
+
+pub async fn backlog(db: &Db) -> Result<i64> {
+    Ok(sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM outbox WHERE status = 'pending'")
+        .fetch_one(db.read_pool())
+        .await?)
+}

@@ -1,0 +1,424 @@
+//! Refunds: requested under the order lock (never more than captured), sent to the gateway outside
+//! any transaction by the refund worker, settled by the gateway's answer or refund notification.
+//! The same refund number always means the same refund, so it pays out once.
+
+use serde::Serialize;
+
+use crate::clock::{Millis, rfc3339};
+use crate::domain::status::RefundStatus;
+use crate::domain::{Money, OrderStatus};
+use crate::error::{Error, Result};
+use crate::store::events::{self, Cause, Severity};
+use crate::store::{Db, Tx, col};
+
+/// Longest refund number (gateways allow 64).
+pub const REFUND_NO_LEN_MAX: usize = 64;
+/// Send tries before a refund is given up as failed (and alerted).
+pub const REFUND_TRIES_MAX: i64 = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundKind {
+    /// Asked for by the merchant (admin API).
+    Merchant,
+    /// Automatic: a payment that arrived after the order expired and could not be re-allocated.
+    LatePayment,
+    /// Automatic: a second capture on an order that was already paid.
+    DuplicatePayment,
+}
+
+impl RefundKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            RefundKind::Merchant => "merchant",
+            RefundKind::LatePayment => "late_payment",
+            RefundKind::DuplicatePayment => "duplicate_payment",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RefundView {
+    pub refund_no: String,
+    pub order_no: String,
+    pub attempt_ref: String,
+    pub status: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub reason: String,
+    pub kind: String,
+    pub created_at: String,
+}
+
+fn view(r: &sqlx::any::AnyRow) -> Result<RefundView> {
+    Ok(RefundView {
+        refund_no: col(r, "refund_no")?,
+        order_no: col(r, "order_no")?,
+        attempt_ref: col(r, "attempt_ref")?,
+        status: col(r, "status")?,
+        amount_minor: col(r, "amount_minor")?,
+        currency: col(r, "currency")?,
+        reason: col(r, "reason")?,
+        kind: col(r, "kind")?,
+        created_at: rfc3339(col(r, "created_at")?),
+    })
+}
+
+const COLUMNS: &str = "refund_no, order_no, attempt_ref, status, amount_minor, currency, reason, kind, created_at";
+
+pub async fn list_for_order(db: &Db, order_no: &str) -> Result<Vec<RefundView>> {
+    let rows =
+        sqlx::query(&format!("SELECT {COLUMNS} FROM refunds WHERE order_no = $1 ORDER BY created_at, refund_no"))
+            .bind(order_no)
+            .fetch_all(db.read_pool())
+            .await?;
+    rows.iter().map(view).collect()
+}
+
+pub async fn get(db: &Db, refund_no: &str) -> Result<RefundView> {
+    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM refunds WHERE refund_no = $1"))
+        .bind(refund_no)
+        .fetch_optional(db.read_pool())
+        .await?
+        .ok_or_else(|| Error::not_found("refund"))?;
+    view(&row)
+}
+
+/// A merchant refund of a paid order. Idempotent on `refund_no`; refused (and not stored) when the
+/// refunds of the order would exceed what was captured. Checked under the order lock, so
+/// concurrent requests cannot together exceed it.
+pub async fn request(
+    db: &Db,
+    order_no: &str,
+    refund_no: &str,
+    amount_minor: i64,
+    reason: &str,
+    now: Millis,
+) -> Result<(RefundView, bool)> {
+    if refund_no.is_empty() || refund_no.len() > REFUND_NO_LEN_MAX || !crate::domain::ids::is_plain_id(refund_no) {
+        return Err(Error::api(422, "invalid_refund_no", "refund_no must be 1-64 letters, digits, '_', '-' or '.'"));
+    }
+    if amount_minor <= 0 {
+        return Err(Error::api(422, "invalid_amount", "amount_minor must be positive"));
+    }
+    let lock = db.for_update();
+    let created = crate::write_tx!(db, |tx| {
+        let order = sqlx::query(&format!("SELECT status, captured_minor FROM orders WHERE order_no = $1{lock}"))
+            .bind(order_no)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| Error::not_found("order"))?;
+        let existing: Option<String> = sqlx::query_scalar("SELECT order_no FROM refunds WHERE refund_no = $1")
+            .bind(refund_no)
+            .fetch_optional(&mut **tx)
+            .await?;
+        match existing {
+            Some(o) if o == order_no => return Ok(false),
+            Some(_) => return Err(Error::conflict("refund_no_reused", "this refund number belongs to another order")),
+            None => {}
+        }
+        let status =
+            OrderStatus::parse(&col::<String>(&order, "status")?).ok_or_else(|| Error::internal("bad status"))?;
+        if !matches!(
+            status,
+            OrderStatus::Paid | OrderStatus::Delivered | OrderStatus::Refunding | OrderStatus::PaidAfterExpiry
+        ) {
+            return Err(Error::conflict("not_refundable", format!("the order is {status}")));
+        }
+        let attempt = paid_attempt(tx, order_no).await?;
+        insert(tx, order_no, &attempt, refund_no, amount_minor, reason, RefundKind::Merchant, now).await?;
+        if status != OrderStatus::Refunding {
+            start_refunding(
+                tx,
+                order_no,
+                status,
+                Cause { trigger: "refund_requested", notification_id: None, at: now },
+            )
+            .await?;
+        }
+        Ok(true)
+    })?;
+    Ok((get(db, refund_no).await?, created))
+}
+
+/// The attempt that captured the order's money.
+async fn paid_attempt(tx: &mut Tx, order_no: &str) -> Result<String> {
+    let captured: Option<String> = sqlx::query_scalar(
+        "SELECT a.attempt_ref FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no \
+         WHERE a.order_no = $1 AND a.status = 'succeeded' AND a.captured_minor = o.captured_minor ORDER BY a.seq LIMIT 1",
+    )
+    .bind(order_no)
+    .fetch_optional(&mut **tx)
+    .await?;
+    captured.ok_or_else(|| Error::conflict("not_refundable", "the order has no captured payment"))
+}
+
+/// Inserts a refund after checking that the attempt's refunds (not failed) stay within what it
+/// captured. The caller holds the order lock.
+#[allow(clippy::too_many_arguments)]
+pub async fn insert(
+    tx: &mut Tx,
+    order_no: &str,
+    attempt_ref: &str,
+    refund_no: &str,
+    amount_minor: i64,
+    reason: &str,
+    kind: RefundKind,
+    now: Millis,
+) -> Result<()> {
+    let a = sqlx::query("SELECT captured_minor, currency FROM payment_attempts WHERE attempt_ref = $1")
+        .bind(attempt_ref)
+        .fetch_one(&mut **tx)
+        .await?;
+    let captured: i64 = col::<Option<i64>>(&a, "captured_minor")?.unwrap_or(0);
+    let committed: i64 = sqlx::query_scalar(
+        "SELECT CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) FROM refunds WHERE attempt_ref = $1 AND status <> 'failed'",
+    )
+    .bind(attempt_ref)
+    .fetch_one(&mut **tx)
+    .await?;
+    let total =
+        committed.checked_add(amount_minor).ok_or_else(|| Error::api(422, "amount_overflow", "amount overflows"))?;
+    if total > captured {
+        return Err(Error::conflict(
+            "refund_exceeds_captured",
+            format!(
+                "refunds would total {total}, but {captured} was captured ({committed} already refunded or in flight)"
+            ),
+        ));
+    }
+    let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
+    sqlx::query(
+        "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', 0, $8, 0, $8, $8)",
+    )
+    .bind(refund_no)
+    .bind(order_no)
+    .bind(attempt_ref)
+    .bind(amount_minor)
+    .bind(col::<String>(&a, "currency")?)
+    .bind(&reason)
+    .bind(kind.as_str())
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    events::log_refund_created(
+        tx,
+        order_no,
+        refund_no,
+        Cause { trigger: kind.as_str(), notification_id: None, at: now },
+    )
+    .await?;
+    metrics::counter!("kassa_refunds_total", "result" => "requested").increment(1);
+    Ok(())
+}
+
+/// Moves an order into `refunding`, remembering where it returns if the refunds do not cover all.
+pub async fn start_refunding(tx: &mut Tx, order_no: &str, from: OrderStatus, cause: Cause<'_>) -> Result<()> {
+    sqlx::query("UPDATE orders SET pre_refund_status = $1 WHERE order_no = $2")
+        .bind(from.as_str())
+        .bind(order_no)
+        .execute(&mut **tx)
+        .await?;
+    events::set_order_status(tx, order_no, from, OrderStatus::Refunding, cause).await
+}
+
+/// A refund to send now.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub refund_no: String,
+    pub order_no: String,
+    pub attempt_ref: String,
+    pub gateway: String,
+    pub amount: Money,
+    pub reason: String,
+    pub tries: i64,
+}
+
+/// Claims requested refunds that are due, for `lease_ms`.
+pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Outgoing>> {
+    let skip = db.skip_locked();
+    let filter = if only.is_some() { " AND refund_no = $4" } else { "" };
+    let sql = format!(
+        "UPDATE refunds SET lease_until = $1 WHERE refund_no IN (SELECT refund_no FROM refunds WHERE status = 'requested' \
+         AND next_at <= $2 AND lease_until <= $2{filter} ORDER BY next_at LIMIT $3{skip}) RETURNING refund_no"
+    );
+    let rows = crate::write_tx!(db, |tx| {
+        let mut q = sqlx::query(&sql).bind(now.saturating_add(lease_ms)).bind(now).bind(limit);
+        if let Some(no) = only {
+            q = q.bind(no);
+        }
+        let rows = q.fetch_all(&mut **tx).await?;
+        rows.iter().map(|r| col::<String>(r, "refund_no")).collect::<Result<Vec<_>>>()
+    })?;
+    let mut out = Vec::with_capacity(rows.len());
+    for refund_no in rows {
+        let r = sqlx::query(
+            "SELECT r.refund_no, r.order_no, r.attempt_ref, r.amount_minor, r.currency, r.reason, r.tries, a.gateway \
+             FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref WHERE r.refund_no = $1",
+        )
+        .bind(&refund_no)
+        .fetch_one(db.read_pool())
+        .await?;
+        out.push(Outgoing {
+            refund_no,
+            order_no: col(&r, "order_no")?,
+            attempt_ref: col(&r, "attempt_ref")?,
+            gateway: col(&r, "gateway")?,
+            amount: Money::new(
+                col(&r, "amount_minor")?,
+                crate::domain::Currency::parse(&col::<String>(&r, "currency")?)?,
+            )?,
+            reason: col(&r, "reason")?,
+            tries: col(&r, "tries")?,
+        });
+    }
+    Ok(out)
+}
+
+/// The gateway accepted the refund for processing (its result comes by notification or query).
+pub async fn mark_processing(db: &Db, refund_no: &str, gateway_refund_id: &str, now: Millis) -> Result<()> {
+    let lock = db.for_update();
+    crate::write_tx!(db, |tx| {
+        let order_no = lock_refund_order(tx, lock, refund_no).await?;
+        let status = refund_status(tx, refund_no).await?;
+        if status == RefundStatus::Requested {
+            sqlx::query("UPDATE refunds SET gateway_refund_id = $1, lease_until = 0 WHERE refund_no = $2")
+                .bind(gateway_refund_id)
+                .bind(refund_no)
+                .execute(&mut **tx)
+                .await?;
+            let cause = Cause { trigger: "sent_to_gateway", notification_id: None, at: now };
+            events::set_refund_status(tx, &order_no, refund_no, status, RefundStatus::Processing, cause).await?;
+        }
+        Ok(())
+    })
+}
+
+/// The send failed in transit: try again later, or give up after [`REFUND_TRIES_MAX`].
+pub async fn retry_later(
+    db: &Db,
+    refund_no: &str,
+    tries: i64,
+    next_at: Millis,
+    error: &str,
+    now: Millis,
+) -> Result<()> {
+    if tries >= REFUND_TRIES_MAX {
+        return settle(db, refund_no, false, &format!("gateway unreachable after {tries} tries: {error}"), None, now)
+            .await
+            .map(|_| ());
+    }
+    crate::write_tx!(db, |tx| {
+        sqlx::query("UPDATE refunds SET tries = $1, next_at = $2, lease_until = 0, failure = $3 WHERE refund_no = $4")
+            .bind(tries)
+            .bind(next_at)
+            .bind(error)
+            .bind(refund_no)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    })
+}
+
+async fn lock_refund_order(tx: &mut Tx, lock: &str, refund_no: &str) -> Result<String> {
+    let order_no: String = sqlx::query_scalar("SELECT order_no FROM refunds WHERE refund_no = $1")
+        .bind(refund_no)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| Error::not_found("refund"))?;
+    sqlx::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
+        .bind(&order_no)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(order_no)
+}
+
+async fn refund_status(tx: &mut Tx, refund_no: &str) -> Result<RefundStatus> {
+    let s: String = sqlx::query_scalar("SELECT status FROM refunds WHERE refund_no = $1")
+        .bind(refund_no)
+        .fetch_one(&mut **tx)
+        .await?;
+    RefundStatus::parse(&s).ok_or_else(|| Error::internal("bad refund status"))
+}
+
+/// Settles a refund in its own transaction (used by the worker for synchronous answers).
+pub async fn settle(
+    db: &Db,
+    refund_no: &str,
+    succeeded: bool,
+    detail: &str,
+    notification_id: Option<&str>,
+    now: Millis,
+) -> Result<bool> {
+    let lock = db.for_update();
+    crate::write_tx!(db, |tx| {
+        let order_no = lock_refund_order(tx, lock, refund_no).await?;
+        settle_locked(tx, &order_no, refund_no, succeeded, detail, notification_id, now).await
+    })
+}
+
+/// Settles a refund; the caller holds the order lock. Returns whether anything changed (a refund
+/// already settled is left alone: a duplicated refund notification pays out nothing).
+pub async fn settle_locked(
+    tx: &mut Tx,
+    order_no: &str,
+    refund_no: &str,
+    succeeded: bool,
+    detail: &str,
+    notification_id: Option<&str>,
+    now: Millis,
+) -> Result<bool> {
+    let status = refund_status(tx, refund_no).await?;
+    if !status.is_open() {
+        return Ok(false);
+    }
+    let to = if succeeded { RefundStatus::Succeeded } else { RefundStatus::Failed };
+    let cause =
+        Cause { trigger: if succeeded { "refund_succeeded" } else { "refund_failed" }, notification_id, at: now };
+    events::set_refund_status(tx, order_no, refund_no, status, to, cause).await?;
+    sqlx::query("UPDATE refunds SET lease_until = 0, failure = $1 WHERE refund_no = $2")
+        .bind(if succeeded { None } else { Some(detail) })
+        .bind(refund_no)
+        .execute(&mut **tx)
+        .await?;
+    metrics::counter!("kassa_refunds_total", "result" => to.as_str()).increment(1);
+    if !succeeded {
+        events::raise_alert(tx, "refund_failed", Severity::Critical, refund_no, Some(order_no), detail, now).await?;
+    }
+    // When the last open refund of a refunding order settles: refunded if everything captured went
+    // back, otherwise back to where the order was.
+    let order = sqlx::query("SELECT status, captured_minor, pre_refund_status FROM orders WHERE order_no = $1")
+        .bind(order_no)
+        .fetch_one(&mut **tx)
+        .await?;
+    if col::<String>(&order, "status")? != OrderStatus::Refunding.as_str() {
+        return Ok(true);
+    }
+    let open: i64 = sqlx::query_scalar(
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM refunds WHERE order_no = $1 AND kind <> 'duplicate_payment' AND status IN ('requested', 'processing')",
+    )
+    .bind(order_no)
+    .fetch_one(&mut **tx)
+    .await?;
+    if open > 0 {
+        return Ok(true);
+    }
+    let refunded: i64 = sqlx::query_scalar(
+        "SELECT CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) FROM refunds WHERE order_no = $1 AND kind <> 'duplicate_payment' AND status = 'succeeded'",
+    )
+    .bind(order_no)
+    .fetch_one(&mut **tx)
+    .await?;
+    let captured = col::<Option<i64>>(&order, "captured_minor")?.unwrap_or(0);
+    let cause = Cause { trigger: "refunds_settled", notification_id: None, at: now };
+    let to = if refunded >= captured && captured > 0 {
+        OrderStatus::Refunded
+    } else {
+        col::<Option<String>>(&order, "pre_refund_status")?
+            .as_deref()
+            .and_then(OrderStatus::parse)
+            .unwrap_or(OrderStatus::Paid)
+    };
+    events::set_order_status(tx, order_no, OrderStatus::Refunding, to, cause).await?;
+    Ok(true)
+}
