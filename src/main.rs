@@ -194,7 +194,7 @@ async fn run_check(args: &CommonArgs) -> ExitCode {
     .await;
     match result {
         Ok(violations) if violations.is_empty() => {
-            println!("ok: invariants I1 I2 I5 I6 I7 hold");
+            println!("ok: invariants I1-I8 hold");
             ExitCode::SUCCESS
         }
         Ok(violations) => {

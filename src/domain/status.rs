@@ -170,12 +170,15 @@ impl OrderStatus {
     }
 
     /// The reservation status every reservation of an order in this status must have (I2).
-    pub fn reservation_status(self) -> ReservationStatus {
+    /// `ever_paid`: whether the order was ever `paid` (holding its stock); a late payment that is
+    /// refunded without being re-allocated never took its stock back.
+    pub fn reservation_status(self, ever_paid: bool) -> ReservationStatus {
         use OrderStatus::*;
         match self {
             PendingPayment => ReservationStatus::Active,
-            Paid | Delivered | Refunding | Refunded => ReservationStatus::Consumed,
-            Expired | Cancelled | PaidAfterExpiry => ReservationStatus::Released,
+            Paid | Delivered => ReservationStatus::Consumed,
+            Refunding | Refunded if ever_paid => ReservationStatus::Consumed,
+            Expired | Cancelled | PaidAfterExpiry | Refunding | Refunded => ReservationStatus::Released,
         }
     }
 
@@ -305,9 +308,11 @@ mod tests {
 
     #[test]
     fn reservations_follow_the_order() {
-        assert_eq!(OrderStatus::PendingPayment.reservation_status(), ReservationStatus::Active);
-        assert_eq!(OrderStatus::Paid.reservation_status(), ReservationStatus::Consumed);
-        assert_eq!(OrderStatus::Expired.reservation_status(), ReservationStatus::Released);
+        assert_eq!(OrderStatus::PendingPayment.reservation_status(false), ReservationStatus::Active);
+        assert_eq!(OrderStatus::Paid.reservation_status(true), ReservationStatus::Consumed);
+        assert_eq!(OrderStatus::Expired.reservation_status(false), ReservationStatus::Released);
+        assert_eq!(OrderStatus::Refunded.reservation_status(true), ReservationStatus::Consumed);
+        assert_eq!(OrderStatus::Refunded.reservation_status(false), ReservationStatus::Released);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::domain::OrderStatus;
-use crate::domain::status::{replay_attempt_log, replay_order_log};
+use crate::domain::status::{replay_attempt_log, replay_order_log, replay_refund_log};
 use crate::error::Result;
 use crate::store::{Db, col};
 
@@ -55,15 +55,17 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
 
     // I2 reservations follow their order.
     let rows = sqlx::query(
-        "SELECT r.order_no, r.sku, r.status AS r_status, o.status AS o_status FROM reservations r \
-         JOIN orders o ON o.order_no = r.order_no ORDER BY r.order_no, r.sku",
+        "SELECT r.order_no, r.sku, r.status AS r_status, o.status AS o_status, \
+           CAST((SELECT COUNT(*) FROM status_events e WHERE e.entity = 'order' AND e.entity_id = r.order_no AND e.to_status = 'paid') AS BIGINT) AS paid_events \
+         FROM reservations r JOIN orders o ON o.order_no = r.order_no ORDER BY r.order_no, r.sku",
     )
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {
         let o_status: String = col(r, "o_status")?;
         let r_status: String = col(r, "r_status")?;
-        let expected = OrderStatus::parse(&o_status).map(|s| s.reservation_status().as_str());
+        let ever_paid = col::<i64>(r, "paid_events")? > 0;
+        let expected = OrderStatus::parse(&o_status).map(|s| s.reservation_status(ever_paid).as_str());
         if expected != Some(r_status.as_str()) {
             let (order_no, sku): (String, String) = (col(r, "order_no")?, col(r, "sku")?);
             add("I2", format!("order {order_no} is {o_status} but its reservation of {sku} is {r_status}"));
@@ -101,7 +103,7 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
     }
     let rows = sqlx::query(
         "SELECT n.id, n.gateway, n.claimed_event_id, n.status, \
-           CAST((SELECT COUNT(*) FROM status_events e WHERE e.notification_id = n.id AND e.entity = 'attempt') AS BIGINT) AS attempt_events, \
+           CAST((SELECT COUNT(*) FROM status_events e WHERE e.notification_id = n.id AND e.entity IN ('attempt', 'refund')) AS BIGINT) AS own_events, \
            CAST((SELECT COUNT(*) FROM status_events e WHERE e.notification_id = n.id AND e.entity = 'order') AS BIGINT) AS order_events \
          FROM notifications n ORDER BY n.received_at, n.id",
     )
@@ -109,7 +111,7 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
     .await?;
     for r in &rows {
         let status: String = col(r, "status")?;
-        let (a, o): (i64, i64) = (col(r, "attempt_events")?, col(r, "order_events")?);
+        let (a, o): (i64, i64) = (col(r, "own_events")?, col(r, "order_events")?);
         let ok = match status.as_str() {
             "applied" => a == 1 && o <= 1,
             "received" => false,
@@ -120,11 +122,117 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
             add(
                 "I6",
                 format!(
-                    "notification {gateway}/{} is {status} with {a} attempt and {o} order transitions",
+                    "notification {gateway}/{} is {status} with {a} attempt/refund and {o} order transitions",
                     event.unwrap_or_default()
                 ),
             );
         }
+    }
+
+    // I3 keys: a delivered digital line has exactly its quantity of keys; no key for an order that
+    // was never paid; unsold keys match the SKU's stock. (One row per key with one order line, so
+    // a key can never belong to two lines.)
+    let rows = sqlx::query(
+        "SELECT l.order_no, l.line_no, l.quantity, o.status, \
+           CAST((SELECT COUNT(*) FROM card_keys k WHERE k.order_no = l.order_no AND k.line_no = l.line_no) AS BIGINT) AS keys \
+         FROM order_lines l JOIN orders o ON o.order_no = l.order_no WHERE l.kind = 'digital' ORDER BY l.order_no, l.line_no",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (order_no, line_no, quantity, status, keys): (String, i64, i64, String, i64) =
+            (col(r, "order_no")?, col(r, "line_no")?, col(r, "quantity")?, col(r, "status")?, col(r, "keys")?);
+        let delivered = matches!(status.as_str(), "delivered");
+        if delivered && keys != quantity {
+            add("I3", format!("order {order_no} line {line_no} is delivered with {keys} keys for quantity {quantity}"));
+        }
+        if keys > quantity {
+            add("I3", format!("order {order_no} line {line_no} holds {keys} keys for quantity {quantity}"));
+        }
+    }
+    let rows = sqlx::query(
+        "SELECT k.id, k.order_no FROM card_keys k WHERE k.order_no IS NOT NULL AND NOT EXISTS \
+         (SELECT 1 FROM payment_attempts a WHERE a.order_no = k.order_no AND a.status = 'succeeded') ORDER BY k.id",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (id, order_no): (String, String) = (col(r, "id")?, col(r, "order_no")?);
+        add("I3", format!("key {id} was delivered to order {order_no}, which was never paid"));
+    }
+    let rows = sqlx::query(
+        "SELECT s.sku, s.on_hand, CAST((SELECT COUNT(*) FROM card_keys k WHERE k.sku = s.sku AND k.status = 'available') AS BIGINT) AS unsold \
+         FROM skus s WHERE s.kind = 'digital' ORDER BY s.sku",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (sku, on_hand, unsold): (String, i64, i64) = (col(r, "sku")?, col(r, "on_hand")?, col(r, "unsold")?);
+        if on_hand != unsold {
+            add("I3", format!("digital sku {sku}: on_hand={on_hand} but {unsold} keys are unsold"));
+        }
+    }
+
+    // I4 money: a paid order captured exactly its total; each attempt's refunds (not failed) stay
+    // within what it captured; every capture is tied to a gateway event.
+    let rows = sqlx::query(
+        "SELECT order_no, status, total_minor, currency, captured_minor, captured_currency FROM orders \
+         WHERE status IN ('paid', 'delivered', 'refunding', 'refunded', 'paid_after_expiry') ORDER BY order_no",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (order_no, total, currency): (String, i64, String) =
+            (col(r, "order_no")?, col(r, "total_minor")?, col(r, "currency")?);
+        let (captured, captured_currency): (Option<i64>, Option<String>) =
+            (col(r, "captured_minor")?, col(r, "captured_currency")?);
+        if captured != Some(total) || captured_currency.as_deref() != Some(currency.as_str()) {
+            add(
+                "I4",
+                format!("order {order_no} totals {total} {currency} but captured {captured:?} {captured_currency:?}"),
+            );
+        }
+    }
+    let rows = sqlx::query(
+        "SELECT a.attempt_ref, a.captured_minor, \
+           CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.attempt_ref = a.attempt_ref AND r.status <> 'failed'), 0) AS BIGINT) AS refunded \
+         FROM payment_attempts a WHERE EXISTS (SELECT 1 FROM refunds r WHERE r.attempt_ref = a.attempt_ref) ORDER BY a.attempt_ref",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (attempt_ref, captured, refunded): (String, Option<i64>, i64) =
+            (col(r, "attempt_ref")?, col(r, "captured_minor")?, col(r, "refunded")?);
+        if refunded > captured.unwrap_or(0) {
+            add(
+                "I4",
+                format!("attempt {attempt_ref}: refunds total {refunded} but {} was captured", captured.unwrap_or(0)),
+            );
+        }
+    }
+    let rows = sqlx::query(
+        "SELECT a.attempt_ref FROM payment_attempts a WHERE a.status = 'succeeded' AND NOT EXISTS \
+         (SELECT 1 FROM status_events e JOIN notifications n ON n.id = e.notification_id \
+          WHERE e.entity = 'attempt' AND e.entity_id = a.attempt_ref AND e.to_status = 'succeeded' AND n.status = 'applied') \
+         ORDER BY a.attempt_ref",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let attempt_ref: String = col(r, "attempt_ref")?;
+        add("I4", format!("attempt {attempt_ref} succeeded without an applied gateway event"));
+    }
+
+    // I8 effects: no fulfilment or "paid" message for an order that was never paid.
+    let rows = sqlx::query(
+        "SELECT m.id, m.order_no, m.topic FROM outbox m WHERE m.topic IN ('order.paid', 'order.delivered', 'fulfilment.requested') \
+         AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.order_no = m.order_no AND a.status = 'succeeded') ORDER BY m.id",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (id, order_no, topic): (String, String, String) = (col(r, "id")?, col(r, "order_no")?, col(r, "topic")?);
+        add("I8", format!("outbox message {id} ({topic}) for order {order_no}, which was never paid"));
     }
 
     // I7 audit: replaying each log gives the current status.
@@ -142,14 +250,15 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
     }
     let orders = sqlx::query("SELECT order_no AS id, status FROM orders").fetch_all(&mut *tx).await?;
     let attempts = sqlx::query("SELECT attempt_ref AS id, status FROM payment_attempts").fetch_all(&mut *tx).await?;
-    for (entity, rows) in [("order", &orders), ("attempt", &attempts)] {
+    let refunds = sqlx::query("SELECT refund_no AS id, status FROM refunds").fetch_all(&mut *tx).await?;
+    for (entity, rows) in [("order", &orders), ("attempt", &attempts), ("refund", &refunds)] {
         for r in rows {
             let (id, status): (String, String) = (col(r, "id")?, col(r, "status")?);
             let log = grouped.remove(&(entity.to_string(), id.clone())).unwrap_or_default();
-            let replayed = if entity == "order" {
-                replay_order_log(&log).map(|s| s.map(|s| s.as_str()))
-            } else {
-                replay_attempt_log(&log).map(|s| s.map(|s| s.as_str()))
+            let replayed = match entity {
+                "order" => replay_order_log(&log).map(|s| s.map(|s| s.as_str())),
+                "attempt" => replay_attempt_log(&log).map(|s| s.map(|s| s.as_str())),
+                _ => replay_refund_log(&log).map(|s| s.map(|s| s.as_str())),
             };
             match replayed {
                 Ok(Some(s)) if s == status => {}

@@ -95,7 +95,8 @@ pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Ve
         .bind(limit)
         .fetch_all(&mut **tx)
         .await?;
-        rows.iter()
+        let mut messages = rows
+            .iter()
             .map(|r| {
                 Ok(Message {
                     id: col(r, "id")?,
@@ -106,7 +107,10 @@ pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Ve
                     tries: col(r, "tries")?,
                 })
             })
-            .collect::<Result<Vec<_>>>()
+            .collect::<Result<Vec<_>>>()?;
+        // RETURNING does not keep the sub-select's order: send oldest first.
+        messages.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(messages)
     })
 }
 

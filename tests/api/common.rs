@@ -264,7 +264,12 @@ impl TestApp {
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        panic!("sandbox deliveries did not settle");
+        let stuck: Vec<(String, Option<String>)> =
+            sqlx::query_as("SELECT body, last_error FROM sandbox_deliveries WHERE status = 'pending'")
+                .fetch_all(self.app.state.db.read_pool())
+                .await
+                .unwrap_or_default();
+        panic!("sandbox deliveries did not settle: {stuck:?}");
     }
 
     pub async fn violations(&self) -> Vec<Violation> {

@@ -7,6 +7,7 @@ mod common;
 mod checkout;
 mod expiry;
 mod fleet;
+mod lifecycle;
 mod notifications;
 mod ops;
 mod pages;
