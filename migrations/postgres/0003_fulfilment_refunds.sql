@@ -8,6 +8,7 @@ ALTER TABLE status_events DROP CONSTRAINT status_events_entity_check,
 ALTER TABLE orders ADD COLUMN pre_refund_status TEXT;
 -- What this attempt captured (set when it succeeded); refunds of an attempt never exceed it.
 ALTER TABLE payment_attempts ADD COLUMN captured_minor BIGINT;
+UPDATE payment_attempts SET captured_minor = amount_minor WHERE status = 'succeeded';
 
 -- Card keys: stored encrypted (AES-256-GCM, key from configuration); the fingerprint (a keyed
 -- hash) finds duplicates without the plaintext. A key belongs to at most one order line (I3).

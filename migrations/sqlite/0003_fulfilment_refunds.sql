@@ -27,6 +27,7 @@ CREATE TRIGGER status_events_append_only_delete BEFORE DELETE ON status_events
 ALTER TABLE orders ADD COLUMN pre_refund_status TEXT;
 -- What this attempt captured (set when it succeeded); refunds of an attempt never exceed it.
 ALTER TABLE payment_attempts ADD COLUMN captured_minor BIGINT;
+UPDATE payment_attempts SET captured_minor = amount_minor WHERE status = 'succeeded';
 
 -- Card keys: stored encrypted (AES-256-GCM, key from configuration); the fingerprint (a keyed
 -- hash) finds duplicates without the plaintext. A key belongs to at most one order line (I3).
