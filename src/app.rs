@@ -18,11 +18,14 @@ use crate::sandbox::Sandbox;
 use crate::store::Db;
 use crate::store::catalog::{self, NewSku, SkuKind};
 use crate::vault::Vault;
+use crate::workers::monitor::Monitor;
 use crate::workers::outbox::Relay;
 use crate::workers::refunds::Refunder;
 use crate::workers::run_every;
 use crate::workers::sweeper::Sweeper;
 
+/// Interval of the monitor (gauges, stuck-order alerts, alert pushes).
+const MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 /// Interval of the refund sender.
 const REFUND_INTERVAL: Duration = Duration::from_millis(1_000);
 /// Interval of the outbox relay.
@@ -35,6 +38,7 @@ pub struct App {
     pub state: AppState,
     pub sweeper: Arc<Sweeper>,
     pub refunder: Arc<Refunder>,
+    pub monitor: Arc<Monitor>,
     /// The outbox relay, when a merchant webhook is configured.
     pub relay: Option<Arc<Relay>>,
     pub sandbox: Option<Arc<Sandbox>>,
@@ -176,6 +180,7 @@ impl App {
             gateways,
             clock: clock.clone(),
         });
+        let monitor = Arc::new(Monitor::new(db.clone(), clock.clone(), settings.alert_webhook_url.clone()));
         let relay = match (&settings.webhook_url, &settings.webhook_secret) {
             (Some(url), Some(secret)) => Some(Arc::new(Relay::new(db.clone(), clock.clone(), url.clone(), secret)?)),
             _ => None,
@@ -203,6 +208,15 @@ impl App {
                         Ok(r) if r.examined > 0 => tracing::info!(?r, "sweep"),
                         Ok(_) => {}
                         Err(e) => tracing::error!(error = %e, "sweep failed"),
+                    }
+                }
+            })));
+            let mo = monitor.clone();
+            tasks.push(tokio::spawn(run_every("monitor", MONITOR_INTERVAL, shutdown_rx.clone(), move || {
+                let mo = mo.clone();
+                async move {
+                    if let Err(e) = mo.step().await {
+                        tracing::error!(error = %e, "monitor step failed");
                     }
                 }
             })));
@@ -241,7 +255,19 @@ impl App {
                 )));
             }
         }
-        Ok(App { state, sweeper, refunder, relay, sandbox, addr, public_url, generated_admin_token, shutdown, tasks })
+        Ok(App {
+            state,
+            sweeper,
+            refunder,
+            relay,
+            monitor,
+            sandbox,
+            addr,
+            public_url,
+            generated_admin_token,
+            shutdown,
+            tasks,
+        })
     }
 
     /// Stops accepting requests, lets in-flight ones finish, stops the workers.

@@ -64,6 +64,9 @@ pub struct ServeArgs {
     /// Secret for the webhook's HMAC-SHA256 signature
     #[arg(long, env = "KASSA_WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
+    /// Where to POST alerts as they are raised (JSON), in addition to the console and metrics
+    #[arg(long, env = "KASSA_ALERT_WEBHOOK_URL")]
+    pub alert_webhook_url: Option<String>,
     #[command(flatten)]
     pub keys: KeysArgs,
 }
@@ -74,6 +77,7 @@ pub struct KeysArgs {
     /// Card-key encryption secret: 64 hex characters (generated into the data dir with --demo)
     #[arg(long, env = "KASSA_KEYS_SECRET", hide_env_values = true)]
     pub keys_secret: Option<String>,
+    pub alert_webhook_url: Option<String>,
 }
 
 /// The `--config` file. Unknown keys are refused so a typo is not silently ignored.
@@ -95,6 +99,7 @@ pub struct FileConfig {
     pub webhook_url: Option<String>,
     pub webhook_secret: Option<String>,
     pub keys_secret: Option<String>,
+    pub alert_webhook_url: Option<String>,
     /// Real gateway sections (`[gateways.alipay]`, …); read by the adapters that support them.
     #[serde(default)]
     pub gateways: toml::Table,
@@ -118,6 +123,7 @@ pub struct Settings {
     pub webhook_url: Option<String>,
     pub webhook_secret: Option<String>,
     pub keys_secret: Option<String>,
+    pub alert_webhook_url: Option<String>,
 }
 
 pub const DEFAULT_HOLD_SECONDS: u64 = 900;
@@ -175,6 +181,11 @@ impl Settings {
         }
         let keys_secret = args.keys.keys_secret.clone().or(file.keys_secret.clone()).filter(|s| !s.is_empty());
         Ok(Settings {
+            alert_webhook_url: args
+                .alert_webhook_url
+                .clone()
+                .or(file.alert_webhook_url.clone())
+                .filter(|u| !u.is_empty()),
             late_payment_policy,
             webhook_url,
             webhook_secret,

@@ -415,6 +415,7 @@ pub async fn place_order(
         }
         other => other?,
     };
+    super::note_attempt(&placed.order_no, &placed.attempt_ref);
     if placed.status != OrderStatus::PendingPayment {
         return Ok((placed, None));
     }
@@ -450,7 +451,7 @@ async fn build_handoff(state: &AppState, placed: &Placed) -> Result<Handoff> {
 
 /// Closes attempts at their gateways (after commit). A close that answers "already paid" is
 /// applied as the payment it is. Returns whether any turned out paid.
-async fn close_at_gateways(state: &AppState, attempts: &[orders::ToClose]) -> Result<bool> {
+pub async fn close_at_gateways(state: &AppState, attempts: &[orders::ToClose]) -> Result<bool> {
     let mut paid = false;
     for a in attempts {
         let Some(gateway) = state.gateways.get(&a.gateway) else { continue };
@@ -505,6 +506,43 @@ fn owner(caller: &Caller) -> Result<Option<&str>> {
     }
 }
 
+/// Cancels a pending order: close at the gateway first (outside any transaction: after this the
+/// buyer cannot pay), then cancel and release the stock. Shared by the API and the admin console.
+pub async fn cancel_flow(
+    state: &AppState,
+    session: Option<&str>,
+    order_no: &str,
+    rebasket: bool,
+) -> Result<Option<String>> {
+    let current = payments::get_order(&state.db, order_no, false).await?;
+    if current.status != OrderStatus::PendingPayment.as_str() {
+        return Err(Error::conflict("not_cancellable", format!("the order is {}", current.status)));
+    }
+    if let Some(active) = orders::active_attempt(&state.db, order_no).await?
+        && close_at_gateways(state, &[active]).await?
+    {
+        return Err(Error::conflict("already_paid", "the order was paid before it could be cancelled"));
+    }
+    orders::cancel(&state.db, session, order_no, rebasket, state.now_ms()).await
+}
+
+/// Requests a refund and sends it right away, outside the transaction (the refund worker catches
+/// it if that fails). Shared by the API and the admin console.
+pub async fn refund_flow(
+    state: &AppState,
+    order_no: &str,
+    refund_no: &str,
+    amount_minor: i64,
+    reason: &str,
+) -> Result<(refunds::RefundView, bool)> {
+    let (refund, created) =
+        refunds::request(&state.db, order_no, refund_no, amount_minor, reason, state.now_ms()).await?;
+    if created && let Err(e) = state.refunder.send_now(&refund.refund_no).await {
+        tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
+    }
+    Ok((refunds::get(&state.db, &refund.refund_no).await?, created))
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct CancelBody {
@@ -524,16 +562,7 @@ async fn cancel_order(
     if session.is_some_and(|s| s != current.session_id) {
         return Err(Error::not_found("order"));
     }
-    if current.status != OrderStatus::PendingPayment.as_str() {
-        return Err(Error::conflict("not_cancellable", format!("the order is {}", current.status)));
-    }
-    // Close at the gateway first, outside any transaction: after this the buyer cannot pay.
-    if let Some(active) = orders::active_attempt(&state.db, &order_no).await?
-        && close_at_gateways(&state, &[active]).await?
-    {
-        return Err(Error::conflict("already_paid", "the order was paid before it could be cancelled"));
-    }
-    let basket_id = orders::cancel(&state.db, session, &order_no, body.rebasket, state.now_ms()).await?;
+    let basket_id = cancel_flow(&state, session, &order_no, body.rebasket).await?;
     let mut answer = json!({"order_no": order_no, "status": OrderStatus::Cancelled.as_str()});
     if let Some(id) = basket_id {
         answer["basket_id"] = json!(id);
@@ -557,16 +586,7 @@ async fn request_refund(
     ApiJson(body): ApiJson<RefundBody>,
 ) -> Result<Response> {
     plain(&order_no, "order")?;
-    let (refund, created) =
-        refunds::request(&state.db, &order_no, &body.refund_no, body.amount_minor, &body.reason, state.now_ms())
-            .await?;
-    if created {
-        // Sent now, outside the transaction; if this fails the refund worker sends it.
-        if let Err(e) = state.refunder.send_now(&refund.refund_no).await {
-            tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
-        }
-    }
-    let refund = refunds::get(&state.db, &refund.refund_no).await?;
+    let (refund, created) = refund_flow(&state, &order_no, &body.refund_no, body.amount_minor, &body.reason).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, axum::Json(refund)).into_response())
 }
@@ -683,6 +703,7 @@ async fn get_order(State(state): State<AppState>, caller: Caller, Path(order_no)
     if caller.session.is_none() && !caller.admin {
         return Err(Error::unauthorized());
     }
+    super::note_order(&order_no);
     let order = payments::get_order(&state.db, &order_no, false).await?;
     let own = caller.session.as_ref().is_some_and(|s| s.id == order.session_id);
     if !own && !caller.admin {
@@ -834,6 +855,7 @@ async fn notify(
             reply(gateway.nack(rejection.code, &rejection.detail))
         }
         Ok(event) => {
+            tracing::Span::current().record("attempt_ref", event.attempt_ref.as_str());
             let span = tracing::info_span!("notification", gateway = %name, event_id = %event.event_id, attempt_ref = %event.attempt_ref);
             let applied =
                 tracing::Instrument::instrument(payments::apply_event(&state.db, &event, state.late_policy, now), span)

@@ -1,6 +1,7 @@
 //! The HTTP layer: JSON API, server-rendered pages, gateway notifications, operations endpoints.
 //! Routes are declared once in [`routes`], which feeds both the router and `/openapi.json`.
 
+pub mod admin;
 pub mod api;
 pub mod openapi;
 pub mod pages;
@@ -239,6 +240,7 @@ pub enum Auth {
 pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let mut all = api::routes();
     all.extend(pages::routes());
+    all.extend(admin::routes());
     if with_sandbox {
         all.extend(crate::sandbox::http::routes());
     }
@@ -267,13 +269,34 @@ async fn track_requests(req: Request, next: axum::middleware::Next) -> Response 
         .unwrap_or_else(|| "unmatched".to_string());
     let method = req.method().to_string();
     let request_id = uuid::Uuid::now_v7().simple().to_string();
-    let span = tracing::info_span!("request", %method, %route, %request_id);
+    let span = tracing::info_span!(
+        "request",
+        %method,
+        %route,
+        %request_id,
+        order_no = tracing::field::Empty,
+        attempt_ref = tracing::field::Empty
+    );
     let started = std::time::Instant::now();
-    let response = tracing::Instrument::instrument(next.run(req), span).await;
+    let response = tracing::Instrument::instrument(next.run(req), span.clone()).await;
     let status = response.status().as_u16().to_string();
+    span.in_scope(
+        || tracing::info!(status = %status, elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "request done"),
+    );
     metrics::histogram!("kassa_http_request_duration_seconds", "route" => route, "method" => method, "status" => status)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// Puts the order (and attempt) a request is about on every log line of the request.
+pub fn note_order(order_no: &str) {
+    tracing::Span::current().record("order_no", order_no);
+}
+
+pub fn note_attempt(order_no: &str, attempt_ref: &str) {
+    let span = tracing::Span::current();
+    span.record("order_no", order_no);
+    span.record("attempt_ref", attempt_ref);
 }
 
 /// Renders an askama template, turning a render failure into an internal error.

@@ -54,6 +54,14 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             doc("get", "/checkout/return/{attempt_ref}/status", "Status polled by the return page: {status, settled}"),
             get(return_status),
         ),
+        (
+            doc(
+                "get",
+                "/h5/orders/{order_no}",
+                "H5 order-status page: polls the order until final, shows delivered keys (buyer's cookie)",
+            ),
+            get(h5_order),
+        ),
     ]
 }
 
@@ -100,7 +108,7 @@ fn message(status: StatusCode, title: &str, message: &str, link: &str, link_text
     r
 }
 
-fn error_page(e: &Error, link: &str) -> Response {
+pub fn error_page(e: &Error, link: &str) -> Response {
     let status = match e {
         Error::Api { status, .. } => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST),
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -255,6 +263,7 @@ struct ReturnPage<'a> {
     total: String,
     settled: bool,
     poll_url: String,
+    own: bool,
 }
 
 /// Shows what kassa knows locally. Query parameters are ignored: the browser coming back proves
@@ -279,6 +288,42 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
             total: order.total_display(),
             settled: status.is_settled(),
             poll_url,
+            own,
+        }))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&e, "/"))
+}
+
+#[derive(Template)]
+#[template(path = "h5_order.html")]
+struct H5Order<'a> {
+    order_no: &'a str,
+    status: &'a str,
+    total: String,
+    settled: bool,
+    keys: Vec<String>,
+}
+
+async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no): Path<String>) -> Response {
+    let result = async {
+        if !ids::is_plain_id(&order_no) {
+            return Err(Error::not_found("order"));
+        }
+        let order = payments::get_order(&state.db, &order_no, false).await?;
+        // Only the buyer's own session sees the page (and the keys on it).
+        if caller.session.as_ref().is_none_or(|s| s.id != order.session_id) {
+            return Err(Error::not_found("order"));
+        }
+        super::note_order(&order_no);
+        let keys = crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no).await?;
+        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
+        Ok(render(&H5Order {
+            order_no: &order_no,
+            status: status.as_str(),
+            total: order.total_display(),
+            settled: status.is_settled() && status != OrderStatus::Paid,
+            keys: keys.into_iter().map(|(_, k)| k).collect(),
         }))
     }
     .await;

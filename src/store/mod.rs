@@ -2,6 +2,7 @@
 //! run in one transaction. Per-database differences live here and nowhere else:
 //! `BEGIN IMMEDIATE` versus `SELECT … FOR UPDATE`, the pool shape, and the migration folder.
 
+pub mod admin;
 pub mod catalog;
 pub mod check;
 pub mod checkout;
@@ -200,11 +201,13 @@ impl Db {
                 (1, include_str!("../../migrations/sqlite/0001_init.sql")),
                 (2, include_str!("../../migrations/sqlite/0002_sweep_claims.sql")),
                 (3, include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql")),
+                (4, include_str!("../../migrations/sqlite/0004_admin.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
                 (2, include_str!("../../migrations/postgres/0002_sweep_claims.sql")),
                 (3, include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql")),
+                (4, include_str!("../../migrations/postgres/0004_admin.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;

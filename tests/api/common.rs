@@ -64,6 +64,7 @@ pub struct Opts {
     pub demo: bool,
     pub late_policy: kassa::domain::decide::LatePolicy,
     pub webhook_url: Option<String>,
+    pub alert_webhook_url: Option<String>,
 }
 
 impl Default for Opts {
@@ -76,6 +77,7 @@ impl Default for Opts {
             demo: false,
             late_policy: Default::default(),
             webhook_url: None,
+            alert_webhook_url: None,
         }
     }
 }
@@ -133,6 +135,7 @@ impl TestApp {
             webhook_url: opts.webhook_url.clone(),
             webhook_secret: opts.webhook_url.as_ref().map(|_| WEBHOOK_SECRET.to_string()),
             keys_secret: Some(KEYS_SECRET.to_string()),
+            alert_webhook_url: opts.alert_webhook_url.clone(),
         };
         let manual = opts.manual_clock.then(ManualClock::default);
         let clock: SharedClock = match &manual {

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod browser;
 mod checkout;
 mod expiry;
 mod fleet;

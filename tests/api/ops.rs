@@ -68,3 +68,44 @@ async fn check_cli(backend: Backend) {
     let out = run("postgres://nobody@127.0.0.1:1/none".into()).await;
     assert_eq!(out.status.code(), Some(2));
 }
+
+on_both!(monitor_alerts_stuck_orders_and_pushes_alerts, monitor);
+async fn monitor(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let r2 = received.clone();
+    let hook = axum::Router::new().route(
+        "/alerts",
+        axum::routing::post(move |axum::Json(v): axum::Json<Value>| {
+            let r = r2.clone();
+            async move {
+                r.lock().unwrap().push(v);
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/alerts", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, hook).await.unwrap() });
+    let opts = crate::common::Opts { manual_clock: true, hold_seconds: 60, alert_webhook_url: Some(url), ..Default::default() };
+    let t = TestApp::spawn_with(backend, opts).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let (_, order_no, _) = t.pending_order(&[("MUG", 1)]).await;
+    let report = t.app.monitor.step().await.unwrap();
+    assert_eq!((report.stuck_orders, report.sweeper_lag_ms), (0, 0));
+    // The sweeper does not run (say it is down): the order is due, then late, then stuck.
+    t.clock.as_ref().unwrap().advance_ms(60_000 + kassa::workers::monitor::STUCK_GRACE_MS + 1_000);
+    let report = t.app.monitor.step().await.unwrap();
+    assert_eq!(report.stuck_orders, 1);
+    assert!(report.sweeper_lag_ms > kassa::workers::monitor::SWEEPER_BEHIND_MS);
+    let kinds: Vec<String> = received.lock().unwrap().iter().map(|a| a["kind"].as_str().unwrap().to_string()).collect();
+    assert!(kinds.contains(&"order_stuck".to_string()) && kinds.contains(&"sweeper_behind".to_string()), "{kinds:?}");
+    assert!(received.lock().unwrap().iter().any(|a| a["order_no"] == order_no.as_str()));
+    // Pushed once; raised again, pushed again; de-duplicated in the table.
+    assert_eq!(t.app.monitor.step().await.unwrap().alerts_pushed, 2);
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'order_stuck'").await, 1);
+    let metrics = t.http.get(t.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for name in ["kassa_orders{status=\"pending_payment\"}", "kassa_sweeper_lag_seconds", "kassa_outbox_backlog", "kassa_alerts_total{kind=\"order_stuck\"}"] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
+}

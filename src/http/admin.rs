@@ -1,0 +1,327 @@
+//! The admin console (`/admin`): sign in with the admin token, then an HttpOnly, SameSite=Strict
+//! session cookie; every form carries the session's CSRF token. Server-rendered, escaped by askama.
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{MethodRouter, get, post};
+
+use super::api::{cancel_flow, refund_flow};
+use super::{AppState, Auth, FormBody, RouteDoc, cookie, render};
+use crate::domain::ids;
+use crate::error::{Error, Result};
+use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, OrderRow, OutboxRow, SkuRow};
+use crate::store::payments::{self, OrderView};
+use crate::store::refunds::{self, RefundView};
+use crate::store::{fulfilment, orders};
+
+const ADMIN_COOKIE: &str = "kassa_admin";
+
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let doc = |method, path, summary| RouteDoc {
+        method,
+        path,
+        summary,
+        tag: "admin console",
+        auth: Auth::None,
+        body: None,
+        responses: &[(200, "HTML page")],
+    };
+    vec![
+        (doc("get", "/admin/login", "Admin console: sign in with the admin token (POST)"), get(login_page).post(login)),
+        (doc("post", "/admin/logout", "Admin console: sign out"), post(logout)),
+        (doc("get", "/admin", "Admin console: dashboard"), get(dashboard)),
+        (
+            doc(
+                "get",
+                "/admin/orders",
+                "Admin console: orders, filtered by status or searched by order number, attempt reference or gateway transaction id",
+            ),
+            get(orders_page),
+        ),
+        (
+            doc(
+                "get",
+                "/admin/orders/{order_no}",
+                "Admin console: one order with its timeline, attempts, notifications, refunds and outbox",
+            ),
+            get(order_page),
+        ),
+        (
+            doc(
+                "post",
+                "/admin/orders/{order_no}/action",
+                "Admin console: accept a late payment, refund, mark delivered or cancel",
+            ),
+            post(order_action),
+        ),
+        (doc("get", "/admin/skus", "Admin console: SKUs with stock and key pools"), get(skus_page)),
+        (
+            doc("get", "/admin/notifications", "Admin console: notification inbox (rejected ones highlighted)"),
+            get(inbox_page),
+        ),
+        (doc("get", "/admin/alerts", "Admin console: alerts"), get(alerts_page)),
+        (doc("post", "/admin/alerts/{id}/ack", "Admin console: acknowledge an alert"), post(ack_alert)),
+    ]
+}
+
+/// A signed-in operator, with the CSRF token their forms must echo.
+pub struct Operator {
+    csrf: String,
+}
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = Response;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> std::result::Result<Self, Response> {
+        let token = cookie(&parts.headers, ADMIN_COOKIE).unwrap_or_default();
+        match admin::session_csrf(&state.db, token, state.now_ms()).await {
+            Ok(Some(csrf)) => Ok(Operator { csrf }),
+            Ok(None) => Err(Redirect::to("/admin/login").into_response()),
+            Err(e) => Err(e.into_response()),
+        }
+    }
+}
+
+impl Operator {
+    fn check(&self, form: &BTreeMap<String, String>) -> Result<()> {
+        let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
+        aws_lc_rs::constant_time::verify_slices_are_equal(given, self.csrf.as_bytes())
+            .map_err(|_| Error::api(403, "csrf_failed", "the form has expired; reload the page"))
+    }
+}
+
+#[derive(Template)]
+#[template(path = "admin/login.html")]
+struct LoginPage<'a> {
+    error: &'a str,
+}
+
+async fn login_page() -> Response {
+    render(&LoginPage { error: "" })
+}
+
+async fn login(State(state): State<AppState>, FormBody(form): FormBody<BTreeMap<String, String>>) -> Response {
+    let token = form.get("token").map(String::as_str).unwrap_or_default();
+    if !state.is_admin_token(token) {
+        tracing::warn!("admin sign-in refused");
+        let mut r = render(&LoginPage { error: "That token is not valid." });
+        *r.status_mut() = StatusCode::UNAUTHORIZED;
+        return r;
+    }
+    match admin::create_session(&state.db, state.now_ms()).await {
+        Ok((session, _)) => {
+            let mut r = Redirect::to("/admin").into_response();
+            let c = format!("{ADMIN_COOKIE}={session}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=43200");
+            if let Ok(v) = HeaderValue::from_str(&c) {
+                r.headers_mut().append(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn logout(
+    State(state): State<AppState>,
+    op: Operator,
+    headers: HeaderMap,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(e) = op.check(&form) {
+        return e.into_response();
+    }
+    if let Some(token) = cookie(&headers, ADMIN_COOKIE)
+        && let Err(e) = admin::end_session(&state.db, token).await
+    {
+        return e.into_response();
+    }
+    let mut r = Redirect::to("/admin/login").into_response();
+    r.headers_mut().append(
+        header::SET_COOKIE,
+        HeaderValue::from_static("kassa_admin=; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    r
+}
+
+#[derive(Template)]
+#[template(path = "admin/dashboard.html")]
+struct DashboardPage<'a> {
+    csrf: &'a str,
+    d: Dashboard,
+}
+
+async fn dashboard(State(state): State<AppState>, op: Operator) -> Result<Response> {
+    let d = admin::dashboard(&state.db, state.now_ms()).await?;
+    Ok(render(&DashboardPage { csrf: &op.csrf, d }))
+}
+
+#[derive(Template)]
+#[template(path = "admin/orders.html")]
+struct OrdersPage<'a> {
+    csrf: &'a str,
+    rows: Vec<OrderRow>,
+    status: String,
+    q: String,
+    statuses: Vec<&'static str>,
+}
+
+async fn orders_page(
+    State(state): State<AppState>,
+    op: Operator,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let status = query.get("status").cloned().unwrap_or_default();
+    let status = crate::domain::OrderStatus::parse(&status).map(|s| s.as_str().to_string()).unwrap_or_default();
+    let q: String = query.get("q").cloned().unwrap_or_default().chars().take(ids::MAX_ID_LEN).collect();
+    let rows = admin::list_orders(&state.db, Some(&status), Some(&q)).await?;
+    let statuses = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
+    Ok(render(&OrdersPage { csrf: &op.csrf, rows, status, q, statuses }))
+}
+
+#[derive(Template)]
+#[template(path = "admin/order.html")]
+struct OrderPage<'a> {
+    csrf: &'a str,
+    order: OrderView,
+    total: String,
+    keys_delivered: usize,
+    notifications: Vec<NotificationRow>,
+    refunds: Vec<RefundView>,
+    outbox: Vec<OutboxRow>,
+    refund_no: String,
+    message: String,
+}
+
+async fn order_page(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(order_no): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    if !ids::is_plain_id(&order_no) {
+        return Err(Error::not_found("order"));
+    }
+    let order = payments::get_order(&state.db, &order_no, true).await?;
+    let keys_delivered =
+        fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no).await.map(|k| k.len()).unwrap_or(0);
+    let message = match query.get("done").map(String::as_str) {
+        Some("accept") => "Late payment accepted.",
+        Some("refund") => "Refund requested.",
+        Some("deliver") => "Marked delivered.",
+        Some("cancel") => "Order cancelled.",
+        _ => "",
+    };
+    Ok(render(&OrderPage {
+        csrf: &op.csrf,
+        total: order.total_display(),
+        notifications: admin::notifications(&state.db, Some(&order_no), false).await?,
+        refunds: refunds::list_for_order(&state.db, &order_no).await?,
+        outbox: admin::outbox_for_order(&state.db, &order_no).await?,
+        refund_no: admin::suggest_refund_no(),
+        message: message.to_string(),
+        keys_delivered,
+        order,
+    }))
+}
+
+async fn order_action(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(order_no): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let result = async {
+        op.check(&form)?;
+        if !ids::is_plain_id(&order_no) {
+            return Err(Error::not_found("order"));
+        }
+        let action = form.get("action").map(String::as_str).unwrap_or_default();
+        match action {
+            "accept" => orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?,
+            "deliver" => fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?,
+            "cancel" => {
+                cancel_flow(&state, None, &order_no, false).await?;
+            }
+            "refund" => {
+                let amount: i64 = form.get("amount_minor").and_then(|a| a.trim().parse().ok()).ok_or_else(|| {
+                    Error::api(422, "invalid_amount", "the amount must be a whole number of minor units")
+                })?;
+                let refund_no = form.get("refund_no").map(String::as_str).unwrap_or_default();
+                let reason = form.get("reason").map(String::as_str).unwrap_or_default();
+                refund_flow(&state, &order_no, refund_no, amount, reason).await?;
+            }
+            _ => return Err(Error::invalid("invalid_action", "unknown action")),
+        }
+        Ok(Redirect::to(&format!("/admin/orders/{order_no}?done={action}")).into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| super::pages::error_page(&e, &format!("/admin/orders/{order_no}")))
+}
+
+#[derive(Template)]
+#[template(path = "admin/skus.html")]
+struct SkusPage<'a> {
+    csrf: &'a str,
+    rows: Vec<SkuRow>,
+}
+
+async fn skus_page(State(state): State<AppState>, op: Operator) -> Result<Response> {
+    Ok(render(&SkusPage { csrf: &op.csrf, rows: admin::skus(&state.db).await? }))
+}
+
+#[derive(Template)]
+#[template(path = "admin/notifications.html")]
+struct InboxPage<'a> {
+    csrf: &'a str,
+    rows: Vec<NotificationRow>,
+    only_rejected: bool,
+}
+
+async fn inbox_page(
+    State(state): State<AppState>,
+    op: Operator,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let only_rejected = query.get("rejected").is_some_and(|v| v == "1");
+    Ok(render(&InboxPage {
+        csrf: &op.csrf,
+        rows: admin::notifications(&state.db, None, only_rejected).await?,
+        only_rejected,
+    }))
+}
+
+#[derive(Template)]
+#[template(path = "admin/alerts.html")]
+struct AlertsPage<'a> {
+    csrf: &'a str,
+    rows: Vec<AlertRow>,
+    all: bool,
+}
+
+async fn alerts_page(
+    State(state): State<AppState>,
+    op: Operator,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let all = query.get("all").is_some_and(|v| v == "1");
+    Ok(render(&AlertsPage { csrf: &op.csrf, rows: admin::alerts(&state.db, all).await?, all }))
+}
+
+async fn ack_alert(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let result = async {
+        op.check(&form)?;
+        admin::acknowledge_alert(&state.db, &id).await?;
+        Ok(Redirect::to("/admin/alerts").into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| super::pages::error_page(&e, "/admin/alerts"))
+}

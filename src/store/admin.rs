@@ -1,0 +1,287 @@
+//! Read models and small commands of the admin console.
+
+use crate::clock::{Millis, rfc3339};
+use crate::domain::{Currency, Money, ids};
+use crate::error::Result;
+use crate::store::catalog::{SkuView, list_skus, token_hash};
+use crate::store::{Db, col, new_id};
+
+/// How long an admin console session lasts.
+pub const ADMIN_SESSION_MS: Millis = 12 * 3600 * 1000;
+/// Rows shown per list page.
+pub const LIST_LIMIT: i64 = 200;
+
+pub fn money(amount_minor: i64, currency: &str) -> String {
+    Currency::parse(currency)
+        .ok()
+        .and_then(|c| Money::new(amount_minor, c).ok())
+        .map(|m| m.display_major())
+        .unwrap_or_else(|| format!("{amount_minor} {currency}"))
+}
+
+pub async fn create_session(db: &Db, now: Millis) -> Result<(String, String)> {
+    let token = ids::new_secret_token();
+    let csrf = ids::new_secret_token();
+    crate::write_tx!(db, |tx| {
+        sqlx::query("DELETE FROM admin_sessions WHERE expires_at < $1").bind(now).execute(&mut **tx).await?;
+        sqlx::query(
+            "INSERT INTO admin_sessions (token_hash, csrf_token, created_at, expires_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(token_hash(&token))
+        .bind(&csrf)
+        .bind(now)
+        .bind(now.saturating_add(ADMIN_SESSION_MS))
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    })?;
+    Ok((token, csrf))
+}
+
+/// The CSRF token of a live admin session.
+pub async fn session_csrf(db: &Db, token: &str, now: Millis) -> Result<Option<String>> {
+    if token.is_empty() || token.len() > 128 {
+        return Ok(None);
+    }
+    Ok(sqlx::query_scalar("SELECT csrf_token FROM admin_sessions WHERE token_hash = $1 AND expires_at > $2")
+        .bind(token_hash(token))
+        .bind(now)
+        .fetch_optional(db.read_pool())
+        .await?)
+}
+
+pub async fn end_session(db: &Db, token: &str) -> Result<()> {
+    crate::write_tx!(db, |tx| {
+        sqlx::query("DELETE FROM admin_sessions WHERE token_hash = $1")
+            .bind(token_hash(token))
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct Totals {
+    pub currency: String,
+    pub captured: String,
+    pub refunded: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Dashboard {
+    pub by_status: Vec<(String, i64)>,
+    pub open_alerts: i64,
+    pub today: Vec<Totals>,
+}
+
+pub async fn dashboard(db: &Db, now: Millis) -> Result<Dashboard> {
+    let pool = db.read_pool();
+    let day_start = now - now.rem_euclid(86_400_000);
+    let by_status = crate::store::check::orders_by_status(db).await?;
+    let open_alerts: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE acknowledged = 0")
+        .fetch_one(pool)
+        .await?;
+    let captured = sqlx::query(
+        "SELECT a.currency, CAST(COALESCE(SUM(a.captured_minor), 0) AS BIGINT) AS total FROM payment_attempts a \
+         JOIN status_events e ON e.entity = 'attempt' AND e.entity_id = a.attempt_ref AND e.to_status = 'succeeded' \
+         WHERE e.at >= $1 GROUP BY a.currency ORDER BY a.currency",
+    )
+    .bind(day_start)
+    .fetch_all(pool)
+    .await?;
+    let refunded = sqlx::query(
+        "SELECT r.currency, CAST(COALESCE(SUM(r.amount_minor), 0) AS BIGINT) AS total FROM refunds r \
+         JOIN status_events e ON e.entity = 'refund' AND e.entity_id = r.refund_no AND e.to_status = 'succeeded' \
+         WHERE e.at >= $1 GROUP BY r.currency ORDER BY r.currency",
+    )
+    .bind(day_start)
+    .fetch_all(pool)
+    .await?;
+    let mut today: Vec<Totals> = Vec::new();
+    let mut amounts: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for r in &captured {
+        amounts.entry(col(r, "currency")?).or_default().0 = col(r, "total")?;
+    }
+    for r in &refunded {
+        amounts.entry(col(r, "currency")?).or_default().1 = col(r, "total")?;
+    }
+    for (currency, (c, f)) in amounts {
+        today.push(Totals { captured: money(c, &currency), refunded: money(f, &currency), currency });
+    }
+    Ok(Dashboard { by_status, open_alerts, today })
+}
+
+#[derive(Debug, Clone)]
+pub struct OrderRow {
+    pub order_no: String,
+    pub status: String,
+    pub total: String,
+    pub created_at: String,
+}
+
+/// Orders, newest first, optionally of one status and/or matching an order number, attempt
+/// reference or gateway transaction id exactly.
+pub async fn list_orders(db: &Db, status: Option<&str>, query: Option<&str>) -> Result<Vec<OrderRow>> {
+    let rows = sqlx::query(
+        "SELECT o.order_no, o.status, o.total_minor, o.currency, o.created_at FROM orders o \
+         WHERE ($1 = '' OR o.status = $1) AND ($2 = '' OR o.order_no = $2 OR EXISTS (SELECT 1 FROM payment_attempts a \
+         WHERE a.order_no = o.order_no AND (a.attempt_ref = $2 OR a.gateway_txn_id = $2))) \
+         ORDER BY o.created_at DESC, o.order_no LIMIT $3",
+    )
+    .bind(status.unwrap_or_default())
+    .bind(query.map(str::trim).unwrap_or_default())
+    .bind(LIST_LIMIT)
+    .fetch_all(db.read_pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(OrderRow {
+                order_no: col(r, "order_no")?,
+                status: col(r, "status")?,
+                total: money(col(r, "total_minor")?, &col::<String>(r, "currency")?),
+                created_at: rfc3339(col(r, "created_at")?),
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct NotificationRow {
+    pub received_at: String,
+    pub gateway: String,
+    pub event_id: String,
+    pub attempt_ref: String,
+    pub status: String,
+    pub reason: String,
+}
+
+pub async fn notifications(db: &Db, order_no: Option<&str>, only_rejected: bool) -> Result<Vec<NotificationRow>> {
+    let rows = sqlx::query(
+        "SELECT n.received_at, n.gateway, n.claimed_event_id, n.attempt_ref, n.status, n.reason FROM notifications n \
+         WHERE ($1 = '' OR n.order_no = $1 OR n.attempt_ref IN (SELECT attempt_ref FROM payment_attempts WHERE order_no = $1)) \
+         AND ($2 = 0 OR n.status = 'rejected') ORDER BY n.received_at DESC, n.id LIMIT $3",
+    )
+    .bind(order_no.unwrap_or_default())
+    .bind(i64::from(only_rejected))
+    .bind(LIST_LIMIT)
+    .fetch_all(db.read_pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(NotificationRow {
+                received_at: rfc3339(col(r, "received_at")?),
+                gateway: col(r, "gateway")?,
+                event_id: col::<Option<String>>(r, "claimed_event_id")?.unwrap_or_default(),
+                attempt_ref: col::<Option<String>>(r, "attempt_ref")?.unwrap_or_default(),
+                status: col(r, "status")?,
+                reason: col::<Option<String>>(r, "reason")?.unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct OutboxRow {
+    pub topic: String,
+    pub status: String,
+    pub tries: i64,
+    pub created_at: String,
+}
+
+pub async fn outbox_for_order(db: &Db, order_no: &str) -> Result<Vec<OutboxRow>> {
+    let rows =
+        sqlx::query("SELECT topic, status, tries, created_at FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
+            .bind(order_no)
+            .fetch_all(db.read_pool())
+            .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(OutboxRow {
+                topic: col(r, "topic")?,
+                status: col(r, "status")?,
+                tries: col(r, "tries")?,
+                created_at: rfc3339(col(r, "created_at")?),
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct AlertRow {
+    pub id: String,
+    pub kind: String,
+    pub severity: String,
+    pub order_no: String,
+    pub details: String,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub count: i64,
+    pub acknowledged: bool,
+}
+
+pub async fn alerts(db: &Db, include_acknowledged: bool) -> Result<Vec<AlertRow>> {
+    let rows = sqlx::query(
+        "SELECT id, kind, severity, order_no, details, first_seen, last_seen, count, acknowledged FROM alerts \
+         WHERE ($1 = 1 OR acknowledged = 0) ORDER BY last_seen DESC, id LIMIT $2",
+    )
+    .bind(i64::from(include_acknowledged))
+    .bind(LIST_LIMIT)
+    .fetch_all(db.read_pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(AlertRow {
+                id: col(r, "id")?,
+                kind: col(r, "kind")?,
+                severity: col(r, "severity")?,
+                order_no: col::<Option<String>>(r, "order_no")?.unwrap_or_default(),
+                details: col(r, "details")?,
+                first_seen: rfc3339(col(r, "first_seen")?),
+                last_seen: rfc3339(col(r, "last_seen")?),
+                count: col(r, "count")?,
+                acknowledged: col::<i64>(r, "acknowledged")? != 0,
+            })
+        })
+        .collect()
+}
+
+pub async fn acknowledge_alert(db: &Db, id: &str) -> Result<()> {
+    crate::write_tx!(db, |tx| {
+        sqlx::query("UPDATE alerts SET acknowledged = 1 WHERE id = $1").bind(id).execute(&mut **tx).await?;
+        Ok(())
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct SkuRow {
+    pub sku: SkuView,
+    pub price: String,
+    pub keys_unsold: Option<i64>,
+    pub keys_delivered: Option<i64>,
+}
+
+pub async fn skus(db: &Db) -> Result<Vec<SkuRow>> {
+    let mut out = Vec::new();
+    for sku in list_skus(db).await? {
+        let (keys_unsold, keys_delivered) = if sku.kind == "digital" {
+            let count = |status: &'static str| {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT CAST(COUNT(*) AS BIGINT) FROM card_keys WHERE sku = $1 AND status = $2",
+                )
+                .bind(sku.sku.clone())
+                .bind(status)
+                .fetch_one(db.read_pool())
+            };
+            (Some(count("available").await?), Some(count("delivered").await?))
+        } else {
+            (None, None)
+        };
+        out.push(SkuRow { price: money(sku.price_minor, &sku.currency), sku, keys_unsold, keys_delivered });
+    }
+    Ok(out)
+}
+
+/// A fresh refund number for the console's refund form (stable across a double submit).
+pub fn suggest_refund_no() -> String {
+    format!("ADM-{}", new_id().replace('-', ""))
+}

@@ -1,0 +1,199 @@
+//! Browser tests: Debian's Chromium, headless, driven through chromedriver with fantoccini. Each
+//! test saves screenshots under `test-artifacts/screenshots/`. Outside CI a machine without
+//! chromedriver skips them loudly; under `CI=true` they must run.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+use crate::common::{ADMIN, Backend, Opts, TestApp};
+use kassa::domain::decide::LatePolicy;
+
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn chromedriver() -> Option<Driver> {
+    let path = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".to_string());
+    if !std::path::Path::new(&path).exists() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true but {path} is missing: install chromium and chromium-driver"
+        );
+        eprintln!("SKIPPING browser test: {path} not found (apt-get install chromium chromium-driver)");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child =
+        Command::new(path).arg(format!("--port={port}")).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // Owned by the guard from here on, so it is killed and reaped whatever happens.
+    let driver = Driver { child, port };
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(driver);
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("chromedriver did not start");
+}
+
+async fn browser(driver: &Driver, javascript: bool, profile: &std::path::Path) -> Client {
+    let mut chrome = json!({
+        "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string()),
+        "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1100,900",
+                 format!("--user-data-dir={}", profile.display())],
+    });
+    if !javascript {
+        chrome["prefs"] = json!({"profile.managed_default_content_settings.javascript": 2});
+    }
+    let mut caps = serde_json::Map::new();
+    caps.insert("goog:chromeOptions".to_string(), chrome);
+    // chromedriver speaks plain HTTP on loopback: no TLS stack needed.
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("start a Chromium session")
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test-artifacts/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// Waits (bounded) until the element's `data-status` is `want`, reloading when asked (no JS).
+async fn wait_status(c: &Client, want: &str, reload: bool) -> String {
+    let mut last = String::new();
+    for _ in 0..100 {
+        if let Ok(el) = c.find(Locator::Id("status")).await {
+            last = el.attr("data-status").await.unwrap().unwrap_or_default();
+            if last == want {
+                return last;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if reload {
+            c.refresh().await.unwrap();
+        }
+    }
+    last
+}
+
+async fn buy_lamps(t: &TestApp, c: &Client) {
+    c.goto(&t.url("/")).await.unwrap();
+    let qty = c.find(Locator::Css("input[name='qty_LAMP-FLASH-SALE']")).await.unwrap();
+    qty.clear().await.unwrap();
+    qty.send_keys("2").await.unwrap();
+}
+
+async fn purchase(javascript: bool) {
+    let Some(driver) = chromedriver() else { return };
+    let t = TestApp::spawn_with(Backend::Sqlite, Opts { demo: true, ..Default::default() }).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, javascript, profile.path()).await;
+    let tag = if javascript { "js" } else { "nojs" };
+    buy_lamps(&t, &c).await;
+    screenshot(&c, &format!("{tag}-1-storefront")).await;
+    c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
+    let total = c.find(Locator::Id("total")).await.unwrap().text().await.unwrap();
+    assert_eq!(total, "19.80 CNY");
+    screenshot(&c, &format!("{tag}-2-basket")).await;
+    c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+    if !javascript {
+        // No script: the hand-off page shows its <noscript> button.
+        let button = c.wait().for_element(Locator::Css("form#handoff button[type='submit']")).await.unwrap();
+        screenshot(&c, "nojs-3-handoff").await;
+        button.click().await.unwrap();
+    }
+    let pay = c.wait().for_element(Locator::Id("pay")).await.unwrap();
+    screenshot(&c, &format!("{tag}-4-sandbox")).await;
+    pay.click().await.unwrap();
+    c.wait().for_element(Locator::Id("status")).await.unwrap();
+    assert!(c.current_url().await.unwrap().path().starts_with("/checkout/return/"));
+    let status = wait_status(&c, "paid", !javascript).await;
+    screenshot(&c, &format!("{tag}-5-return")).await;
+    assert_eq!(status, "paid");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE status = 'paid'").await, 1);
+    c.close().await.unwrap();
+    t.assert_clean().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purchase_with_javascript() {
+    purchase(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purchase_without_javascript() {
+    purchase(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn double_click_on_confirm_gives_one_order() {
+    let Some(driver) = chromedriver() else { return };
+    let t = TestApp::spawn_with(Backend::Sqlite, Opts { demo: true, ..Default::default() }).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, true, profile.path()).await;
+    buy_lamps(&t, &c).await;
+    c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("confirm")).await.unwrap();
+    // Two clicks as fast as a user's double click: two submits of the same form.
+    c.execute("var b = document.getElementById('confirm'); b.click(); b.click(); return true;", vec![]).await.unwrap();
+    c.wait().for_element(Locator::Id("pay")).await.unwrap();
+    screenshot(&c, "double-click-sandbox").await;
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 1);
+    assert_eq!(t.sku("LAMP-FLASH-SALE").await["reserved"], 2);
+    c.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admin_signs_in_and_resolves_a_late_payment() {
+    let Some(driver) = chromedriver() else { return };
+    let opts =
+        Opts { demo: true, hold_seconds: 0, ignore_close: true, late_policy: LatePolicy::Manual, ..Default::default() };
+    let t = TestApp::spawn_with(Backend::Sqlite, opts).await;
+    let (_, order_no, attempt_ref) = t.pending_order(&[("MUG-CELADON", 1)]).await;
+    t.app.sweeper.step().await.unwrap();
+    t.complete(&attempt_ref, "succeeded", 1).await;
+    t.settle().await;
+    assert_eq!(t.status(&order_no).await, "paid_after_expiry");
+
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, true, profile.path()).await;
+    c.goto(&t.url("/admin")).await.unwrap();
+    assert!(c.current_url().await.unwrap().path().ends_with("/admin/login"), "signed-out visitors are sent to sign in");
+    c.find(Locator::Id("token")).await.unwrap().send_keys("wrong").await.unwrap();
+    c.find(Locator::Id("sign-in")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("error")).await.unwrap();
+    c.find(Locator::Id("token")).await.unwrap().send_keys(ADMIN).await.unwrap();
+    c.find(Locator::Id("sign-in")).await.unwrap().click().await.unwrap();
+    let alerts = c.wait().for_element(Locator::Id("open-alerts")).await.unwrap();
+    assert_ne!(alerts.text().await.unwrap(), "0", "the late payment is alerted");
+    screenshot(&c, "admin-dashboard").await;
+    c.goto(&t.url("/admin/orders?status=paid_after_expiry")).await.unwrap();
+    c.find(Locator::LinkText(&order_no)).await.unwrap().click().await.unwrap();
+    let status = c.wait().for_element(Locator::Id("order-status")).await.unwrap();
+    assert_eq!(status.text().await.unwrap(), "paid_after_expiry");
+    screenshot(&c, "admin-order-late-payment").await;
+    c.find(Locator::Id("accept")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("message")).await.unwrap();
+    let status = c.find(Locator::Id("order-status")).await.unwrap().text().await.unwrap();
+    screenshot(&c, "admin-order-accepted").await;
+    assert_eq!(status, "paid");
+    assert_eq!(t.status(&order_no).await, "paid");
+    c.close().await.unwrap();
+    t.assert_clean().await;
+}
