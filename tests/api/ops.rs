@@ -87,7 +87,12 @@ async fn monitor(backend: Backend) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/alerts", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, hook).await.unwrap() });
-    let opts = crate::common::Opts { manual_clock: true, hold_seconds: 60, alert_webhook_url: Some(url), ..Default::default() };
+    let opts = crate::common::Opts {
+        manual_clock: true,
+        hold_seconds: 60,
+        alert_webhook_url: Some(url),
+        ..Default::default()
+    };
     let t = TestApp::spawn_with(backend, opts).await;
     t.create_sku("MUG", "Mug", 8900, 5).await;
     let (_, order_no, _) = t.pending_order(&[("MUG", 1)]).await;
@@ -105,7 +110,12 @@ async fn monitor(backend: Backend) {
     assert_eq!(t.app.monitor.step().await.unwrap().alerts_pushed, 2);
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'order_stuck'").await, 1);
     let metrics = t.http.get(t.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    for name in ["kassa_orders{status=\"pending_payment\"}", "kassa_sweeper_lag_seconds", "kassa_outbox_backlog", "kassa_alerts_total{kind=\"order_stuck\"}"] {
+    for name in [
+        "kassa_orders{status=\"pending_payment\"}",
+        "kassa_sweeper_lag_seconds",
+        "kassa_outbox_backlog",
+        "kassa_alerts_total{kind=\"order_stuck\"}",
+    ] {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
 }

@@ -158,7 +158,14 @@ async fn admin_console(backend: Backend) {
     t.complete(&attempt_ref, "succeeded", 1).await;
     t.settle().await;
     let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    for path in ["/admin", "/admin/orders", &format!("/admin/orders/{order_no}"), "/admin/skus", "/admin/alerts", "/admin/notifications"] {
+    for path in [
+        "/admin",
+        "/admin/orders",
+        &format!("/admin/orders/{order_no}"),
+        "/admin/skus",
+        "/admin/alerts",
+        "/admin/notifications",
+    ] {
         let r = browser.get(t.url(path)).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::SEE_OTHER, "{path}");
         assert_eq!(r.headers()["location"], "/admin/login");
@@ -170,7 +177,15 @@ async fn admin_console(backend: Backend) {
     let set_cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"), "{set_cookie}");
     let cookie = set_cookie.split(';').next().unwrap().to_string();
-    let page = browser.get(t.url(&format!("/admin/orders/{order_no}"))).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    let page = browser
+        .get(t.url(&format!("/admin/orders/{order_no}")))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(page.contains("Mug &#60;b&#62;bold&#60;/b&#62;") && !page.contains("<b>bold"), "escaped");
     assert!(page.contains("order.paid"), "the outbox is shown");
     let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
@@ -179,14 +194,34 @@ async fn admin_console(backend: Backend) {
     let r = browser.post(&action).header("cookie", &cookie).form(&[("action", "deliver")]).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     assert_eq!(t.status(&order_no).await, "paid");
-    let r = browser.post(&action).header("cookie", &cookie).form(&[("action", "deliver"), ("csrf", &csrf)]).send().await.unwrap();
+    let r = browser
+        .post(&action)
+        .header("cookie", &cookie)
+        .form(&[("action", "deliver"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(t.status(&order_no).await, "delivered");
     // Search by attempt reference finds the order.
-    let list = browser.get(t.url(&format!("/admin/orders?q={attempt_ref}"))).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    let list = browser
+        .get(t.url(&format!("/admin/orders?q={attempt_ref}")))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(list.contains(&format!("/admin/orders/{order_no}")));
     // Signing out ends the session everywhere.
-    browser.post(t.url("/admin/logout")).header("cookie", &cookie).form(&[("csrf", csrf.as_str())]).send().await.unwrap();
+    browser
+        .post(t.url("/admin/logout"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
     let r = browser.get(t.url("/admin")).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
 }
@@ -194,7 +229,11 @@ async fn admin_console(backend: Backend) {
 on_both!(h5_page_shows_keys_to_the_buyer_only, h5_page);
 async fn h5_page(backend: Backend) {
     let t = TestApp::spawn(backend).await;
-    t.admin_post("/api/v1/admin/skus", json!({"sku": "GAME", "name": "Game", "price_minor": 100, "currency": "CNY", "kind": "digital"})).await;
+    t.admin_post(
+        "/api/v1/admin/skus",
+        json!({"sku": "GAME", "name": "Game", "price_minor": 100, "currency": "CNY", "kind": "digital"}),
+    )
+    .await;
     t.admin_post("/api/v1/admin/skus/GAME/keys", json!({"keys": ["H5-KEY-1"]})).await;
     let (buyer, order_no, attempt_ref) = t.pending_order(&[("GAME", 1)]).await;
     let page = |token: String| {
@@ -206,7 +245,10 @@ async fn h5_page(backend: Backend) {
     t.complete(&attempt_ref, "succeeded", 1).await;
     t.settle().await;
     let html = page(buyer.clone()).await.text().await.unwrap();
-    assert!(html.contains("data-status=\"delivered\"") && html.contains("H5-KEY-1") && html.contains("Final."), "{html}");
+    assert!(
+        html.contains("data-status=\"delivered\"") && html.contains("H5-KEY-1") && html.contains("Final."),
+        "{html}"
+    );
     let stranger = t.buyer().await;
     let r = page(stranger).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
