@@ -77,7 +77,6 @@ pub struct KeysArgs {
     /// Card-key encryption secret: 64 hex characters (generated into the data dir with --demo)
     #[arg(long, env = "KASSA_KEYS_SECRET", hide_env_values = true)]
     pub keys_secret: Option<String>,
-    pub alert_webhook_url: Option<String>,
 }
 
 /// The `--config` file. Unknown keys are refused so a typo is not silently ignored.

@@ -25,6 +25,8 @@ enum Command {
     Check(CommonArgs),
     /// Apply migrations
     Migrate(CommonArgs),
+    /// Benchmark a kassa (spawned or running) over HTTP, or the engine in-process
+    Bench(kassa::bench::BenchArgs),
     /// Card keys of digital SKUs
     Keys {
         #[command(subcommand)]
@@ -90,6 +92,21 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            Command::Bench(args) => match kassa::bench::run(&args).await {
+                Ok(report) => {
+                    print!("{}", kassa::bench::table(&report));
+                    println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                    if report.oversold > 0 || report.check_violations.is_some_and(|v| v > 0) {
+                        ExitCode::FAILURE
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => {
+                    eprintln!("kassa bench: {e:#}");
+                    ExitCode::from(2)
+                }
+            },
             Command::Migrate(args) => match migrate(&args).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -208,5 +225,16 @@ async fn run_check(args: &CommonArgs) -> ExitCode {
             eprintln!("kassa check: cannot run: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
     }
 }

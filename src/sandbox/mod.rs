@@ -510,7 +510,7 @@ impl Sandbox {
 /// Writes `copies` deliveries of one notification, due at `next_at`.
 #[allow(clippy::too_many_arguments)]
 async fn enqueue(
-    tx: &mut crate::store::Tx,
+    tx: &mut crate::store::Tx<'_>,
     attempt_ref: &str,
     event_id: &str,
     body: &str,

@@ -210,7 +210,7 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     result
 }
 
-async fn remember_key(tx: &mut Tx, req: &ConfirmRequest<'_>, order_no: &str) -> Result<()> {
+async fn remember_key(tx: &mut Tx<'_>, req: &ConfirmRequest<'_>, order_no: &str) -> Result<()> {
     if let Some(key) = req.idempotency_key {
         sqlx::query(
             "INSERT INTO idempotency_keys (session_id, idem_key, basket_id, order_no, created_at) VALUES ($1, $2, $3, $4, $5) \
@@ -227,7 +227,7 @@ async fn remember_key(tx: &mut Tx, req: &ConfirmRequest<'_>, order_no: &str) -> 
     Ok(())
 }
 
-async fn price_lines(tx: &mut Tx, basket_id: &str) -> Result<Vec<PricedLine>> {
+async fn price_lines(tx: &mut Tx<'_>, basket_id: &str) -> Result<Vec<PricedLine>> {
     let rows = sqlx::query(
         "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency \
          FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku",
@@ -276,7 +276,7 @@ fn subject(lines: &[PricedLine]) -> String {
 }
 
 /// The order with its newest attempt, for repeated confirms and retries of the hand-off.
-pub async fn load_placed(tx: &mut Tx, order_no: &str, created: bool) -> Result<Placed> {
+pub async fn load_placed(tx: &mut Tx<'_>, order_no: &str, created: bool) -> Result<Placed> {
     let order = sqlx::query("SELECT status, total_minor, currency, hold_expires_at FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_optional(&mut **tx)

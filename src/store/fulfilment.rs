@@ -82,7 +82,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
 /// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
 /// from available to this order line under the order lock) and, when nothing physical remains to
 /// ship, moves the order on to `delivered`.
-pub async fn after_paid(tx: &mut Tx, skip_locked: &str, order_no: &str, cause: Cause<'_>) -> Result<()> {
+pub async fn after_paid(tx: &mut Tx<'_>, skip_locked: &str, order_no: &str, cause: Cause<'_>) -> Result<()> {
     let lines =
         sqlx::query("SELECT line_no, sku, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
             .bind(order_no)

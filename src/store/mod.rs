@@ -8,6 +8,7 @@ pub mod check;
 pub mod checkout;
 pub mod events;
 pub mod fulfilment;
+pub mod group;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
@@ -22,7 +23,7 @@ use sqlx::{Any, AnyPool, Executor as _};
 
 use crate::error::{Error, Result};
 
-pub type Tx = sqlx::Transaction<'static, Any>;
+pub type Tx<'c> = sqlx::Transaction<'c, Any>;
 
 /// Runs one command in one write transaction: `write_tx!(db, |tx| { ...; Ok(value) })`.
 /// Commits on `Ok`, rolls back on `Err`; serialization failures and deadlocks re-run the whole
@@ -33,25 +34,47 @@ pub type Tx = sqlx::Transaction<'static, Any>;
 macro_rules! write_tx {
     ($db:expr, |$tx:ident| $body:block) => {{
         let db: &$crate::store::Db = &$db;
-        let mut tries: u32 = 0;
-        loop {
-            tries += 1;
-            let outcome: $crate::error::Result<_> = match db.begin().await {
-                Ok(mut owned) => {
-                    let outcome = {
-                        let $tx = &mut owned;
-                        async { $body }.await
+        match db.group() {
+            // SQLite: group commit (see `store::group`); one writer, so nothing to retry.
+            Some(group) => {
+                let mut member = group.join().await;
+                let outcome: $crate::error::Result<_> = match member.savepoint().await {
+                    Ok(mut savepoint) => {
+                        let outcome = {
+                            let $tx = &mut savepoint;
+                            async { $body }.await
+                        };
+                        match &outcome {
+                            Ok(_) => savepoint.commit().await.map_err($crate::error::Error::from).and(outcome),
+                            Err(_) => savepoint.rollback().await.map_err($crate::error::Error::from).and(outcome),
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                member.finish(outcome).await
+            }
+            None => {
+                let mut tries: u32 = 0;
+                loop {
+                    tries += 1;
+                    let outcome: $crate::error::Result<_> = match db.begin().await {
+                        Ok(mut owned) => {
+                            let outcome = {
+                                let $tx = &mut owned;
+                                async { $body }.await
+                            };
+                            db.finish(owned, outcome).await
+                        }
+                        Err(e) => Err(e),
                     };
-                    db.finish(owned, outcome).await
+                    match outcome {
+                        Err(e) if e.is_retryable() && tries < $crate::store::TX_RETRIES_MAX => {
+                            ::tracing::debug!(tries, error = %e, "retrying transaction");
+                            $crate::store::Db::retry_pause(tries).await;
+                        }
+                        other => break other,
+                    }
                 }
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Err(e) if e.is_retryable() && tries < $crate::store::TX_RETRIES_MAX => {
-                    ::tracing::debug!(tries, error = %e, "retrying transaction");
-                    $crate::store::Db::retry_pause(tries).await;
-                }
-                other => break other,
             }
         }
     }};
@@ -79,6 +102,8 @@ pub struct Db {
     write: AnyPool,
     /// Reads and `kassa check`. The same pool as `write` on PostgreSQL.
     read: AnyPool,
+    /// SQLite: the group-commit writer over `write`.
+    group: Option<std::sync::Arc<group::GroupCommit>>,
 }
 
 /// Turns the configured URL into one sqlx can open, creating the SQLite file when missing.
@@ -115,7 +140,8 @@ impl Db {
             DbKind::Sqlite => {
                 let write = sqlite_pool(&url, 1).await?;
                 let read = sqlite_pool(&url, SQLITE_READERS_MAX).await?;
-                Ok(Db { kind, write, read })
+                let group = Some(std::sync::Arc::new(group::GroupCommit::new(write.clone())));
+                Ok(Db { kind, write, read, group })
             }
             DbKind::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -124,9 +150,14 @@ impl Db {
                     .connect(&url)
                     .await
                     .context("connecting to PostgreSQL")?;
-                Ok(Db { kind, write: pool.clone(), read: pool })
+                Ok(Db { kind, write: pool.clone(), read: pool, group: None })
             }
         }
+    }
+
+    /// The group-commit writer (SQLite only).
+    pub fn group(&self) -> Option<&group::GroupCommit> {
+        self.group.as_deref()
     }
 
     pub fn kind(&self) -> DbKind {
@@ -156,7 +187,7 @@ impl Db {
     }
 
     /// Starts a write transaction.
-    pub async fn begin(&self) -> Result<Tx> {
+    pub async fn begin(&self) -> Result<Tx<'static>> {
         let tx = match self.kind {
             DbKind::Sqlite => self.write.begin_with("BEGIN IMMEDIATE").await?,
             DbKind::Postgres => self.write.begin().await?,
@@ -165,7 +196,7 @@ impl Db {
     }
 
     /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
-    pub async fn snapshot(&self) -> Result<Tx> {
+    pub async fn snapshot(&self) -> Result<Tx<'static>> {
         let tx = match self.kind {
             DbKind::Sqlite => self.read.begin().await?,
             DbKind::Postgres => self.read.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?,
@@ -174,7 +205,7 @@ impl Db {
     }
 
     /// Commits on `Ok`, rolls back on `Err`; used by [`write_tx!`].
-    pub async fn finish<T>(&self, tx: Tx, outcome: Result<T>) -> Result<T> {
+    pub async fn finish<T>(&self, tx: Tx<'static>, outcome: Result<T>) -> Result<T> {
         match outcome {
             Ok(value) => {
                 tx.commit().await?;

@@ -15,7 +15,12 @@ pub struct ToClose {
     pub gateway: String,
 }
 
-async fn lock_order(tx: &mut Tx, lock: &str, order_no: &str, session_id: Option<&str>) -> Result<(OrderStatus, i64)> {
+async fn lock_order(
+    tx: &mut Tx<'_>,
+    lock: &str,
+    order_no: &str,
+    session_id: Option<&str>,
+) -> Result<(OrderStatus, i64)> {
     let row = sqlx::query(&format!("SELECT status, hold_expires_at, session_id FROM orders WHERE order_no = $1{lock}"))
         .bind(order_no)
         .fetch_optional(&mut **tx)
@@ -30,7 +35,7 @@ async fn lock_order(tx: &mut Tx, lock: &str, order_no: &str, session_id: Option<
     Ok((OrderStatus::parse(&status).ok_or_else(|| Error::internal("bad status"))?, col(&row, "hold_expires_at")?))
 }
 
-async fn active_attempts(tx: &mut Tx, order_no: &str) -> Result<Vec<(String, String, AttemptStatus)>> {
+async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(String, String, AttemptStatus)>> {
     let rows = sqlx::query(&format!(
         "SELECT attempt_ref, gateway, status FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq",
         AttemptStatus::ACTIVE_SQL

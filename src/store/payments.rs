@@ -189,7 +189,7 @@ struct Success<'a> {
 }
 
 async fn apply_success(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     skip_locked: &str,
     s: &Success<'_>,
     order_status: OrderStatus,
@@ -312,7 +312,7 @@ async fn apply_success(
 
 /// Takes stock again for an order whose reservations were released (a late payment): every line
 /// or none. Returns whether it succeeded; on success the reservations count as consumed.
-pub async fn reallocate(tx: &mut Tx, order_no: &str, now: Millis) -> Result<bool> {
+pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
     let rows =
         sqlx::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'released' ORDER BY sku")
             .bind(order_no)
@@ -352,7 +352,7 @@ pub async fn reallocate(tx: &mut Tx, order_no: &str, now: Millis) -> Result<bool
     Ok(true)
 }
 
-async fn set_captured(tx: &mut Tx, order_no: &str, amount: Money) -> Result<()> {
+async fn set_captured(tx: &mut Tx<'_>, order_no: &str, amount: Money) -> Result<()> {
     sqlx::query("UPDATE orders SET captured_minor = $1, captured_currency = $2 WHERE order_no = $3")
         .bind(amount.amount_minor())
         .bind(amount.currency().code())
@@ -363,16 +363,16 @@ async fn set_captured(tx: &mut Tx, order_no: &str, amount: Money) -> Result<()> 
 }
 
 /// Active reservations go back on the shelf.
-pub async fn release_reservations(tx: &mut Tx, order_no: &str, now: Millis) -> Result<()> {
+pub async fn release_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
     move_reservations(tx, order_no, ReservationStatus::Released, now).await
 }
 
 /// Active reservations become sold units.
-async fn consume_reservations(tx: &mut Tx, order_no: &str, now: Millis) -> Result<()> {
+async fn consume_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
     move_reservations(tx, order_no, ReservationStatus::Consumed, now).await
 }
 
-async fn move_reservations(tx: &mut Tx, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {
+async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {
     let rows =
         sqlx::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'active' ORDER BY sku")
             .bind(order_no)
@@ -405,7 +405,7 @@ async fn move_reservations(tx: &mut Tx, order_no: &str, to: ReservationStatus, n
 }
 
 async fn reject(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     id: &str,
     ev: &VerifiedEvent,
     code: &'static str,
@@ -432,7 +432,7 @@ async fn reject(
 }
 
 async fn reject_mismatch(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     id: &str,
     ev: &VerifiedEvent,
     order_no: &str,
@@ -451,7 +451,7 @@ async fn reject_mismatch(
 
 /// Stores an arrival that does not hold the event id (a duplicate).
 async fn record_arrival(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     ev: &VerifiedEvent,
     status: &str,
     reason: Option<&str>,

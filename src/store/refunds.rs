@@ -141,7 +141,7 @@ pub async fn request(
 }
 
 /// The attempt that captured the order's money.
-async fn paid_attempt(tx: &mut Tx, order_no: &str) -> Result<String> {
+async fn paid_attempt(tx: &mut Tx<'_>, order_no: &str) -> Result<String> {
     let captured: Option<String> = sqlx::query_scalar(
         "SELECT a.attempt_ref FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no \
          WHERE a.order_no = $1 AND a.status = 'succeeded' AND a.captured_minor = o.captured_minor ORDER BY a.seq LIMIT 1",
@@ -156,7 +156,7 @@ async fn paid_attempt(tx: &mut Tx, order_no: &str) -> Result<String> {
 /// captured. The caller holds the order lock.
 #[allow(clippy::too_many_arguments)]
 pub async fn insert(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     order_no: &str,
     attempt_ref: &str,
     refund_no: &str,
@@ -213,7 +213,7 @@ pub async fn insert(
 }
 
 /// Moves an order into `refunding`, remembering where it returns if the refunds do not cover all.
-pub async fn start_refunding(tx: &mut Tx, order_no: &str, from: OrderStatus, cause: Cause<'_>) -> Result<()> {
+pub async fn start_refunding(tx: &mut Tx<'_>, order_no: &str, from: OrderStatus, cause: Cause<'_>) -> Result<()> {
     sqlx::query("UPDATE orders SET pre_refund_status = $1 WHERE order_no = $2")
         .bind(from.as_str())
         .bind(order_no)
@@ -320,7 +320,7 @@ pub async fn retry_later(
     })
 }
 
-async fn lock_refund_order(tx: &mut Tx, lock: &str, refund_no: &str) -> Result<String> {
+async fn lock_refund_order(tx: &mut Tx<'_>, lock: &str, refund_no: &str) -> Result<String> {
     let order_no: String = sqlx::query_scalar("SELECT order_no FROM refunds WHERE refund_no = $1")
         .bind(refund_no)
         .fetch_optional(&mut **tx)
@@ -333,7 +333,7 @@ async fn lock_refund_order(tx: &mut Tx, lock: &str, refund_no: &str) -> Result<S
     Ok(order_no)
 }
 
-async fn refund_status(tx: &mut Tx, refund_no: &str) -> Result<RefundStatus> {
+async fn refund_status(tx: &mut Tx<'_>, refund_no: &str) -> Result<RefundStatus> {
     let s: String = sqlx::query_scalar("SELECT status FROM refunds WHERE refund_no = $1")
         .bind(refund_no)
         .fetch_one(&mut **tx)
@@ -360,7 +360,7 @@ pub async fn settle(
 /// Settles a refund; the caller holds the order lock. Returns whether anything changed (a refund
 /// already settled is left alone: a duplicated refund notification pays out nothing).
 pub async fn settle_locked(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     order_no: &str,
     refund_no: &str,
     succeeded: bool,

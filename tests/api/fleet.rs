@@ -59,14 +59,17 @@ fn start_instance(database_url: &str, port: u16, public: SocketAddr, log: &std::
         .unwrap()
 }
 
-async fn wait_healthy(http: &reqwest::Client, base: &str) {
-    for _ in 0..300 {
+async fn wait_healthy(http: &reqwest::Client, base: &str, child: &mut Child, log: &std::path::Path) {
+    for _ in 0..1200 {
         if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
             return;
         }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{base} exited with {status}: {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("{base} did not become healthy");
+    panic!("{base} did not become healthy: {}", std::fs::read_to_string(log).unwrap_or_default());
 }
 
 #[derive(Default)]
@@ -167,8 +170,8 @@ async fn three_instances_on_one_postgres_survive_a_sigkill() {
         .collect();
     let bases: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    for b in &bases {
-        wait_healthy(&http, b).await;
+    for (i, b) in bases.iter().enumerate() {
+        wait_healthy(&http, b, &mut children[i], &dir.path().join(format!("kassa-{i}.log"))).await;
     }
     for (sku, stock) in [("HOT", STOCK), ("WARM", STOCK)] {
         let r = http

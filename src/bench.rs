@@ -1,0 +1,595 @@
+#![allow(clippy::float_arithmetic, clippy::cast_possible_truncation)] // rates and percentiles for a report, never money
+//! `kassa bench`: measures kassa the way a shop would before a flash sale.
+//!
+//! - HTTP scenarios drive a running kassa (or one this command starts, `--spawn`, the default
+//!   without `--url`) with N concurrent simulated buyers through the full flow: session, basket,
+//!   confirm, sandbox payment, notification applied. `spread` spreads buyers over many SKUs; `hot`
+//!   puts every buyer on one SKU with limited stock; `notify` measures notifications alone (with
+//!   duplicates); `mixed` lets a share of the orders expire while others pay.
+//! - `--engine` runs confirms and notifications in-process against the store (no HTTP), so the
+//!   cost of the engine and of the HTTP layer can be told apart.
+//! - `--scenario commit-limit` measures the limit: a loop of single durable SQLite commits.
+//!
+//! It reports confirms/s, notifications applied/s, confirm latency percentiles, errors by code,
+//! oversold units (must be 0) and the server's peak RSS, as a table and as JSON, and ends with the
+//! invariant checker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::clock::{Clock as _, SystemClock};
+use crate::store::Db;
+
+/// Units on hand per SKU in the `spread` scenario: effectively unlimited.
+const SPREAD_STOCK: i64 = 1_000_000;
+/// SKUs in the `spread` scenario.
+const SPREAD_SKUS: usize = 200;
+/// Units of the one SKU in the `hot` scenario (the flash sale).
+const HOT_STOCK: i64 = 5_000;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// spread | hot | notify | mixed | commit-limit
+    #[arg(long, default_value = "spread")]
+    pub scenario: String,
+    /// Concurrent simulated buyers
+    #[arg(long, default_value_t = 64)]
+    pub buyers: usize,
+    /// How long to drive load, in seconds
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// A running kassa to drive (started with --sandbox); without it, one is spawned
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Admin token of the running kassa (with --url)
+    #[arg(long, env = "KASSA_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Database of the kassa under test: where a spawned one stores its data (default: a fresh
+    /// SQLite file), and what `kassa check` runs on at the end
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// PID of the server under test (with --url), for its peak RSS
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// In-process engine benchmark (no HTTP)
+    #[arg(long)]
+    pub engine: bool,
+    /// Write the JSON report here as well
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub mode: String,
+    pub database: String,
+    pub buyers: usize,
+    pub seconds: f64,
+    pub confirms: u64,
+    pub confirms_per_s: f64,
+    pub notifications_applied: u64,
+    pub notifications_per_s: f64,
+    pub latency_ms: BTreeMap<String, f64>,
+    pub errors: BTreeMap<String, u64>,
+    pub oversold: i64,
+    pub server_peak_rss_mb: Option<f64>,
+    pub commits_per_s: Option<f64>,
+    pub check_violations: Option<usize>,
+}
+
+#[derive(Default)]
+struct Tally {
+    confirm_us: Vec<u64>,
+    confirms: u64,
+    errors: BTreeMap<String, u64>,
+    placed: Vec<String>,
+}
+
+fn percentile(sorted: &[u64], p: usize) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = (sorted.len() * p / 100).min(sorted.len() - 1);
+    sorted[idx] as f64 / 1000.0
+}
+
+fn latency(mut us: Vec<u64>) -> BTreeMap<String, f64> {
+    us.sort_unstable();
+    let mut m = BTreeMap::new();
+    for (name, p) in [("p50", 50), ("p95", 95), ("p99", 99)] {
+        m.insert(name.to_string(), percentile(&us, p));
+    }
+    m.insert("max".to_string(), us.last().map(|v| *v as f64 / 1000.0).unwrap_or(0.0));
+    m
+}
+
+/// Peak resident set of a process, from /proc (Linux).
+fn peak_rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+struct Server {
+    base: String,
+    admin: String,
+    pid: Option<u32>,
+    child: Option<std::process::Child>,
+    database_url: Option<String>,
+    _dir: Option<std::path::PathBuf>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Server> {
+    if let Some(url) = &args.url {
+        return Ok(Server {
+            base: url.trim_end_matches('/').to_string(),
+            admin: args.admin_token.clone().context("--url needs --admin-token")?,
+            pid: args.server_pid,
+            child: None,
+            database_url: args.database_url.clone(),
+            _dir: None,
+        });
+    }
+    let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let database_url =
+        args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let admin = crate::domain::ids::new_secret_token();
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(["serve", "--sandbox", "--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-token", &admin, "--hold-seconds", &hold_seconds.to_string(), "--sweep-interval-ms", "500"])
+        .arg("--data-dir")
+        .arg(&dir)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting kassa serve")?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    for _ in 0..400 {
+        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return Ok(Server {
+                base,
+                admin,
+                pid: Some(child.id()),
+                child: Some(child),
+                database_url: Some(database_url),
+                _dir: Some(dir),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    anyhow::bail!("the spawned kassa did not become healthy")
+}
+
+async fn metric(http: &reqwest::Client, base: &str, name: &str, label: &str) -> u64 {
+    let Ok(r) = http.get(format!("{base}/metrics")).send().await else { return 0 };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+async fn create_sku(http: &reqwest::Client, s: &Server, sku: &str, stock: i64) -> anyhow::Result<()> {
+    let r = http
+        .post(format!("{}/api/v1/admin/skus", s.base))
+        .bearer_auth(&s.admin)
+        .json(&json!({"sku": sku, "name": sku, "price_minor": 990, "currency": "CNY", "stock": stock}))
+        .send()
+        .await?;
+    if !(r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT) {
+        anyhow::bail!("creating SKU {sku}: {}", r.status());
+    }
+    Ok(())
+}
+
+fn code_of(body: &Value, status: reqwest::StatusCode) -> String {
+    body["error"]["code"].as_str().map(str::to_string).unwrap_or_else(|| format!("http_{}", status.as_u16()))
+}
+
+/// One simulated buyer: basket, confirm, pay (when `pay`), until `stop`.
+async fn buyer(
+    http: reqwest::Client,
+    base: String,
+    skus: Arc<Vec<String>>,
+    i: usize,
+    pay_every: usize,
+    stop: Arc<AtomicBool>,
+    tally: Arc<Mutex<Tally>>,
+) {
+    let Ok(r) = http.post(format!("{base}/api/v1/sessions")).send().await else { return };
+    let Ok(v) = r.json::<Value>().await else { return };
+    let token = v["token"].as_str().unwrap_or_default().to_string();
+    let mut n = 0_usize;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
+        let step = async {
+            let basket: Value =
+                http.post(format!("{base}/api/v1/baskets")).bearer_auth(&token).send().await?.json().await?;
+            let id = basket["basket_id"].as_str().unwrap_or_default().to_string();
+            http.put(format!("{base}/api/v1/baskets/{id}/lines/{sku}"))
+                .bearer_auth(&token)
+                .json(&json!({"quantity": 1}))
+                .send()
+                .await?;
+            let started = Instant::now();
+            let r = http
+                .post(format!("{base}/api/v1/baskets/{id}/checkout"))
+                .bearer_auth(&token)
+                .json(&json!({"gateway": "sandbox"}))
+                .send()
+                .await?;
+            let elapsed = started.elapsed();
+            let status = r.status();
+            let body: Value = r.json().await.unwrap_or_default();
+            Ok::<_, reqwest::Error>((elapsed, status, body))
+        };
+        let (elapsed, status, body) = match step.await {
+            Ok(x) => x,
+            Err(_) => {
+                *tally.lock().await.errors.entry("transport".into()).or_default() += 1;
+                continue;
+            }
+        };
+        let mut t = tally.lock().await;
+        t.confirm_us.push(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+        if status == reqwest::StatusCode::CREATED {
+            t.confirms += 1;
+            let attempt_ref = body["attempt_ref"].as_str().unwrap_or_default().to_string();
+            t.placed.push(body["order_no"].as_str().unwrap_or_default().to_string());
+            drop(t);
+            if pay_every > 0 && n.is_multiple_of(pay_every) {
+                let url = format!("{base}/sandbox/api/payments/{attempt_ref}/complete");
+                if http.post(url).json(&json!({"outcome": "succeeded", "copies": 1})).send().await.is_err() {
+                    *tally.lock().await.errors.entry("transport".into()).or_default() += 1;
+                }
+            }
+        } else {
+            *t.errors.entry(code_of(&body, status)).or_default() += 1;
+            if status == reqwest::StatusCode::CONFLICT && body["error"]["code"] == "out_of_stock" {
+                drop(t);
+                // Sold out: nothing more to buy; keep the request rate honest but do not spin.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
+    let scenario = args.scenario.as_str();
+    let hold = if scenario == "mixed" { 2 } else { 900 };
+    let server = start_server(args, hold).await?;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.buyers * 2).build()?;
+    let skus: Vec<String> = match scenario {
+        "hot" | "notify" => vec!["HOT".to_string()],
+        _ => (0..SPREAD_SKUS).map(|i| format!("BENCH-{i:04}")).collect(),
+    };
+    let stock = if scenario == "hot" { HOT_STOCK } else { SPREAD_STOCK };
+    for sku in &skus {
+        create_sku(&http, &server, sku, stock).await?;
+    }
+    let applied_before = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await;
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let started = Instant::now();
+    if scenario == "notify" {
+        // Place the orders first (not timed), then time the notifications alone.
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut set = tokio::task::JoinSet::new();
+        let skus = Arc::new(skus.clone());
+        for i in 0..args.buyers {
+            set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, 0, stop.clone(), tally.clone()));
+        }
+        tokio::time::sleep(Duration::from_secs(args.seconds.max(2) / 2)).await;
+        stop.store(true, Ordering::Relaxed);
+        while set.join_next().await.is_some() {}
+        let orders = tally.lock().await.placed.clone();
+        let timer = Instant::now();
+        let queue = Arc::new(Mutex::new(orders.clone()));
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..args.buyers {
+            let (http, base, queue) = (http.clone(), server.base.clone(), queue.clone());
+            set.spawn(async move {
+                loop {
+                    let Some(order_no) = queue.lock().await.pop() else { return };
+                    let url = format!("{base}/sandbox/api/payments/{order_no}_1/complete");
+                    let _ = http.post(url).json(&json!({"outcome": "succeeded", "copies": 2})).send().await;
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+        let want = applied_before + orders.len() as u64;
+        for _ in 0..6000 {
+            if metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let secs = timer.elapsed().as_secs_f64();
+        let applied =
+            metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
+        let t = tally.lock().await;
+        return finish(
+            args,
+            &server,
+            Report {
+                scenario: scenario.into(),
+                seconds: secs,
+                notifications_applied: applied,
+                notifications_per_s: applied as f64 / secs,
+                errors: t.errors.clone(),
+                ..Default::default()
+            },
+        )
+        .await;
+    }
+    let pay_every = match scenario {
+        "mixed" => 2,
+        _ => 1,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut set = tokio::task::JoinSet::new();
+    let skus = Arc::new(skus);
+    for i in 0..args.buyers {
+        set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, pay_every, stop.clone(), tally.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    while set.join_next().await.is_some() {}
+    let secs = started.elapsed().as_secs_f64();
+    // Let in-flight notifications land (bounded), then count what was applied in the run.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let applied = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
+    let mut t = tally.lock().await;
+    let mut oversold = 0;
+    if scenario == "hot" {
+        let r = http.get(format!("{}/api/v1/admin/skus/HOT", server.base)).bearer_auth(&server.admin).send().await?;
+        let v: Value = r.json().await?;
+        let taken = v["reserved"].as_i64().unwrap_or(0) + v["sold"].as_i64().unwrap_or(0);
+        oversold = (taken - HOT_STOCK).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - HOT_STOCK).max(0);
+    }
+    let report = Report {
+        scenario: scenario.into(),
+        seconds: secs,
+        confirms: t.confirms,
+        confirms_per_s: t.confirms as f64 / secs,
+        notifications_applied: applied,
+        notifications_per_s: applied as f64 / secs,
+        latency_ms: latency(std::mem::take(&mut t.confirm_us)),
+        errors: t.errors.clone(),
+        oversold,
+        ..Default::default()
+    };
+    drop(t);
+    finish(args, &server, report).await
+}
+
+async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow::Result<Report> {
+    report.mode = if args.url.is_some() { "http (external server)".into() } else { "http (spawned server)".into() };
+    report.buyers = args.buyers;
+    report.server_peak_rss_mb = server.pid.and_then(peak_rss_mb);
+    if let Some(url) = &server.database_url {
+        report.database = url.split(':').next().unwrap_or_default().to_string();
+        let db = Db::connect(url, 4).await?;
+        report.check_violations = Some(crate::store::check::run(&db).await?.len());
+        db.close().await;
+    }
+    Ok(report)
+}
+
+/// In-process: the store alone, no HTTP.
+async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
+    use crate::store::{catalog, checkout, payments};
+    let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
+    let db = Db::connect(&url, 32).await?;
+    db.migrate().await?;
+    let now = SystemClock.now_ms();
+    let hot = args.scenario == "hot";
+    let cny = crate::domain::Currency::parse("CNY")?;
+    let skus: Vec<String> =
+        if hot { vec!["HOT".into()] } else { (0..SPREAD_SKUS).map(|i| format!("E-{i:04}")).collect() };
+    for sku in &skus {
+        let new = catalog::NewSku {
+            sku: sku.clone(),
+            name: sku.clone(),
+            kind: catalog::SkuKind::Physical,
+            price: crate::domain::Money::new(990, cny)?,
+            stock: if hot { HOT_STOCK } else { SPREAD_STOCK },
+        };
+        catalog::create_sku(&db, &new, true, now).await?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut set = tokio::task::JoinSet::new();
+    let skus = Arc::new(skus);
+    let started = Instant::now();
+    for i in 0..args.buyers {
+        let (db, stop, tally, skus) = (db.clone(), stop.clone(), tally.clone(), skus.clone());
+        set.spawn(async move {
+            let Ok((_, session)) = catalog::create_session(&db, SystemClock.now_ms()).await else { return };
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let now = SystemClock.now_ms();
+                let Ok(basket) = catalog::create_basket(&db, &session.id, now).await else { continue };
+                let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
+                if catalog::set_basket_line(&db, &session.id, &basket, sku, 1, now).await.is_err() {
+                    continue;
+                }
+                let req = checkout::ConfirmRequest {
+                    session_id: &session.id,
+                    basket_id: &basket,
+                    gateway: "sandbox",
+                    channel: "form",
+                    idempotency_key: None,
+                    hold_ms: 900_000,
+                    now,
+                };
+                let t0 = Instant::now();
+                let result = checkout::confirm(&db, &req).await;
+                let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+                let mut t = tally.lock().await;
+                t.confirm_us.push(us);
+                match result {
+                    Ok(p) => {
+                        t.confirms += 1;
+                        t.placed.push(p.attempt_ref);
+                    }
+                    Err(e) => *t.errors.entry(e.code().to_string()).or_default() += 1,
+                }
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    while set.join_next().await.is_some() {}
+    let secs = started.elapsed().as_secs_f64();
+    // Notifications: apply one verified success per placed order, concurrently, plus a duplicate.
+    let placed = std::mem::take(&mut tally.lock().await.placed);
+    let queue = Arc::new(Mutex::new(placed.clone()));
+    let timer = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..args.buyers {
+        let (db, queue) = (db.clone(), queue.clone());
+        set.spawn(async move {
+            loop {
+                let Some(attempt_ref) = queue.lock().await.pop() else { return 0_u64 };
+                let Ok(amount) = crate::domain::Money::new(990, cny) else { return 0 };
+                let ev = payments::VerifiedEvent {
+                    gateway: "sandbox".into(),
+                    event_id: format!("evt_{attempt_ref}"),
+                    attempt_ref,
+                    outcome: payments::Outcome::Succeeded { gateway_txn_id: "txn".into(), amount },
+                    raw_body: b"{}".to_vec(),
+                };
+                for _ in 0..2 {
+                    let _ = payments::apply_event(&db, &ev, Default::default(), SystemClock.now_ms()).await;
+                }
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+    let nsecs = timer.elapsed().as_secs_f64();
+    let mut t = tally.lock().await;
+    let violations = crate::store::check::run(&db).await?.len();
+    db.close().await;
+    Ok(Report {
+        scenario: args.scenario.clone(),
+        mode: "engine (in-process, no HTTP)".into(),
+        database: url.split(':').next().unwrap_or_default().to_string(),
+        buyers: args.buyers,
+        seconds: secs,
+        confirms: t.confirms,
+        confirms_per_s: t.confirms as f64 / secs,
+        notifications_applied: placed.len() as u64,
+        notifications_per_s: placed.len() as f64 / nsecs,
+        latency_ms: latency(std::mem::take(&mut t.confirm_us)),
+        errors: t.errors.clone(),
+        check_violations: Some(violations),
+        ..Default::default()
+    })
+}
+
+/// The physical limit: sequential single-row durable commits (one flush each).
+async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
+    let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("limit.db").display()));
+    let db = Db::connect(&url, 4).await?;
+    db.migrate().await?;
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let mut n = 0_u64;
+    while Instant::now() < deadline {
+        n += 1;
+        let mut tx = db.begin().await?;
+        sqlx::query("INSERT INTO settings (name, value) VALUES ($1, 'x') ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+            .bind(format!("bench-{}", n % 1000))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    db.close().await;
+    Ok(Report {
+        scenario: "commit-limit".into(),
+        mode: "one durable commit at a time".into(),
+        database: url.split(':').next().unwrap_or_default().to_string(),
+        seconds: secs,
+        commits_per_s: Some(n as f64 / secs),
+        ..Default::default()
+    })
+}
+
+pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
+    if !matches!(args.scenario.as_str(), "spread" | "hot" | "notify" | "mixed" | "commit-limit") {
+        anyhow::bail!("--scenario must be spread, hot, notify, mixed or commit-limit");
+    }
+    if args.buyers == 0 || args.buyers > 10_000 {
+        anyhow::bail!("--buyers must be 1-10000");
+    }
+    let report = if args.scenario == "commit-limit" {
+        commit_limit(args).await?
+    } else if args.engine {
+        engine_scenario(args).await?
+    } else {
+        http_scenario(args).await?
+    };
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(report)
+}
+
+/// The report as a small table.
+pub fn table(r: &Report) -> String {
+    let mut out = String::new();
+    let mut row = |k: &str, v: String| out.push_str(&format!("{k:<24} {v}\n"));
+    row("scenario", format!("{} ({}, {})", r.scenario, r.mode, r.database));
+    row("buyers / seconds", format!("{} / {:.1}", r.buyers, r.seconds));
+    if let Some(c) = r.commits_per_s {
+        row("durable commits/s", format!("{c:.0}"));
+        return out;
+    }
+    row("confirms (201)", format!("{} ({:.0}/s)", r.confirms, r.confirms_per_s));
+    row("notifications applied", format!("{} ({:.0}/s)", r.notifications_applied, r.notifications_per_s));
+    let l = |k: &str| r.latency_ms.get(k).copied().unwrap_or(0.0);
+    row(
+        "confirm latency ms",
+        format!("p50 {:.1}  p95 {:.1}  p99 {:.1}  max {:.1}", l("p50"), l("p95"), l("p99"), l("max")),
+    );
+    row("errors", format!("{:?}", r.errors));
+    row("oversold units", r.oversold.to_string());
+    row("server peak RSS", r.server_peak_rss_mb.map(|m| format!("{m:.1} MB")).unwrap_or_else(|| "n/a".into()));
+    row(
+        "kassa check",
+        r.check_violations
+            .map(|v| if v == 0 { "clean".to_string() } else { format!("{v} violations") })
+            .unwrap_or_else(|| "not run (no --database-url)".into()),
+    );
+    out
+}
