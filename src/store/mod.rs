@@ -233,12 +233,14 @@ impl Db {
                 (2, include_str!("../../migrations/sqlite/0002_sweep_claims.sql")),
                 (3, include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql")),
                 (4, include_str!("../../migrations/sqlite/0004_admin.sql")),
+                (5, include_str!("../../migrations/sqlite/0005_event_index.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
                 (2, include_str!("../../migrations/postgres/0002_sweep_claims.sql")),
                 (3, include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql")),
                 (4, include_str!("../../migrations/postgres/0004_admin.sql")),
+                (5, include_str!("../../migrations/postgres/0005_event_index.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;
