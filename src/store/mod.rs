@@ -140,7 +140,9 @@ impl Db {
             DbKind::Sqlite => {
                 let write = sqlite_pool(&url, 1).await?;
                 let read = sqlite_pool(&url, SQLITE_READERS_MAX).await?;
-                let group = Some(std::sync::Arc::new(group::GroupCommit::new(write.clone())));
+                // `KASSA_SQLITE_GROUP_COMMIT=0` turns group commit off, for benchmarking its effect.
+                let grouped = std::env::var("KASSA_SQLITE_GROUP_COMMIT").map_or(true, |v| v != "0");
+                let group = grouped.then(|| std::sync::Arc::new(group::GroupCommit::new(write.clone())));
                 Ok(Db { kind, write, read, group })
             }
             DbKind::Postgres => {

@@ -513,3 +513,46 @@ async fn check_corruption(backend: Backend) {
     assert!(v.iter().any(|l| l.starts_with("I4:") && l.contains(&paid)), "{v:#?}");
     assert!(v.iter().any(|l| l.starts_with("I8:") && l.contains(&unpaid)), "{v:#?}");
 }
+
+on_both!(check_reports_reservation_attempt_and_event_corruption, check_corruption_more);
+async fn check_corruption_more(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let (_, paid, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+    t.complete(&attempt_ref, "succeeded", 1).await;
+    t.settle().await;
+    let (_, pending, _) = t.pending_order(&[("MUG", 1)]).await;
+    t.assert_clean().await;
+    let pool = t.app.state.db.read_pool();
+    // I2: a paid order whose reservation still counts as held.
+    sqlx::query("UPDATE reservations SET status = 'active' WHERE order_no = $1")
+        .bind(&paid)
+        .execute(pool)
+        .await
+        .unwrap();
+    // I5: a second active attempt (the partial unique index forbids it, so drop it first).
+    sqlx::query("DROP INDEX payment_attempts_one_active").execute(pool).await.unwrap();
+    sqlx::query(
+        "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+         VALUES ($1, $2, 9, 'sandbox', 'form', 'created', 8900, 'CNY', 0, 0)",
+    )
+    .bind(format!("{pending}_9"))
+    .bind(&pending)
+    .execute(pool)
+    .await
+    .unwrap();
+    // I6: an applied notification that caused no transition.
+    sqlx::query(
+        "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, raw_body, received_at) \
+         VALUES ('n-fake', 'sandbox', 'evt_fake', 'evt_fake', 'applied', $1, 0)",
+    )
+    .bind(b"{}".to_vec())
+    .execute(pool)
+    .await
+    .unwrap();
+    let v: Vec<String> = t.violations().await.iter().map(|v| v.to_string()).collect();
+    assert!(v.iter().any(|l| l.starts_with("I2:") && l.contains(&paid)), "{v:#?}");
+    assert!(v.iter().any(|l| l.starts_with("I5:") && l.contains(&pending) && l.contains("2 active")), "{v:#?}");
+    assert!(v.iter().any(|l| l.starts_with("I6:") && l.contains("evt_fake")), "{v:#?}");
+    assert!(v.iter().any(|l| l.starts_with("I7:") && l.contains(&format!("{pending}_9"))), "{v:#?}");
+}

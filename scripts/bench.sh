@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs the benchmark scenarios RUNS times each and prints the median of every figure as a
+# Markdown table (the source of BENCHMARKS.md). Usage:
+#   scripts/bench.sh                          # SQLite scenarios, engine, durable-commit limit
+#   PG_URL=postgres://postgres@127.0.0.1:5432 scripts/bench.sh   # also PostgreSQL and pgbench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${RUNS:-3}"
+SECONDS_PER_RUN="${SECONDS_PER_RUN:-10}"
+BUYERS="${BUYERS:-64}"
+out="$(mktemp -d)"
+cargo build --release -q
+bin=target/release/kassa
+export RUST_LOG=warn
+
+run() { # name, args...
+  local name=$1; shift
+  for i in $(seq 1 "$RUNS"); do
+    "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" --json "$out/$name-$i.json" "$@" >/dev/null 2>&1 || true
+  done
+}
+
+run sqlite-commit-limit --scenario commit-limit
+run sqlite-spread --scenario spread
+run sqlite-hot --scenario hot
+run sqlite-notify --scenario notify
+run sqlite-mixed --scenario mixed
+run engine-sqlite-spread --engine --scenario spread
+run engine-sqlite-hot --engine --scenario hot
+KASSA_SQLITE_GROUP_COMMIT=0 run sqlite-spread-no-group-commit --scenario spread
+KASSA_SQLITE_GROUP_COMMIT=0 run engine-sqlite-spread-no-group-commit --engine --scenario spread
+
+if [ -n "${PG_URL:-}" ]; then
+  for i in $(seq 1 "$RUNS"); do
+    for s in spread hot notify; do
+      db="kassa_bench_$(date +%s%N)"
+      psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
+      "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" --scenario "$s" --database-url "$PG_URL/$db" \
+        --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
+      psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
+    done
+  done
+  # The limit: pgbench's TPC-B-like transactions, 64 clients, durable commits (synchronous_commit=on).
+  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS kassa_pgbench" -qc "CREATE DATABASE kassa_pgbench" >/dev/null
+  pgbench -q -i -s 10 "$PG_URL/kassa_pgbench" >/dev/null 2>&1
+  for i in $(seq 1 "$RUNS"); do
+    pgbench -c "$BUYERS" -j 2 -T "$SECONDS_PER_RUN" "$PG_URL/kassa_pgbench" 2>/dev/null | awk '/^tps/ {print $3}' >> "$out/pgbench.txt"
+  done
+fi
+
+python3 - "$out" <<'PY'
+import json, os, statistics, sys
+out = sys.argv[1]
+groups = {}
+for f in sorted(os.listdir(out)):
+    if f.endswith(".json"):
+        groups.setdefault(f.rsplit("-", 1)[0], []).append(json.load(open(os.path.join(out, f))))
+def med(rows, key, sub=None):
+    vals = [(r.get(key) or {}).get(sub) if sub else r.get(key) for r in rows]
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+def fmt(v, d=0):
+    return "—" if v is None else f"{v:.{d}f}"
+print("| run | confirms/s | notifications/s | p50 ms | p95 ms | p99 ms | max ms | oversold | peak RSS MB | check | commits/s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for name, rows in groups.items():
+    print(f"| {name} (median of {len(rows)}) | {fmt(med(rows,'confirms_per_s'))} | {fmt(med(rows,'notifications_per_s'))} | "
+          f"{fmt(med(rows,'latency_ms','p50'),1)} | {fmt(med(rows,'latency_ms','p95'),1)} | {fmt(med(rows,'latency_ms','p99'),1)} | "
+          f"{fmt(med(rows,'latency_ms','max'),1)} | {max(r.get('oversold',0) for r in rows)} | {fmt(med(rows,'server_peak_rss_mb'),1)} | "
+          f"{'clean' if all((r.get('check_violations') or 0) == 0 for r in rows) else 'VIOLATIONS'} | {fmt(med(rows,'commits_per_s'))} |")
+p = os.path.join(out, "pgbench.txt")
+if os.path.exists(p):
+    tps = [float(x) for x in open(p).read().split()]
+    if tps:
+        print(f"\npgbench (TPC-B-like, {len(tps)} runs): median {statistics.median(tps):.0f} tps")
+PY
