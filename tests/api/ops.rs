@@ -1,7 +1,7 @@
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::common::{Backend, TestApp};
+use crate::common::{Backend, TestApp, s};
 use crate::on_both;
 
 on_both!(operations_endpoints, operations);
@@ -117,5 +117,113 @@ async fn monitor(backend: Backend) {
         "kassa_alerts_total{kind=\"order_stuck\"}",
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
+}
+
+/// A full run of `kassa serve --demo` at debug level: its logs must not contain any secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_never_contain_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log_path = dir.path().join("stderr.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+        .args(["serve", "--demo", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "debug")
+        .stdout(std::fs::File::create(dir.path().join("stdout.log")).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let mut admin = String::new();
+    for _ in 0..400 {
+        let stdout = std::fs::read_to_string(dir.path().join("stdout.log")).unwrap_or_default();
+        if let Some(line) = stdout.lines().find(|l| l.starts_with("admin token: ")) {
+            admin = line.trim_start_matches("admin token: ").to_string();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(!admin.is_empty(), "the demo prints its generated admin token");
+    let post = |path: &str, token: &str, body: Value| {
+        let (http, url, token) = (http.clone(), format!("{base}{path}"), token.to_string());
+        async move {
+            http.post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap_or(Value::Null)
+        }
+    };
+    post(
+        "/api/v1/admin/skus",
+        &admin,
+        json!({"sku": "GAME", "name": "Game", "price_minor": 100, "currency": "CNY", "kind": "digital"}),
+    )
+    .await;
+    let card_key = "CARD-KEY-9f1c2e7a-SECRET";
+    post("/api/v1/admin/skus/GAME/keys", &admin, json!({"keys": [card_key]})).await;
+    let buyer = s(&post("/api/v1/sessions", "", json!({})).await["token"]);
+    let basket = s(&post("/api/v1/baskets", &buyer, json!({})).await["basket_id"]);
+    http.put(format!("{base}/api/v1/baskets/{basket}/lines/GAME"))
+        .bearer_auth(&buyer)
+        .json(&json!({"quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    let placed = post(&format!("/api/v1/baskets/{basket}/checkout"), &buyer, json!({})).await;
+    let attempt_ref = s(&placed["attempt_ref"]);
+    post(&format!("/sandbox/api/payments/{attempt_ref}/complete"), "", json!({"outcome": "succeeded", "copies": 2}))
+        .await;
+    let order_no = s(&placed["order_no"]);
+    let mut delivered = Value::Null;
+    for _ in 0..200 {
+        delivered = http
+            .get(format!("{base}/api/v1/orders/{order_no}"))
+            .bearer_auth(&buyer)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if delivered["status"] == "delivered" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(delivered["lines"][0]["keys"][0], card_key, "{delivered}");
+    // Sign in to the console with the token; a wrong token too.
+    let form = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    form.post(format!("{base}/admin/login")).form(&[("token", admin.as_str())]).send().await.unwrap();
+    form.post(format!("{base}/admin/login")).form(&[("token", "wrong-token-guess")]).send().await.unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logs.lines().count() > 20, "a debug run logs plenty: {logs}");
+    assert!(logs.contains(&order_no), "log lines carry the order number");
+    let keys_secret = std::fs::read_to_string(dir.path().join("data/keys.secret")).unwrap();
+    let db = kassa::store::Db::connect(&format!("sqlite://{}", dir.path().join("data/kassa.db").display()), 2)
+        .await
+        .unwrap();
+    let settings: Vec<String> =
+        sqlx::query_scalar("SELECT value FROM settings").fetch_all(db.read_pool()).await.unwrap();
+    let mut secrets = vec![
+        admin.clone(),
+        buyer.clone(),
+        card_key.to_string(),
+        keys_secret.trim().to_string(),
+        "wrong-token-guess".into(),
+    ];
+    secrets.extend(settings.into_iter().filter(|v| v.len() >= 32));
+    for secret in &secrets {
+        assert!(!logs.contains(secret.as_str()), "a secret leaked into the logs: {}…", &secret[..8.min(secret.len())]);
     }
 }
