@@ -156,7 +156,9 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
     let admin = crate::domain::ids::new_secret_token();
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(["serve", "--sandbox", "--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--admin-token", &admin, "--hold-seconds", &hold_seconds.to_string(), "--sweep-interval-ms", "500"])
+        .args(["--hold-seconds", &hold_seconds.to_string(), "--sweep-interval-ms", "500"])
+        // Through the environment, not argv: the process list is readable by every local user.
+        .env("KASSA_ADMIN_TOKEN", &admin)
         .arg("--data-dir")
         .arg(&dir)
         .env("RUST_LOG", "warn")

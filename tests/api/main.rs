@@ -9,6 +9,7 @@ mod checkout;
 mod expiry;
 mod fleet;
 mod lifecycle;
+mod model;
 mod notifications;
 mod ops;
 mod pages;
