@@ -236,6 +236,7 @@ impl Db {
                 (3, include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql")),
                 (4, include_str!("../../migrations/sqlite/0004_admin.sql")),
                 (5, include_str!("../../migrations/sqlite/0005_event_index.sql")),
+                (6, include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
@@ -243,6 +244,7 @@ impl Db {
                 (3, include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql")),
                 (4, include_str!("../../migrations/postgres/0004_admin.sql")),
                 (5, include_str!("../../migrations/postgres/0005_event_index.sql")),
+                (6, include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;

@@ -228,13 +228,13 @@ async fn apply_success(
                 events::set_attempt_status(tx, order_no, &other_ref, from, AttemptStatus::Superseded, cause).await?;
             }
             consume_reservations(tx, order_no, cause.at).await?;
-            set_captured(tx, order_no, amount).await?;
+            set_captured(tx, order_no, attempt_ref, amount).await?;
             events::set_order_status(tx, order_no, order_status, OrderStatus::Paid, cause).await?;
             fulfilment::after_paid(tx, skip_locked, order_no, cause).await?;
             Ok(Some("paid"))
         }
         SuccessDecision::LatePayment => {
-            set_captured(tx, order_no, amount).await?;
+            set_captured(tx, order_no, attempt_ref, amount).await?;
             let late = Cause { trigger: "late_payment", ..cause };
             events::set_order_status(tx, order_no, order_status, OrderStatus::PaidAfterExpiry, late).await?;
             let details =
@@ -352,13 +352,16 @@ pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<
     Ok(true)
 }
 
-async fn set_captured(tx: &mut Tx<'_>, order_no: &str, amount: Money) -> Result<()> {
-    sqlx::query("UPDATE orders SET captured_minor = $1, captured_currency = $2 WHERE order_no = $3")
-        .bind(amount.amount_minor())
-        .bind(amount.currency().code())
-        .bind(order_no)
-        .execute(&mut **tx)
-        .await?;
+async fn set_captured(tx: &mut Tx<'_>, order_no: &str, attempt_ref: &str, amount: Money) -> Result<()> {
+    sqlx::query(
+        "UPDATE orders SET captured_minor = $1, captured_currency = $2, captured_attempt_ref = $3 WHERE order_no = $4",
+    )
+    .bind(amount.amount_minor())
+    .bind(amount.currency().code())
+    .bind(attempt_ref)
+    .bind(order_no)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

@@ -142,13 +142,10 @@ pub async fn request(
 
 /// The attempt that captured the order's money.
 async fn paid_attempt(tx: &mut Tx<'_>, order_no: &str) -> Result<String> {
-    let captured: Option<String> = sqlx::query_scalar(
-        "SELECT a.attempt_ref FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no \
-         WHERE a.order_no = $1 AND a.status = 'succeeded' AND a.captured_minor = o.captured_minor ORDER BY a.seq LIMIT 1",
-    )
-    .bind(order_no)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let captured: Option<String> = sqlx::query_scalar("SELECT captured_attempt_ref FROM orders WHERE order_no = $1")
+        .bind(order_no)
+        .fetch_one(&mut **tx)
+        .await?;
     captured.ok_or_else(|| Error::conflict("not_refundable", "the order has no captured payment"))
 }
 

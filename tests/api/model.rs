@@ -4,7 +4,7 @@
 //! restarts are applied to both, and after every step the real system must agree with the model
 //! and `kassa check` must find nothing. Failing schedules shrink to a minimal one; the seed is
 //! printed so `KASSA_MODEL_SEED=<seed>` replays the run. `KASSA_MODEL_CASES` sets how many
-//! schedules run (default 400 on SQLite, 40 on PostgreSQL).
+//! schedules run (default 600 on SQLite, 40 on PostgreSQL).
 
 use std::sync::Arc;
 
@@ -92,7 +92,10 @@ fn fail(msg: String) -> TestCaseError {
 
 fn event(attempt_ref: &str, ok: bool, amount: i64) -> VerifiedEvent {
     let outcome = if ok {
-        Outcome::Succeeded { gateway_txn_id: format!("txn-{attempt_ref}"), amount: Money::new(amount, Currency::parse("CNY").unwrap()).unwrap() }
+        Outcome::Succeeded {
+            gateway_txn_id: format!("txn-{attempt_ref}"),
+            amount: Money::new(amount, Currency::parse("CNY").unwrap()).unwrap(),
+        }
     } else {
         Outcome::Failed
     };
@@ -117,7 +120,13 @@ async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
     let mut model = Model { sessions: vec![None; 3], ..Default::default() };
     for (sku, price, stock, digital) in SKUS {
         let kind = if digital { catalog::SkuKind::Digital } else { catalog::SkuKind::Physical };
-        let new = catalog::NewSku { sku: sku.into(), name: sku.into(), kind, price: Money::new(price, Currency::parse("CNY").unwrap()).unwrap(), stock: if digital { 0 } else { stock } };
+        let new = catalog::NewSku {
+            sku: sku.into(),
+            name: sku.into(),
+            kind,
+            price: Money::new(price, Currency::parse("CNY").unwrap()).unwrap(),
+            stock: if digital { 0 } else { stock },
+        };
         catalog::create_sku(&db, &new, false, clock.now_ms()).await.unwrap();
         if digital {
             let keys: Vec<String> = (0..stock).map(|i| format!("{sku}-KEY-{i}")).collect();
@@ -147,7 +156,15 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             };
             let basket = catalog::create_basket(db, &session, now).await.unwrap();
             catalog::set_basket_line(db, &session, &basket, SKUS[sku].0, qty, now).await.unwrap();
-            let req = checkout::ConfirmRequest { session_id: &session, basket_id: &basket, gateway: "sandbox", channel: "form", idempotency_key: None, hold_ms: HOLD_MS, now };
+            let req = checkout::ConfirmRequest {
+                session_id: &session,
+                basket_id: &basket,
+                gateway: "sandbox",
+                channel: "form",
+                idempotency_key: None,
+                hold_ms: HOLD_MS,
+                now,
+            };
             let result = checkout::confirm(db, &req).await;
             let (on_hand, reserved, _) = model.stock[sku];
             if on_hand - reserved >= qty {
@@ -177,7 +194,15 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::Reconfirm { order } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             let o = &model.orders[i];
-            let req = checkout::ConfirmRequest { session_id: &o.session, basket_id: &o.basket, gateway: "sandbox", channel: "form", idempotency_key: None, hold_ms: HOLD_MS, now };
+            let req = checkout::ConfirmRequest {
+                session_id: &o.session,
+                basket_id: &o.basket,
+                gateway: "sandbox",
+                channel: "form",
+                idempotency_key: None,
+                hold_ms: HOLD_MS,
+                now,
+            };
             let placed = checkout::confirm(db, &req).await.map_err(|e| fail(format!("reconfirm: {e}")))?;
             if placed.order_no != o.order_no || placed.created {
                 return Err(fail("a repeated confirm created another order".into()));
@@ -193,13 +218,18 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         }
         Op::PayOld { order } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
-            let Some((attempt_ref, _)) = model.orders[i].attempts.iter().find(|(_, s)| *s == "superseded").cloned() else { return Ok(()) };
+            let Some((attempt_ref, _)) = model.orders[i].attempts.iter().find(|(_, s)| *s == "superseded").cloned()
+            else {
+                return Ok(());
+            };
             pay(real, model, i, &attempt_ref, 1).await?;
         }
         Op::Fail { order } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             let (attempt_ref, state) = model.orders[i].attempts.last().cloned().unwrap();
-            let applied = payments::apply_event(db, &event(&attempt_ref, false, 0), LatePolicy::Manual, now).await.map_err(|e| fail(e.to_string()))?;
+            let applied = payments::apply_event(db, &event(&attempt_ref, false, 0), LatePolicy::Manual, now)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
             let active = matches!(state, "created");
             if active {
                 model.orders[i].attempts.last_mut().unwrap().1 = "failed";
@@ -285,7 +315,12 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             } else {
                 match result {
                     Err(e) if ["refund_exceeds_captured", "not_refundable"].contains(&e.code()) => {}
-                    other => return Err(fail(format!("refund of {amount} on {} ({}/{}): {other:?}", o.status, o.refunded, o.captured))),
+                    other => {
+                        return Err(fail(format!(
+                            "refund of {amount} on {} ({}/{}): {other:?}",
+                            o.status, o.refunded, o.captured
+                        )));
+                    }
                 }
             }
         }
@@ -303,7 +338,8 @@ async fn pay(real: &mut Real, model: &mut Model, i: usize, attempt_ref: &str, co
     let ev = event(attempt_ref, true, o.total);
     let mut changed = 0;
     for _ in 0..copies {
-        let applied = payments::apply_event(&real.db, &ev, LatePolicy::Manual, now).await.map_err(|e| fail(e.to_string()))?;
+        let applied =
+            payments::apply_event(&real.db, &ev, LatePolicy::Manual, now).await.map_err(|e| fail(e.to_string()))?;
         if matches!(applied, Applied::Changed { .. }) {
             changed += 1;
         }
@@ -348,18 +384,29 @@ async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseE
     for o in &model.orders {
         let view = payments::get_order(&real.db, &o.order_no, false).await.map_err(|e| fail(e.to_string()))?;
         if view.status != o.status {
-            return Err(fail(format!("after {after:?}: order {} is {} but the model says {}", o.order_no, view.status, o.status)));
+            return Err(fail(format!(
+                "after {after:?}: order {} is {} but the model says {}",
+                o.order_no, view.status, o.status
+            )));
         }
-        let active = view.attempts.iter().filter(|a| matches!(a.status.as_str(), "created" | "redirected" | "unknown")).count();
+        let active =
+            view.attempts.iter().filter(|a| matches!(a.status.as_str(), "created" | "redirected" | "unknown")).count();
         let model_active = o.attempts.iter().filter(|(_, s)| *s == "created").count();
         if active != model_active {
-            return Err(fail(format!("after {after:?}: order {} has {active} active attempts, model {model_active}", o.order_no)));
+            return Err(fail(format!(
+                "after {after:?}: order {} has {active} active attempts, model {model_active}",
+                o.order_no
+            )));
         }
     }
     for (i, (sku, ..)) in SKUS.iter().enumerate() {
         let v = catalog::get_sku(&real.db, sku).await.map_err(|e| fail(e.to_string()))?;
         if (v.on_hand, v.reserved, v.sold) != model.stock[i] {
-            return Err(fail(format!("after {after:?}: sku {sku} is {:?}, model {:?}", (v.on_hand, v.reserved, v.sold), model.stock[i])));
+            return Err(fail(format!(
+                "after {after:?}: sku {sku} is {:?}, model {:?}",
+                (v.on_hand, v.reserved, v.sold),
+                model.stock[i]
+            )));
         }
     }
     let violations = check::run(&real.db).await.map_err(|e| fail(e.to_string()))?;
@@ -372,11 +419,19 @@ async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseE
 fn run_model(backend: Backend, default_cases: u32) {
     let cases = std::env::var("KASSA_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default_cases);
     let seed = std::env::var("KASSA_MODEL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random::<u64>);
-    eprintln!("model-based schedules on {backend:?}: {cases} cases, KASSA_MODEL_SEED={seed}");
+    let name = match backend {
+        Backend::Sqlite => "SQLite",
+        Backend::Postgres(_) => "PostgreSQL",
+    };
+    eprintln!("model-based schedules on {name}: {cases} cases, KASSA_MODEL_SEED={seed}");
     let config = Config { cases, rng_seed: RngSeed::Fixed(seed), failure_persistence: None, ..Config::default() };
     let rt = Arc::new(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap());
     // A tmpfs makes each schedule's durable commits cheap, so thousands of schedules fit in CI.
-    let base = if std::path::Path::new("/dev/shm").is_dir() { std::path::PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let base = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
     let mut runner = TestRunner::new(config);
     let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
         rt.block_on(async {
@@ -408,13 +463,14 @@ async fn drop_database(server: &str, url: &str) {
     use sqlx::Connection as _;
     let name = url.rsplit('/').next().unwrap_or_default().split('?').next().unwrap_or_default().to_string();
     if let Ok(mut conn) = sqlx::PgConnection::connect(server).await {
-        let _ = sqlx::Executor::execute(&mut conn, format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await;
+        let _ =
+            sqlx::Executor::execute(&mut conn, format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await;
     }
 }
 
 #[test]
 fn random_schedules_agree_with_the_model_sqlite() {
-    run_model(Backend::Sqlite, 400);
+    run_model(Backend::Sqlite, 600);
 }
 
 #[test]
