@@ -43,7 +43,7 @@ async fn load_balancer(backends: Arc<Mutex<Vec<SocketAddr>>>) -> SocketAddr {
     addr
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -59,7 +59,7 @@ fn start_instance(database_url: &str, port: u16, public: SocketAddr, log: &std::
         .unwrap()
 }
 
-async fn wait_healthy(http: &reqwest::Client, base: &str, child: &mut Child, log: &std::path::Path) {
+pub async fn wait_healthy(http: &reqwest::Client, base: &str, child: &mut Child, log: &std::path::Path) {
     for _ in 0..1200 {
         if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
             return;

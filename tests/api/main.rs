@@ -6,6 +6,7 @@ mod common;
 
 mod browser;
 mod checkout;
+mod crash;
 mod expiry;
 mod fleet;
 mod lifecycle;
