@@ -282,6 +282,20 @@ pub async fn set_basket_line(
         if other.is_some() {
             return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
         }
+        // The basket total must stay representable: refuse the line that would overflow it.
+        let others =
+            sqlx::query("SELECT quoted_unit_minor, quantity FROM basket_lines WHERE basket_id = $1 AND sku <> $2")
+                .bind(basket_id)
+                .bind(sku)
+                .fetch_all(&mut **tx)
+                .await?;
+        let overflow = || Error::api(422, "amount_overflow", "the basket total would overflow");
+        let mut total = price.checked_mul(quantity).ok_or_else(overflow)?;
+        for r in &others {
+            let line =
+                col::<i64>(r, "quoted_unit_minor")?.checked_mul(col::<i64>(r, "quantity")?).ok_or_else(overflow)?;
+            total = total.checked_add(line).ok_or_else(overflow)?;
+        }
         let lines: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM basket_lines WHERE basket_id = $1 AND sku <> $2")
             .bind(basket_id)
             .bind(sku)

@@ -238,3 +238,74 @@ async fn bad_input(backend: Backend) {
     assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "unknown_gateway".to_string()));
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 0);
 }
+
+on_both!(hostile_input_is_refused_and_changes_nothing, hostile_input);
+async fn hostile_input(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    // SQL metacharacters are data, never SQL.
+    let sneaky = "Robert'); DROP TABLE orders; --";
+    t.create_sku("SQL", sneaky, 100, 5).await;
+    assert_eq!(t.sku("SQL").await["name"], sneaky);
+    // Money overflow: a huge price times a quantity is refused with a code, not wrapped.
+    t.create_sku("HUGE", "Huge", i64::MAX / 2, 5).await;
+    let buyer = t.buyer().await;
+    let basket = t.basket(&buyer, &[("HUGE", 1)]).await;
+    let r = t
+        .http
+        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/HUGE")))
+        .bearer_auth(&buyer)
+        .json(&json!({"quantity": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "amount_overflow");
+    let r = t
+        .http
+        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/HUGE")))
+        .bearer_auth(&buyer)
+        .json(&json!({"quantity": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the largest representable total is fine");
+    // Path tricks in identifiers.
+    for path in [
+        "/api/v1/orders/..%2F..%2Fetc%2Fpasswd",
+        "/api/v1/orders/KS%22%3E%3Cscript%3E",
+        "/api/v1/baskets/%00/lines/SQL",
+    ] {
+        let r = t.http.get(t.url(path)).bearer_auth(&buyer).send().await.unwrap();
+        assert!(
+            r.status() == StatusCode::NOT_FOUND || r.status() == StatusCode::METHOD_NOT_ALLOWED,
+            "{path}: {}",
+            r.status()
+        );
+    }
+    let r = t
+        .http
+        .put(t.url("/api/v1/baskets/x/lines/..%2Fadmin"))
+        .bearer_auth(&buyer)
+        .json(&json!({"quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // Another buyer can neither cancel nor pay (retry) someone's order.
+    let (_, order_no, _) = t.pending_order(&[("SQL", 1)]).await;
+    let stranger = t.buyer().await;
+    for action in ["cancel", "attempts"] {
+        let r = t
+            .http
+            .post(t.url(&format!("/api/v1/orders/{order_no}/{action}")))
+            .bearer_auth(&stranger)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{action}");
+    }
+    assert_eq!(t.status(&order_no).await, "pending_payment");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 1);
+    t.assert_clean().await;
+}
