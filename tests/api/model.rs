@@ -3,8 +3,9 @@
 //! notifications), pay an old attempt, fail, clock ticks, sweeps, retry, cancel, refund and engine
 //! restarts are applied to both, and after every step the real system must agree with the model
 //! and `kassa check` must find nothing. Failing schedules shrink to a minimal one; the seed is
-//! printed so `KASSA_MODEL_SEED=<seed>` replays the run. `KASSA_MODEL_CASES` sets how many
-//! schedules run (default 600 on SQLite, 40 on PostgreSQL).
+//! printed so `KASSA_MODEL_SEED=<seed>` replays the run. `KASSA_MODEL_CASES` and
+//! `KASSA_MODEL_CASES_PG` set how many schedules run (default 600 on SQLite, 40 on PostgreSQL; CI
+//! runs 2,000 and 100).
 
 use std::sync::Arc;
 
@@ -417,7 +418,11 @@ async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseE
 }
 
 fn run_model(backend: Backend, default_cases: u32) {
-    let cases = std::env::var("KASSA_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default_cases);
+    let var = match backend {
+        Backend::Sqlite => "KASSA_MODEL_CASES",
+        Backend::Postgres(_) => "KASSA_MODEL_CASES_PG",
+    };
+    let cases = std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default_cases);
     let seed = std::env::var("KASSA_MODEL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random::<u64>);
     let name = match backend {
         Backend::Sqlite => "SQLite",
