@@ -104,12 +104,18 @@ impl<'g> Member<'g> {
         let last = self.group.waiting.load(Ordering::SeqCst) == 0 || state.members >= BATCH_MAX;
         if last {
             let (tx, batch) = (state.tx.take(), state.batch.take());
-            let committed = match tx {
-                Some(tx) => tx.commit().await.map_err(|e| e.to_string()),
-                None => Ok(()),
-            };
+            // Committed and published in a task of its own: if this request is cancelled while the
+            // commit runs, the commit still completes and the batch still hears about it.
+            let commit = tokio::spawn(async move {
+                let committed = match tx {
+                    Some(tx) => tx.commit().await.map_err(|e| e.to_string()),
+                    None => Ok(()),
+                };
+                publish(batch, committed.clone());
+                committed
+            });
+            let committed = commit.await.unwrap_or_else(|e| Err(format!("commit task failed: {e}")));
             drop(state);
-            publish(batch, committed.clone());
             return committed.map_err(|e| Error::internal(format!("group commit failed: {e}"))).and(outcome);
         }
         let batch = state.batch.clone();
