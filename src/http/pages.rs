@@ -264,6 +264,7 @@ struct ReturnPage<'a> {
     settled: bool,
     poll_url: String,
     own: bool,
+    keys: Vec<String>,
 }
 
 /// Shows what kassa knows locally. Query parameters are ignored: the browser coming back proves
@@ -281,7 +282,18 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
         let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
         let poll_url =
             if own { format!("/api/v1/orders/{order_no}") } else { format!("/checkout/return/{attempt_ref}/status") };
+        // Delivered card keys are shown to the order's own buyer only.
+        let keys = if own {
+            crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no)
+                .await?
+                .into_iter()
+                .map(|(_, k)| k)
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(render(&ReturnPage {
+            keys,
             attempt_ref: &attempt_ref,
             order_no: &order_no,
             status: status.as_str(),

@@ -250,7 +250,22 @@ async fn h5_page(backend: Backend) {
         "{html}"
     );
     let stranger = t.buyer().await;
-    let r = page(stranger).await;
+    let r = page(stranger.clone()).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert!(!r.text().await.unwrap().contains("H5-KEY-1"));
+    // The return page shows the status to anyone with the reference, the keys to the buyer only.
+    let ret = |token: Option<String>| {
+        let (http, url) = (t.http.clone(), t.url(&format!("/checkout/return/{attempt_ref}")));
+        async move {
+            let mut req = http.get(url);
+            if let Some(token) = token {
+                req = req.header("cookie", format!("kassa_session={token}"));
+            }
+            req.send().await.unwrap().text().await.unwrap()
+        }
+    };
+    assert!(ret(Some(buyer.clone())).await.contains("H5-KEY-1"));
+    let anonymous = ret(None).await;
+    assert!(anonymous.contains("data-status=\"delivered\"") && !anonymous.contains("H5-KEY-1"));
+    assert!(!ret(Some(stranger)).await.contains("H5-KEY-1"));
 }
