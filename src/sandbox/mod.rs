@@ -275,14 +275,16 @@ impl Sandbox {
     }
 
     /// Sends notifications right away (in parallel); the delivery worker retries whatever fails.
-    fn send_soon(self: &Arc<Self>, ids: Vec<String>, delay_ms: u64) {
-        for id in ids {
+    /// The deliveries were written already leased to this instance, so the first try needs no
+    /// claim of its own (one write less per notification).
+    fn send_soon(self: &Arc<Self>, deliveries: Vec<Delivery>, delay_ms: u64) {
+        for d in deliveries {
             let me = Arc::clone(self);
             tokio::spawn(async move {
                 if delay_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                 }
-                if let Err(e) = me.deliver(&id).await {
+                if let Err(e) = me.send_claimed(&d.id, &d.body, &d.url, 0).await {
                     tracing::warn!(error = %e, "sandbox delivery failed; will retry");
                 }
             });
@@ -430,7 +432,12 @@ impl Sandbox {
         let Some((body, url, tries)) = claimed else {
             return Ok(());
         };
-        let result = self.post(&url, &body).await;
+        self.send_claimed(id, &body, &url, tries).await
+    }
+
+    /// Sends a delivery this instance holds the lease of, and records the answer.
+    async fn send_claimed(&self, id: &str, body: &str, url: &str, tries: i64) -> Result<()> {
+        let result = self.post(url, body).await;
         let now = self.clock.now_ms();
         let tries = tries + 1;
         let (status, next_at, error) = match &result {
@@ -507,7 +514,7 @@ impl Sandbox {
     }
 }
 
-/// Writes `copies` deliveries of one notification, due at `next_at`.
+/// Writes `copies` deliveries of one notification, due at `next_at` and leased to this instance.
 #[allow(clippy::too_many_arguments)]
 async fn enqueue(
     tx: &mut crate::store::Tx<'_>,
@@ -518,13 +525,13 @@ async fn enqueue(
     copies: u32,
     next_at: i64,
     now: i64,
-) -> Result<Vec<String>> {
-    let mut ids = Vec::new();
+) -> Result<Vec<Delivery>> {
+    let mut deliveries = Vec::new();
     for _ in 0..copies {
         let id = new_id();
         sqlx::query(
             "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, lease_until, created_at) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, 0, $7)",
+             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $7, $8)",
         )
         .bind(&id)
         .bind(attempt_ref)
@@ -532,12 +539,21 @@ async fn enqueue(
         .bind(body)
         .bind(notify_url)
         .bind(next_at)
+        // Leased to this instance for its first try; if it dies, the worker takes over after.
+        .bind(next_at.saturating_add(DELIVERY_LEASE_MS))
         .bind(now)
         .execute(&mut **tx)
         .await?;
-        ids.push(id);
+        deliveries.push(Delivery { id, body: body.to_string(), url: notify_url.to_string() });
     }
-    Ok(ids)
+    Ok(deliveries)
+}
+
+/// A notification copy to send.
+struct Delivery {
+    id: String,
+    body: String,
+    url: String,
 }
 
 /// Exponential backoff: 1 s, 2 s, 4 s, … capped at a minute.
