@@ -31,12 +31,14 @@ use crate::store::Db;
 const SPREAD_STOCK: i64 = 1_000_000;
 /// SKUs in the `spread` scenario.
 const SPREAD_SKUS: usize = 200;
+/// Baskets each buyer prepares before the clock starts in the engine's `confirm` scenario.
+const PREPARED_BASKETS: usize = 150;
 /// Units of the one SKU in the `hot` scenario (the flash sale).
 const HOT_STOCK: i64 = 5_000;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// spread | hot | notify | mixed | commit-limit
+    /// spread | hot | notify | mixed | commit-limit | confirm (engine only: confirms alone)
     #[arg(long, default_value = "spread")]
     pub scenario: String,
     /// Concurrent simulated buyers
@@ -428,20 +430,41 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let mut set = tokio::task::JoinSet::new();
     let skus = Arc::new(skus);
-    let started = Instant::now();
+    // `confirm`: baskets are prepared before the clock starts, so only confirms are timed.
+    let confirm_only = args.scenario == "confirm";
+    let start = Arc::new(tokio::sync::Barrier::new(args.buyers + 1));
     for i in 0..args.buyers {
-        let (db, stop, tally, skus) = (db.clone(), stop.clone(), tally.clone(), skus.clone());
+        let (db, stop, tally, skus, start) = (db.clone(), stop.clone(), tally.clone(), skus.clone(), start.clone());
         set.spawn(async move {
-            let Ok((_, session)) = catalog::create_session(&db, SystemClock.now_ms()).await else { return };
+            let session = catalog::create_session(&db, SystemClock.now_ms()).await.ok().map(|(_, s)| s);
+            let mut prepared = Vec::new();
+            if let (true, Some(session)) = (confirm_only, &session) {
+                for n in 0..PREPARED_BASKETS {
+                    let now = SystemClock.now_ms();
+                    let Ok(basket) = catalog::create_basket(&db, &session.id, now).await else { continue };
+                    let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
+                    if catalog::set_basket_line(&db, &session.id, &basket, sku, 1, now).await.is_ok() {
+                        prepared.push(basket);
+                    }
+                }
+            }
+            start.wait().await;
+            let Some(session) = session else { return };
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 let now = SystemClock.now_ms();
-                let Ok(basket) = catalog::create_basket(&db, &session.id, now).await else { continue };
-                let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
-                if catalog::set_basket_line(&db, &session.id, &basket, sku, 1, now).await.is_err() {
-                    continue;
-                }
+                let basket = if confirm_only {
+                    let Some(b) = prepared.pop() else { return };
+                    b
+                } else {
+                    let Ok(basket) = catalog::create_basket(&db, &session.id, now).await else { continue };
+                    let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
+                    if catalog::set_basket_line(&db, &session.id, &basket, sku, 1, now).await.is_err() {
+                        continue;
+                    }
+                    basket
+                };
                 let req = checkout::ConfirmRequest {
                     session_id: &session.id,
                     basket_id: &basket,
@@ -466,7 +489,20 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
             }
         });
     }
-    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    start.wait().await;
+    let started = Instant::now();
+    let deadline = tokio::time::sleep(Duration::from_secs(args.seconds));
+    tokio::pin!(deadline);
+    let mut running = args.buyers;
+    while running > 0 {
+        tokio::select! {
+            _ = &mut deadline => break,
+            done = set.join_next() => match done {
+                Some(_) => running -= 1,
+                None => break,
+            },
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     while set.join_next().await.is_some() {}
     let secs = started.elapsed().as_secs_f64();
@@ -548,8 +584,11 @@ async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
 }
 
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
-    if !matches!(args.scenario.as_str(), "spread" | "hot" | "notify" | "mixed" | "commit-limit") {
-        anyhow::bail!("--scenario must be spread, hot, notify, mixed or commit-limit");
+    if !matches!(args.scenario.as_str(), "spread" | "hot" | "notify" | "mixed" | "commit-limit" | "confirm") {
+        anyhow::bail!("--scenario must be spread, hot, notify, mixed, commit-limit or (with --engine) confirm");
+    }
+    if args.scenario == "confirm" && !args.engine {
+        anyhow::bail!("--scenario confirm is an engine scenario: add --engine");
     }
     if args.buyers == 0 || args.buyers > 10_000 {
         anyhow::bail!("--buyers must be 1-10000");
