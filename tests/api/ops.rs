@@ -227,3 +227,41 @@ async fn logs_never_contain_secrets() {
         assert!(!logs.contains(secret.as_str()), "a secret leaked into the logs: {}…", &secret[..8.min(secret.len())]);
     }
 }
+
+/// The benchmark tool works end to end (figures are in BENCHMARKS.md; nothing here asserts speed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_tool_runs_each_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, args) in [
+        vec!["--scenario", "hot", "--buyers", "4", "--seconds", "1"],
+        vec!["--engine", "--scenario", "confirm", "--buyers", "2", "--seconds", "1"],
+        vec!["--scenario", "commit-limit", "--seconds", "1"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let json_path = dir.path().join(format!("report-{i}.json"));
+        let (cmd_args, path) = (args.clone(), json_path.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+                .arg("bench")
+                .args(&cmd_args)
+                .arg("--json")
+                .arg(&path)
+                .env("RUST_LOG", "warn")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success(), "bench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        if args.contains(&"commit-limit") {
+            assert!(report["commits_per_s"].as_f64().unwrap() > 0.0);
+        } else {
+            assert!(report["confirms"].as_u64().unwrap() > 0, "{report}");
+            assert_eq!(report["oversold"], 0);
+            assert_eq!(report["check_violations"], 0);
+        }
+    }
+}
