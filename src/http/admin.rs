@@ -244,7 +244,8 @@ async fn order_action(
             "accept" => orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?,
             "deliver" => fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?,
             "cancel" => {
-                cancel_flow(&state, None, &order_no, false).await?;
+                let current = payments::get_order(&state.db, &order_no, false).await?;
+                cancel_flow(&state, None, &current, false).await?;
             }
             "refund" => {
                 let amount: i64 = form.get("amount_minor").and_then(|a| a.trim().parse().ok()).ok_or_else(|| {

@@ -511,10 +511,10 @@ fn owner(caller: &Caller) -> Result<Option<&str>> {
 pub async fn cancel_flow(
     state: &AppState,
     session: Option<&str>,
-    order_no: &str,
+    current: &payments::OrderView,
     rebasket: bool,
 ) -> Result<Option<String>> {
-    let current = payments::get_order(&state.db, order_no, false).await?;
+    let order_no = current.order_no.as_str();
     if current.status != OrderStatus::PendingPayment.as_str() {
         return Err(Error::conflict("not_cancellable", format!("the order is {}", current.status)));
     }
@@ -562,7 +562,7 @@ async fn cancel_order(
     if session.is_some_and(|s| s != current.session_id) {
         return Err(Error::not_found("order"));
     }
-    let basket_id = cancel_flow(&state, session, &order_no, body.rebasket).await?;
+    let basket_id = cancel_flow(&state, session, &current, body.rebasket).await?;
     let mut answer = json!({"order_no": order_no, "status": OrderStatus::Cancelled.as_str()});
     if let Some(id) = basket_id {
         answer["basket_id"] = json!(id);

@@ -310,6 +310,22 @@ impl Drop for TestApp {
     }
 }
 
+/// Units of one SKU: (on_hand, reserved, sold, ordered by all reservations, released).
+pub async fn ledger(pool: &sqlx::AnyPool, sku: &str) -> (i64, i64, i64, i64, i64) {
+    use sqlx::Row as _;
+    let row = sqlx::query(
+        "SELECT s.on_hand, s.reserved, s.sold, \
+         CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku), 0) AS BIGINT) AS ordered, \
+         CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku AND r.status = 'released'), 0) AS BIGINT) AS released \
+         FROM skus s WHERE s.sku = $1",
+    )
+    .bind(sku)
+    .fetch_one(pool)
+    .await
+    .expect("ledger query");
+    (row.get("on_hand"), row.get("reserved"), row.get("sold"), row.get("ordered"), row.get("released"))
+}
+
 pub fn s(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
 }

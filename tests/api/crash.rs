@@ -173,16 +173,7 @@ async fn crash_rounds(backend: Backend) {
     .await
     .unwrap();
     assert_eq!(unapplied, 0);
-    let row = sqlx::query(
-        "SELECT s.on_hand, s.reserved, s.sold, CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku AND r.status = 'released'), 0) AS BIGINT) AS released, \
-         CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku), 0) AS BIGINT) AS ordered FROM skus s WHERE s.sku = 'ITEM'",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    use sqlx::Row as _;
-    let (on_hand, reserved, sold, released, ordered): (i64, i64, i64, i64, i64) =
-        (row.get("on_hand"), row.get("reserved"), row.get("sold"), row.get("released"), row.get("ordered"));
+    let (on_hand, reserved, sold, ordered, released) = crate::common::ledger(pool, "ITEM").await;
     assert_eq!((reserved, ordered), (0, sold + released));
     assert_eq!(on_hand + sold, STOCK);
     let violations = kassa::store::check::run(&db).await.unwrap();

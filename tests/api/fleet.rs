@@ -259,19 +259,7 @@ async fn three_instances_on_one_postgres_survive_a_sigkill() {
     }
     // The numbers add up: units ordered = units sold + units released, per SKU.
     for sku in ["HOT", "WARM"] {
-        let row = sqlx::query(
-            "SELECT s.on_hand, s.reserved, s.sold, \
-             CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku), 0) AS BIGINT) AS ordered, \
-             CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku AND r.status = 'released'), 0) AS BIGINT) AS released \
-             FROM skus s WHERE s.sku = $1",
-        )
-        .bind(sku)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        use sqlx::Row as _;
-        let (on_hand, reserved, sold, ordered, released): (i64, i64, i64, i64, i64) =
-            (row.get("on_hand"), row.get("reserved"), row.get("sold"), row.get("ordered"), row.get("released"));
+        let (on_hand, reserved, sold, ordered, released) = crate::common::ledger(pool, sku).await;
         eprintln!("fleet {sku}: ordered {ordered} = sold {sold} + released {released}; on hand {on_hand}");
         assert_eq!(reserved, 0);
         assert_eq!(ordered, sold + released);
