@@ -203,6 +203,20 @@ async fn admin_console(backend: Backend) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(t.status(&order_no).await, "delivered");
+    // Cancel a pending order from the console: closed at the gateway, stock released.
+    let (_, pending, pending_ref) = t.pending_order(&[("MUG", 2)]).await;
+    let r = browser
+        .post(t.url(&format!("/admin/orders/{pending}/action")))
+        .header("cookie", &cookie)
+        .form(&[("action", "cancel"), ("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(t.status(&pending).await, "cancelled");
+    assert_eq!(t.sku("MUG").await["reserved"], 0);
+    let (status, _) = t.complete(&pending_ref, "succeeded", 1).await;
+    assert_eq!(status, StatusCode::CONFLICT, "the gateway side was closed first");
     // Search by attempt reference finds the order.
     let list = browser
         .get(t.url(&format!("/admin/orders?q={attempt_ref}")))
