@@ -108,10 +108,11 @@ async fn purchase(javascript: bool) {
     buy_lamps(&t, &c).await;
     screenshot(&c, &format!("{tag}-1-storefront")).await;
     c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
-    let total = c.find(Locator::Id("total")).await.unwrap().text().await.unwrap();
+    // Wait for the navigation the click started (the basket page) before reading it.
+    let total = c.wait().for_element(Locator::Id("total")).await.unwrap().text().await.unwrap();
     assert_eq!(total, "19.80 CNY");
     screenshot(&c, &format!("{tag}-2-basket")).await;
-    c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
     if !javascript {
         // No script: the hand-off page shows its <noscript> button.
         let button = c.wait().for_element(Locator::Css("form#handoff button[type='submit']")).await.unwrap();
@@ -149,7 +150,7 @@ async fn double_click_on_confirm_gives_one_order() {
     let c = browser(&driver, true, profile.path()).await;
     buy_lamps(&t, &c).await;
     c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
-    c.find(Locator::Id("confirm")).await.unwrap();
+    c.wait().for_element(Locator::Id("confirm")).await.unwrap();
     // Two clicks as fast as a user's double click: two submits of the same form.
     c.execute("var b = document.getElementById('confirm'); b.click(); b.click(); return true;", vec![]).await.unwrap();
     c.wait().for_element(Locator::Id("pay")).await.unwrap();

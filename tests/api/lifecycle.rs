@@ -434,7 +434,9 @@ async fn duplicate_payment(backend: Backend) {
         .await,
         1
     );
+    // The second attempt pays first (its notification applied), then the superseded one is paid.
     t.complete(&second, "succeeded", 1).await;
+    t.settle().await;
     t.complete(&first, "succeeded", 1).await;
     t.settle().await;
     t.app.refunder.step().await.unwrap();
