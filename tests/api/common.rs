@@ -261,7 +261,7 @@ impl TestApp {
     /// tasks). Bounded; this is synchronisation, not a timing assertion.
     pub async fn settle(&self) {
         let sandbox = self.app.sandbox.as_ref().expect("sandbox");
-        for _ in 0..2_000 {
+        for _ in 0..6_000 {
             if sandbox.pending_deliveries().await.expect("pending") == 0 {
                 return;
             }
