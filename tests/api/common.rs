@@ -310,6 +310,29 @@ impl Drop for TestApp {
     }
 }
 
+/// After a crash or a fleet run: every order whose confirm was answered 201 exists, and every
+/// payment the gateway acknowledged ended up paying its order.
+pub async fn assert_acknowledged(pool: &sqlx::AnyPool, orders: &[String], paid_attempts: &[String]) {
+    for order_no in orders {
+        let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE order_no = $1")
+            .bind(order_no)
+            .fetch_one(pool)
+            .await
+            .expect("count orders");
+        assert_eq!(n, 1, "acknowledged order {order_no} is missing");
+    }
+    for attempt_ref in paid_attempts {
+        let status: String = sqlx::query_scalar(
+            "SELECT o.status FROM orders o JOIN payment_attempts a ON a.order_no = o.order_no WHERE a.attempt_ref = $1",
+        )
+        .bind(attempt_ref)
+        .fetch_one(pool)
+        .await
+        .expect("order of an attempt");
+        assert_eq!(status, "paid", "payment of {attempt_ref} was taken but the order is {status}");
+    }
+}
+
 /// Units of one SKU: (on_hand, reserved, sold, ordered by all reservations, released).
 pub async fn ledger(pool: &sqlx::AnyPool, sku: &str) -> (i64, i64, i64, i64, i64) {
     use sqlx::Row as _;

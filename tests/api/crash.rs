@@ -146,24 +146,7 @@ async fn crash_rounds(backend: Backend) {
         acked.paid_at_gateway.len()
     );
     assert!(!acked.orders.is_empty());
-    for order_no in &acked.orders {
-        let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE order_no = $1")
-            .bind(order_no)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        assert_eq!(n, 1, "acknowledged order {order_no} lost");
-    }
-    for attempt_ref in &acked.paid_at_gateway {
-        let status: String = sqlx::query_scalar(
-            "SELECT o.status FROM orders o JOIN payment_attempts a ON a.order_no = o.order_no WHERE a.attempt_ref = $1",
-        )
-        .bind(attempt_ref)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        assert_eq!(status, "paid", "payment of {attempt_ref} was taken but the order is {status}");
-    }
+    crate::common::assert_acknowledged(pool, &acked.orders, &acked.paid_at_gateway).await;
     // Every payment the gateway recorded (acknowledged to us or not) was applied exactly once.
     let unapplied: i64 = sqlx::query_scalar(
         "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments p JOIN payment_attempts a ON a.attempt_ref = p.attempt_ref \
