@@ -125,6 +125,16 @@ impl Money {
     }
 }
 
+/// Renders stored minor units and a stored currency code for people (`12.34 CNY`); a row that no
+/// longer parses is shown raw rather than hidden.
+pub fn format_minor(amount_minor: i64, currency: &str) -> String {
+    Currency::parse(currency)
+        .ok()
+        .and_then(|c| Money::new(amount_minor, c).ok())
+        .map(|m| m.display_major())
+        .unwrap_or_else(|| format!("{amount_minor} {currency}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +169,8 @@ mod tests {
         assert_eq!(Money::new(5, cny()).unwrap().display_major(), "0.05 CNY");
         let jpy = Currency::parse("JPY").unwrap();
         assert_eq!(Money::new(500, jpy).unwrap().display_major(), "500 JPY");
+        assert_eq!(format_minor(1234, "CNY"), "12.34 CNY");
+        assert_eq!(format_minor(7, "XXX"), "7 XXX");
     }
 
     proptest! {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::api::{CheckoutBody, place_order};
 use super::{AppState, Auth, Caller, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
-use crate::domain::{Currency, Money, OrderStatus, ids};
+use crate::domain::{OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
 use crate::store::catalog::{self, BasketView, Session, SkuView};
@@ -132,11 +132,7 @@ struct Storefront<'a> {
 
 impl Storefront<'_> {
     fn price(&self, sku: &SkuView) -> String {
-        Currency::parse(&sku.currency)
-            .ok()
-            .and_then(|c| Money::new(sku.price_minor, c).ok())
-            .map(|m| m.display_major())
-            .unwrap_or_default()
+        crate::domain::money::format_minor(sku.price_minor, &sku.currency)
     }
 }
 

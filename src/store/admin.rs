@@ -1,7 +1,7 @@
 //! Read models and small commands of the admin console.
 
 use crate::clock::{Millis, rfc3339};
-use crate::domain::{Currency, Money, ids};
+use crate::domain::ids;
 use crate::error::Result;
 use crate::store::catalog::{SkuView, list_skus, token_hash};
 use crate::store::{Db, col, new_id};
@@ -11,13 +11,7 @@ pub const ADMIN_SESSION_MS: Millis = 12 * 3600 * 1000;
 /// Rows shown per list page.
 pub const LIST_LIMIT: i64 = 200;
 
-pub fn money(amount_minor: i64, currency: &str) -> String {
-    Currency::parse(currency)
-        .ok()
-        .and_then(|c| Money::new(amount_minor, c).ok())
-        .map(|m| m.display_major())
-        .unwrap_or_else(|| format!("{amount_minor} {currency}"))
-}
+pub use crate::domain::money::format_minor as money;
 
 pub async fn create_session(db: &Db, now: Millis) -> Result<(String, String)> {
     let token = ids::new_secret_token();

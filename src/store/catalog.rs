@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::clock::Millis;
-use crate::domain::{Currency, Money, ids};
+use crate::domain::{Money, ids};
 use crate::error::{Error, Result};
 use crate::store::{Db, col, new_id};
 
@@ -353,10 +353,7 @@ pub struct BasketView {
 
 impl BasketView {
     pub fn total_display(&self) -> String {
-        match self.currency.as_deref().map(Currency::parse) {
-            Some(Ok(c)) => Money::new(self.total_minor, c).map(|m| m.display_major()).unwrap_or_default(),
-            _ => String::new(),
-        }
+        self.currency.as_deref().map(|c| crate::domain::money::format_minor(self.total_minor, c)).unwrap_or_default()
     }
 }
 

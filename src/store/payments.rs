@@ -660,11 +660,7 @@ pub struct OrderView {
 
 impl OrderView {
     pub fn total_display(&self) -> String {
-        crate::domain::Currency::parse(&self.currency)
-            .ok()
-            .and_then(|c| Money::new(self.total_minor, c).ok())
-            .map(|m| m.display_major())
-            .unwrap_or_default()
+        crate::domain::money::format_minor(self.total_minor, &self.currency)
     }
 }
 
