@@ -20,6 +20,7 @@ use crate::store::catalog::{self, NewSku, SkuKind};
 use crate::vault::Vault;
 use crate::workers::monitor::Monitor;
 use crate::workers::outbox::Relay;
+use crate::workers::reconciler::Reconciler;
 use crate::workers::refunds::Refunder;
 use crate::workers::run_every;
 use crate::workers::sweeper::Sweeper;
@@ -37,6 +38,7 @@ const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
 pub struct App {
     pub state: AppState,
     pub sweeper: Arc<Sweeper>,
+    pub reconciler: Arc<Reconciler>,
     pub refunder: Arc<Refunder>,
     pub monitor: Arc<Monitor>,
     /// The outbox relay, when a merchant webhook is configured.
@@ -91,6 +93,38 @@ async fn seed_demo(db: &Db, now: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Builds the configured gateways (and the sandbox when asked for) and picks the default one.
+pub async fn mount_gateways(
+    settings: &Settings,
+    db: &Db,
+    clock: &SharedClock,
+    public_url: &str,
+) -> anyhow::Result<(Gateways, Option<Arc<Sandbox>>)> {
+    let mut gateways = Gateways::default();
+    let sandbox = if settings.sandbox {
+        let sandbox = Sandbox::init(db.clone(), clock.clone(), settings.sandbox_ignore_close).await?;
+        gateways.add(Arc::new(SandboxGateway::new(sandbox.clone(), public_url)));
+        Some(sandbox)
+    } else {
+        None
+    };
+    for gateway in settings.gateways.build(public_url)? {
+        gateways.add(gateway);
+    }
+    let preferred = if settings.sandbox { Some(crate::gateway::sandbox::NAME) } else { None };
+    let fallback = preferred.or_else(|| settings.gateways.names().first().copied());
+    gateways.default = match &settings.default_gateway {
+        Some(name) => Some(
+            gateways
+                .get(name)
+                .map(|g| g.name())
+                .with_context(|| format!("--default-gateway {name:?} is not configured ({:?})", gateways.names()))?,
+        ),
+        None => fallback,
+    };
+    Ok((gateways, sandbox))
+}
+
 /// Writes a secret file readable by its owner only.
 fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
@@ -121,15 +155,7 @@ impl App {
         let public_url =
             settings.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_string();
 
-        let mut gateways = Gateways::default();
-        let sandbox = if settings.sandbox {
-            let sandbox = Sandbox::init(db.clone(), clock.clone(), settings.sandbox_ignore_close).await?;
-            gateways.add(Arc::new(SandboxGateway::new(sandbox.clone(), &public_url)));
-            gateways.default = Some(crate::gateway::sandbox::NAME);
-            Some(sandbox)
-        } else {
-            None
-        };
+        let (gateways, sandbox) = mount_gateways(settings, &db, &clock, &public_url).await?;
         if settings.demo {
             seed_demo(&db, clock.now_ms()).await?;
         }
@@ -174,6 +200,13 @@ impl App {
             refunder: refunder.clone(),
             metrics: metrics_handle(),
         }));
+        let reconciler = Arc::new(Reconciler {
+            db: db.clone(),
+            gateways: gateways.clone(),
+            clock: clock.clone(),
+            late_policy: settings.late_payment_policy,
+            after_ms: settings.reconcile_after_ms,
+        });
         let sweeper = Arc::new(Sweeper {
             db: db.clone(),
             late_policy: settings.late_payment_policy,
@@ -208,6 +241,16 @@ impl App {
                         Ok(r) if r.examined > 0 => tracing::info!(?r, "sweep"),
                         Ok(_) => {}
                         Err(e) => tracing::error!(error = %e, "sweep failed"),
+                    }
+                }
+            })));
+            let rc = reconciler.clone();
+            let interval = Duration::from_millis(settings.reconcile_interval_ms);
+            tasks.push(tokio::spawn(run_every("reconciler", interval, shutdown_rx.clone(), move || {
+                let rc = rc.clone();
+                async move {
+                    if let Err(e) = rc.pass(false).await {
+                        tracing::error!(error = %e, "reconciliation pass failed");
                     }
                 }
             })));
@@ -258,6 +301,7 @@ impl App {
         Ok(App {
             state,
             sweeper,
+            reconciler,
             refunder,
             relay,
             monitor,

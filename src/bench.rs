@@ -466,6 +466,7 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
                     basket
                 };
                 let req = checkout::ConfirmRequest {
+                    currencies: None,
                     session_id: &session.id,
                     basket_id: &basket,
                     gateway: "sandbox",

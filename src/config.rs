@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 
 use crate::domain::decide::LatePolicy;
+use crate::gateway::config::GatewaysFile;
 
 /// Options shared by `serve`, `check` and `migrate`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -67,6 +68,16 @@ pub struct ServeArgs {
     /// Where to POST alerts as they are raised (JSON), in addition to the console and metrics
     #[arg(long, env = "KASSA_ALERT_WEBHOOK_URL")]
     pub alert_webhook_url: Option<String>,
+    /// Gateway used when a checkout names none (sandbox, alipay, wechatpay, stripe)
+    #[arg(long, env = "KASSA_DEFAULT_GATEWAY")]
+    pub default_gateway: Option<String>,
+    /// Query the gateway about an attempt with no notification this long after it was created,
+    /// in seconds [default: 120]
+    #[arg(long, env = "KASSA_RECONCILE_AFTER_SECONDS")]
+    pub reconcile_after_seconds: Option<u64>,
+    /// Reconciler interval in milliseconds [default: 30000]
+    #[arg(long, env = "KASSA_RECONCILE_INTERVAL_MS")]
+    pub reconcile_interval_ms: Option<u64>,
     #[command(flatten)]
     pub keys: KeysArgs,
 }
@@ -99,9 +110,15 @@ pub struct FileConfig {
     pub webhook_secret: Option<String>,
     pub keys_secret: Option<String>,
     pub alert_webhook_url: Option<String>,
-    /// Real gateway sections (`[gateways.alipay]`, …); read by the adapters that support them.
+    /// The gateway used when a checkout names none (default: the sandbox in demo mode, else the
+    /// first configured of alipay, wechatpay, stripe).
+    pub default_gateway: Option<String>,
+    /// Real gateway sections (`[gateways.alipay]`, `[gateways.wechatpay]`, `[gateways.stripe]`).
     #[serde(default)]
-    pub gateways: toml::Table,
+    pub gateways: GatewaysFile,
+    /// Active query and reconciliation.
+    pub reconcile_after_seconds: Option<u64>,
+    pub reconcile_interval_ms: Option<u64>,
 }
 
 /// Resolved settings.
@@ -123,7 +140,16 @@ pub struct Settings {
     pub webhook_secret: Option<String>,
     pub keys_secret: Option<String>,
     pub alert_webhook_url: Option<String>,
+    pub gateways: GatewaysFile,
+    pub default_gateway: Option<String>,
+    /// An attempt without a notification this long after its creation is queried at its gateway.
+    pub reconcile_after_ms: i64,
+    /// How often the reconciler runs.
+    pub reconcile_interval_ms: u64,
 }
+
+pub const DEFAULT_RECONCILE_AFTER_SECONDS: u64 = 120;
+pub const DEFAULT_RECONCILE_INTERVAL_MS: u64 = 30_000;
 
 pub const DEFAULT_HOLD_SECONDS: u64 = 900;
 pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 5_000;
@@ -136,7 +162,12 @@ fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
         return Ok(FileConfig::default());
     };
     let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+    let mut file: FileConfig =
+        toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))?;
+    // Key files are named relative to the config file.
+    let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    file.gateways.resolve_paths(base);
+    Ok(file)
 }
 
 /// Where `serve --demo` keeps the card-key secret it generated (mode 0600).
@@ -179,7 +210,20 @@ impl Settings {
             anyhow::bail!("--webhook-url needs --webhook-secret, so the shop can verify what it receives");
         }
         let keys_secret = args.keys.keys_secret.clone().or(file.keys_secret.clone()).filter(|s| !s.is_empty());
+        let reconcile_after_s = args
+            .reconcile_after_seconds
+            .or(file.reconcile_after_seconds)
+            .unwrap_or(DEFAULT_RECONCILE_AFTER_SECONDS)
+            .min(HOLD_SECONDS_MAX);
         Ok(Settings {
+            gateways: file.gateways.clone(),
+            default_gateway: args.default_gateway.clone().or(file.default_gateway.clone()),
+            reconcile_after_ms: i64::try_from(reconcile_after_s * 1000).unwrap_or(i64::MAX),
+            reconcile_interval_ms: args
+                .reconcile_interval_ms
+                .or(file.reconcile_interval_ms)
+                .unwrap_or(DEFAULT_RECONCILE_INTERVAL_MS)
+                .max(100),
             alert_webhook_url: args
                 .alert_webhook_url
                 .clone()

@@ -25,6 +25,10 @@ enum Command {
     Check(CommonArgs),
     /// Apply migrations
     Migrate(CommonArgs),
+    /// Run one reconciliation pass now: query the gateways about attempts with no notification,
+    /// attempts in `unknown`, late payments and processing refunds; print a summary. Exit 0 when
+    /// every query got an answer, 1 when some could not be made, 2 when it cannot run
+    Reconcile(ReconcileArgs),
     /// Benchmark a kassa (spawned or running) over HTTP, or the engine in-process
     Bench(kassa::bench::BenchArgs),
     /// Card keys of digital SKUs
@@ -32,6 +36,15 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+}
+
+#[derive(clap::Args)]
+struct ReconcileArgs {
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 #[derive(Subcommand)]
@@ -107,6 +120,14 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             },
+            Command::Reconcile(args) => match reconcile(&args).await {
+                Ok(report) if report.errors == 0 => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("kassa reconcile: {e:#}");
+                    ExitCode::from(2)
+                }
+            },
             Command::Migrate(args) => match migrate(&args).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -134,6 +155,45 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     app.stop().await;
     Ok(())
+}
+
+async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::reconciler::ReconcileReport> {
+    let settings = Settings::resolve(&args.serve)?;
+    let db = Db::connect(&settings.database_url, settings.db_max_connections).await?;
+    db.migrate().await?;
+    let clock: kassa::clock::SharedClock = Arc::new(SystemClock);
+    let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
+    let (gateways, _sandbox) = kassa::app::mount_gateways(&settings, &db, &clock, &public_url).await?;
+    let reconciler = kassa::workers::reconciler::Reconciler {
+        db: db.clone(),
+        gateways,
+        clock,
+        late_policy: settings.late_payment_policy,
+        after_ms: settings.reconcile_after_ms,
+    };
+    let report = reconciler.pass(true).await?;
+    db.close().await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(report);
+    }
+    println!("attempts queried     {}", report.attempts_queried);
+    println!("refunds queried      {}", report.refunds_queried);
+    println!("payments applied     {}", report.payments_applied);
+    println!("attempts closed      {}", report.attempts_closed);
+    println!("refunds settled      {}", report.refunds_settled);
+    println!("refunds re-sent      {}", report.refunds_resent);
+    println!("unchanged            {}", report.unchanged);
+    println!("errors               {}", report.errors);
+    println!("discrepancies        {}", report.findings.len());
+    for f in &report.findings {
+        let subject = f.refund_no.as_deref().unwrap_or(&f.attempt_ref);
+        println!(
+            "  {} {} {} (order {}): kassa had {}, gateway says {}; {}",
+            f.kind, f.gateway, subject, f.order_no, f.ours, f.theirs, f.action
+        );
+    }
+    Ok(report)
 }
 
 async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, keys: &KeysArgs) -> anyhow::Result<()> {

@@ -26,6 +26,9 @@ const KNOWN_CURRENCIES: &[(&str, u8)] = &[
 ];
 
 impl Currency {
+    /// Renminbi, the currency of Alipay and WeChat Pay.
+    pub const CNY: Currency = Currency("CNY");
+
     /// Parses an upper-case ISO-4217 code such as `CNY`.
     pub fn parse(code: &str) -> Result<Self, MoneyError> {
         KNOWN_CURRENCIES
@@ -125,6 +128,34 @@ impl Money {
     }
 }
 
+impl Money {
+    /// The amount in major units without the currency, as gateways write it (`12.34`, `500`).
+    pub fn decimal(self) -> String {
+        let shown = self.display_major();
+        shown.split(' ').next().unwrap_or_default().to_string()
+    }
+
+    /// Parses a gateway's decimal amount (`12.34`, `12.3`, `12`) exactly, without floats. More
+    /// fraction digits than the currency has, signs, exponents and spaces are refused.
+    pub fn parse_decimal(text: &str, currency: Currency) -> Option<Money> {
+        let exp = usize::from(currency.exponent());
+        let (whole, frac) = match text.split_once('.') {
+            Some((w, f)) if exp > 0 && !f.is_empty() && f.len() <= exp => (w, f),
+            Some(_) => return None,
+            None => (text, ""),
+        };
+        if whole.is_empty() || whole.len() > 15 || !whole.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let padded = format!("{frac:0<exp$}");
+        let minor: i64 = format!("{whole}{padded}").parse().ok()?;
+        Money::new(minor, currency).ok()
+    }
+}
+
 /// Renders stored minor units and a stored currency code for people (`12.34 CNY`); a row that no
 /// longer parses is shown raw rather than hidden.
 pub fn format_minor(amount_minor: i64, currency: &str) -> String {
@@ -173,7 +204,28 @@ mod tests {
         assert_eq!(format_minor(7, "XXX"), "7 XXX");
     }
 
+    #[test]
+    fn gateway_decimals_round_trip_exactly() {
+        let m = Money::parse_decimal("88.88", cny()).unwrap();
+        assert_eq!(m.amount_minor(), 8888);
+        assert_eq!(m.decimal(), "88.88");
+        assert_eq!(Money::parse_decimal("0.5", cny()).unwrap().amount_minor(), 50);
+        assert_eq!(Money::parse_decimal("12", cny()).unwrap().amount_minor(), 1200);
+        for bad in ["", "1.", ".5", "1.234", "-1", "+1", "1e3", " 1", "1,00", "1.2.3", "9999999999999999"] {
+            assert!(Money::parse_decimal(bad, cny()).is_none(), "{bad:?}");
+        }
+        let jpy = Currency::parse("JPY").unwrap();
+        assert_eq!(Money::parse_decimal("500", jpy).unwrap().amount_minor(), 500);
+        assert!(Money::parse_decimal("500.0", jpy).is_none());
+    }
+
     proptest! {
+        #[test]
+        fn decimal_round_trips(a in 0_i64..=999_999_999_999_999) {
+            let m = Money::new(a, cny()).unwrap();
+            prop_assert_eq!(Money::parse_decimal(&m.decimal(), cny()), Some(m));
+        }
+
         #[test]
         fn addition_is_exact_or_refused(a in 0_i64..=i64::MAX, b in 0_i64..=i64::MAX) {
             let sum = Money::new(a, cny()).unwrap().checked_add(Money::new(b, cny()).unwrap());

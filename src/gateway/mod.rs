@@ -1,7 +1,13 @@
 //! Gateway adapters behind one trait: build the hand-off, verify and parse a notification, reply
-//! the way the gateway expects, and close an attempt. Wire formats stay inside each adapter.
+//! the way the gateway expects, query, close and refund. Wire formats stay inside each adapter
+//! (`alipay`, `wechatpay`, `stripe`, `sandbox`); key handling is in `keys`.
 
+pub mod alipay;
+pub mod config;
+pub mod keys;
 pub mod sandbox;
+pub mod stripe;
+pub mod wechatpay;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -12,7 +18,7 @@ use axum::http::HeaderMap;
 use serde::Serialize;
 
 use crate::clock::Millis;
-use crate::domain::Money;
+use crate::domain::{Currency, Money};
 use crate::store::payments::VerifiedEvent;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -28,6 +34,62 @@ pub struct HandoffRequest {
     pub notify_url: String,
     pub return_url: String,
     pub channel: String,
+    /// Who pays, for channels that need it (WeChat JSAPI: `openid`; WeChat H5: `client_ip`).
+    pub payer: Payer,
+    pub now: Millis,
+}
+
+/// The payer details a channel may need; checked by the adapter that needs them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Payer {
+    pub openid: Option<String>,
+    pub client_ip: Option<String>,
+}
+
+/// A built hand-off plus the gateway's own id for the attempt when it issues one (a Stripe
+/// Checkout Session id), which kassa stores and passes back for query and close.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handed {
+    pub handoff: Handoff,
+    pub gateway_ref: Option<String>,
+}
+
+/// How kassa names one attempt to its gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptKey {
+    pub attempt_ref: String,
+    pub gateway_ref: Option<String>,
+}
+
+impl AttemptKey {
+    pub fn new(attempt_ref: &str, gateway_ref: Option<&str>) -> Self {
+        AttemptKey { attempt_ref: attempt_ref.to_string(), gateway_ref: gateway_ref.map(str::to_string) }
+    }
+}
+
+/// What an active query says about an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaymentState {
+    /// Paid (possibly refunded since): the event to apply, with a stable id per payment so
+    /// repeated queries de-duplicate.
+    Paid(VerifiedEvent),
+    /// Not paid yet, and still payable at the gateway.
+    Pending,
+    /// Closed or expired at the gateway: it will never be paid.
+    Closed,
+    /// The payment failed at the gateway.
+    Failed,
+    /// The gateway has no such payment (e.g. an Alipay page pay nobody opened).
+    NotFound,
+}
+
+/// What a refund query says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundState {
+    Succeeded,
+    Processing,
+    Failed { reason: String },
+    NotFound,
 }
 
 /// How the buyer reaches the gateway (CONTRACT.md `payment`).
@@ -83,6 +145,18 @@ pub struct RefundRequest {
     pub refund_no: String,
     pub amount: Money,
     pub reason: String,
+    /// What the attempt captured (WeChat refunds name the original total).
+    pub captured: Money,
+    /// The gateway's transaction id of the payment (Stripe refunds name the PaymentIntent).
+    pub gateway_txn_id: Option<String>,
+}
+
+/// A refund to look up: our number and, when the gateway issued one, its id.
+#[derive(Debug, Clone)]
+pub struct RefundQuery {
+    pub attempt_ref: String,
+    pub refund_no: String,
+    pub gateway_refund_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,15 +170,49 @@ pub enum RefundAnswer {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("gateway unavailable: {0}")]
-pub struct GatewayError(pub String);
+pub enum GatewayError {
+    /// Not reached, timed out, 5xx or an unreadable answer: try again later.
+    #[error("gateway unavailable: {0}")]
+    Unavailable(String),
+    /// The request cannot succeed as given (e.g. no payer openid for WeChat JSAPI): a 4xx with a
+    /// stable code, not worth retrying.
+    #[error("{message}")]
+    Invalid { code: &'static str, message: String },
+}
+
+impl GatewayError {
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        GatewayError::Unavailable(message.into())
+    }
+
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        GatewayError::Invalid { code, message: message.into() }
+    }
+}
+
+/// A verified notification that carries nothing to apply (e.g. a Stripe event type kassa does not
+/// use): acknowledged, so the gateway stops resending it, and not stored.
+pub const IGNORED_EVENT: &str = "ignored_event";
 
 pub trait Gateway: Send + Sync {
     fn name(&self) -> &'static str;
+    /// The channels this gateway offers; the first is used when the checkout names none.
+    fn channels(&self) -> &'static [&'static str];
     /// The channel used when the checkout names none.
-    fn default_channel(&self) -> &'static str;
+    fn default_channel(&self) -> &'static str {
+        self.channels().first().copied().unwrap_or("form")
+    }
+    /// The currencies this gateway takes; `None` for any.
+    fn currencies(&self) -> Option<&'static [Currency]> {
+        None
+    }
+    /// Checks, before anything is created, that the payer details the channel needs are there.
+    fn check_payer(&self, channel: &str, payer: &Payer) -> Result<(), GatewayError> {
+        let _ = (channel, payer);
+        Ok(())
+    }
     /// Builds the hand-off after the order has committed (may call the provider).
-    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handoff, GatewayError>>;
+    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>>;
     /// Verifies a notification's signature and parses it. Pure: no I/O, never panics.
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection>;
     /// The reply for an accepted or duplicate notification.
@@ -112,9 +220,13 @@ pub trait Gateway: Send + Sync {
     /// The reply for a refused notification.
     fn nack(&self, code: &str, message: &str) -> Reply;
     /// Asks the gateway to stop accepting payment for an attempt.
-    fn close<'a>(&'a self, attempt_ref: &'a str) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>>;
+    fn close<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>>;
+    /// Asks the gateway what became of an attempt (active query).
+    fn query<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<PaymentState, GatewayError>>;
     /// Sends a refund. Sending the same `refund_no` again must not refund twice.
     fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>>;
+    /// Asks the gateway what became of a refund.
+    fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>>;
 }
 
 /// The configured gateways by name.
@@ -147,4 +259,50 @@ pub fn json_error_reply(status: u16, code: &str, message: &str) -> Reply {
         content_type: "application/json",
         body: serde_json::json!({"error": {"code": code, "message": message}}).to_string(),
     }
+}
+
+/// The HTTP client adapters use to reach their providers: rustls, bounded timeouts.
+pub fn http_client() -> Result<reqwest::Client, GatewayError> {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(15))
+        .user_agent(concat!("kassa/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| GatewayError::unavailable(format!("HTTP client: {e}")))
+}
+
+/// A transport failure, without the URL (which may carry identifiers but never secrets) detail.
+pub fn transport_error(e: &reqwest::Error) -> GatewayError {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else {
+        "request failed"
+    };
+    GatewayError::unavailable(kind)
+}
+
+/// Seconds since the epoch from milliseconds.
+pub fn unix_seconds(ms: Millis) -> i64 {
+    ms.div_euclid(1000)
+}
+
+/// A local time at a fixed UTC offset (`+08:00` for China) in the given format.
+pub fn format_at_offset(ms: Millis, offset_hours: i8, rfc3339: bool) -> String {
+    let offset = time::UtcOffset::from_hms(offset_hours, 0, 0).unwrap_or(time::UtcOffset::UTC);
+    let at = time::OffsetDateTime::from_unix_timestamp(unix_seconds(ms))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+        .to_offset(offset);
+    let result = if rfc3339 {
+        at.format(&time::format_description::well_known::Rfc3339)
+    } else {
+        at.format(time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]"))
+    };
+    result.unwrap_or_default()
+}
+
+/// A refusal with a stable code; `claimed` is the event id the body claims, if it could be read.
+pub fn reject(code: &'static str, detail: impl Into<String>, claimed: Option<String>) -> Rejection {
+    Rejection { code, detail: detail.into(), claimed_event_id: claimed }
 }

@@ -11,8 +11,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 
 use super::{
-    BoxFuture, CloseOutcome, Gateway, GatewayError, Handoff, HandoffRequest, RefundAnswer, RefundRequest, Rejection,
-    Reply, json_error_reply,
+    AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, PaymentState,
+    RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, json_error_reply,
 };
 use crate::clock::Millis;
 use crate::domain::{Currency, Money};
@@ -149,7 +149,7 @@ pub fn parse_notification(merchant_id: &str, body: &[u8]) -> Result<VerifiedEven
                     .map_err(|_| reject("currency_mismatch", "unknown currency", claimed.clone()))?;
                 let amount = Money::new(wire.amount_minor, currency)
                     .map_err(|_| reject("amount_mismatch", "negative amount", claimed.clone()))?;
-                Outcome::RefundSucceeded { refund_no, amount }
+                Outcome::RefundSucceeded { refund_no, amount: Some(amount) }
             }
         }
         "payment.failed" => Outcome::Failed,
@@ -170,11 +170,11 @@ impl Gateway for SandboxGateway {
         NAME
     }
 
-    fn default_channel(&self) -> &'static str {
-        "form"
+    fn channels(&self) -> &'static [&'static str] {
+        &["form"]
     }
 
-    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handoff, GatewayError>> {
+    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
         Box::pin(async move {
             let mut fields = BTreeMap::new();
             fields.insert("merchant_id".to_string(), self.merchant_id.clone());
@@ -189,8 +189,9 @@ impl Gateway for SandboxGateway {
             fields.insert("sign".to_string(), sign);
             // Like creating a payment session at a real gateway: the sandbox learns the attempt
             // now, so its `complete` API works even if the buyer never opens the pay page.
-            self.api.register(&fields).await.map_err(|e| GatewayError(e.to_string()))?;
-            Ok(Handoff::Form { action: self.pay_url.clone(), method: "post".to_string(), fields })
+            self.api.register(&fields).await.map_err(|e| GatewayError::unavailable(e.to_string()))?;
+            let handoff = Handoff::Form { action: self.pay_url.clone(), method: "post".to_string(), fields };
+            Ok(Handed { handoff, gateway_ref: None })
         })
     }
 
@@ -207,13 +208,33 @@ impl Gateway for SandboxGateway {
         json_error_reply(400, code, message)
     }
 
-    fn close<'a>(&'a self, attempt_ref: &'a str) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>> {
-        Box::pin(async move { self.api.close(attempt_ref).await.map_err(|e| GatewayError(e.to_string())) })
+    fn close<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>> {
+        Box::pin(
+            async move { self.api.close(&key.attempt_ref).await.map_err(|e| GatewayError::unavailable(e.to_string())) },
+        )
+    }
+
+    fn query<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<PaymentState, GatewayError>> {
+        Box::pin(
+            async move { self.api.query(&key.attempt_ref).await.map_err(|e| GatewayError::unavailable(e.to_string())) },
+        )
+    }
+
+    fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>> {
+        Box::pin(async move {
+            self.api
+                .query_refund(&req.attempt_ref, &req.refund_no)
+                .await
+                .map_err(|e| GatewayError::unavailable(e.to_string()))
+        })
     }
 
     fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>> {
         Box::pin(async move {
-            self.api.refund(&req.attempt_ref, &req.refund_no, req.amount).await.map_err(|e| GatewayError(e.to_string()))
+            self.api
+                .refund(&req.attempt_ref, &req.refund_no, req.amount)
+                .await
+                .map_err(|e| GatewayError::unavailable(e.to_string()))
         })
     }
 }

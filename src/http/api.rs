@@ -12,7 +12,7 @@ use crate::clock::rfc3339;
 use crate::domain::{Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::gateway::CloseOutcome;
-use crate::gateway::{Handoff, HandoffRequest};
+use crate::gateway::{GatewayError, Handoff, HandoffRequest, Payer};
 use crate::store::catalog::{self, NewSku, SkuKind};
 use crate::store::checkout::{self, ConfirmRequest, Placed};
 use crate::store::payments::{self, Applied};
@@ -391,15 +391,11 @@ pub async fn place_order(
     let gateway = state.gateways.get(name).ok_or_else(|| {
         Error::api(422, "unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
     })?;
-    let channel = body.channel.as_deref().unwrap_or(gateway.default_channel());
-    if channel != gateway.default_channel() {
-        return Err(Error::api(
-            422,
-            "unsupported_channel",
-            format!("gateway {name} supports channel {:?}", gateway.default_channel()),
-        ));
-    }
+    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
+    let payer = parse_payer(body.payer.as_ref())?;
+    gateway.check_payer(channel, &payer).map_err(gateway_error)?;
     let request = ConfirmRequest {
+        currencies: gateway.currencies(),
         session_id,
         basket_id,
         gateway: gateway.name(),
@@ -420,12 +416,58 @@ pub async fn place_order(
         return Ok((placed, None));
     }
     // The order is committed; only now is the gateway involved (no remote call inside a transaction).
-    let handoff = build_handoff(state, &placed).await?;
+    let handoff = build_handoff(state, &placed, &payer).await?;
     Ok((placed, Some(handoff)))
 }
 
+/// The channel a checkout asked for (or the gateway's default), if the gateway offers it.
+fn checked_channel<'a>(gateway: &'a dyn crate::gateway::Gateway, asked: Option<&'a str>) -> Result<&'a str> {
+    let channel = asked.unwrap_or(gateway.default_channel());
+    if !gateway.channels().contains(&channel) {
+        return Err(Error::api(
+            422,
+            "unsupported_channel",
+            format!("gateway {} offers the channels {:?}", gateway.name(), gateway.channels()),
+        ));
+    }
+    Ok(channel)
+}
+
+/// The optional `payer` object of a checkout: `openid` (WeChat JSAPI), `client_ip` (WeChat H5).
+fn parse_payer(value: Option<&Value>) -> Result<Payer> {
+    let invalid = |m: &str| Error::api(422, "invalid_payer", m.to_string());
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(Payer::default());
+    };
+    let object = value.as_object().ok_or_else(|| invalid("payer must be an object"))?;
+    let mut payer = Payer::default();
+    for (key, v) in object {
+        let text = v.as_str().filter(|t| !t.is_empty() && t.len() <= 128 && !t.chars().any(char::is_control));
+        let text = text.ok_or_else(|| invalid("payer fields are non-empty strings of at most 128 characters"))?;
+        match key.as_str() {
+            "openid" => payer.openid = Some(text.to_string()),
+            "client_ip" => {
+                text.parse::<std::net::IpAddr>().map_err(|_| invalid("payer.client_ip is not an IP address"))?;
+                payer.client_ip = Some(text.to_string());
+            }
+            _ => return Err(invalid("payer takes openid and client_ip only")),
+        }
+    }
+    Ok(payer)
+}
+
+/// A gateway's refusal or failure as an API error.
+fn gateway_error(e: GatewayError) -> Error {
+    match e {
+        GatewayError::Invalid { code, message } => Error::api(422, code, message),
+        GatewayError::Unavailable(_) => {
+            Error::api(502, "gateway_unavailable", "the gateway could not be reached; retry the payment")
+        }
+    }
+}
+
 /// Builds the hand-off of the order's newest attempt (after commit).
-async fn build_handoff(state: &AppState, placed: &Placed) -> Result<Handoff> {
+async fn build_handoff(state: &AppState, placed: &Placed, payer: &Payer) -> Result<Handoff> {
     let gateway =
         state.gateways.get(&placed.gateway).ok_or_else(|| Error::internal("order names an unconfigured gateway"))?;
     let base = state.public_url.trim_end_matches('/');
@@ -438,15 +480,26 @@ async fn build_handoff(state: &AppState, placed: &Placed) -> Result<Handoff> {
         notify_url: format!("{base}/notify/{}", gateway.name()),
         return_url: format!("{base}/checkout/return/{}", placed.attempt_ref),
         channel: placed.channel.clone(),
+        payer: payer.clone(),
+        now: state.now_ms(),
     };
-    gateway.handoff(&req).await.map_err(|e| {
+    let handed = gateway.handoff(&req).await.map_err(|e| {
         tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off failed");
-        Error::api(
-            502,
-            "gateway_unavailable",
-            format!("the gateway could not be reached; order {} is kept, retry the payment", placed.order_no),
-        )
-    })
+        match e {
+            GatewayError::Invalid { code, message } => {
+                Error::api(422, code, format!("{message}; order {} is kept, retry the payment", placed.order_no))
+            }
+            GatewayError::Unavailable(_) => Error::api(
+                502,
+                "gateway_unavailable",
+                format!("the gateway could not be reached; order {} is kept, retry the payment", placed.order_no),
+            ),
+        }
+    })?;
+    if let Some(gateway_ref) = &handed.gateway_ref {
+        payments::set_gateway_ref(&state.db, &placed.attempt_ref, gateway_ref).await?;
+    }
+    Ok(handed.handoff)
 }
 
 /// Closes attempts at their gateways (after commit). A close that answers "already paid" is
@@ -455,7 +508,7 @@ pub async fn close_at_gateways(state: &AppState, attempts: &[orders::ToClose]) -
     let mut paid = false;
     for a in attempts {
         let Some(gateway) = state.gateways.get(&a.gateway) else { continue };
-        match gateway.close(&a.attempt_ref).await {
+        match gateway.close(&a.key()).await {
             Ok(CloseOutcome::AlreadyPaid(event)) => {
                 payments::apply_event(&state.db, &event, state.late_policy, state.now_ms()).await?;
                 paid = true;
@@ -486,14 +539,22 @@ async fn retry_payment(
     let gateway = state.gateways.get(&name).ok_or_else(|| {
         Error::api(422, "unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
     })?;
-    let channel = body.channel.clone().unwrap_or_else(|| gateway.default_channel().to_string());
+    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
+    let payer = parse_payer(body.payer.as_ref())?;
+    gateway.check_payer(channel, &payer).map_err(gateway_error)?;
+    if let Some(accepted) = gateway.currencies()
+        && let Ok(currency) = crate::domain::Currency::parse(&current.currency)
+        && !accepted.contains(&currency)
+    {
+        return Err(Error::api(422, "unsupported_currency", format!("gateway {name} does not take {currency}")));
+    }
     let (placed, superseded) =
-        orders::new_attempt(&state.db, session, &order_no, gateway.name(), &channel, state.now_ms()).await?;
+        orders::new_attempt(&state.db, session, &order_no, gateway.name(), channel, state.now_ms()).await?;
     if close_at_gateways(&state, &superseded).await? {
         // The superseded attempt had been paid after all: the order is paid, nothing to hand off.
         return Err(Error::conflict("already_paid", "the previous attempt was paid; no new payment is needed"));
     }
-    let handoff = build_handoff(&state, &placed).await?;
+    let handoff = build_handoff(&state, &placed, &payer).await?;
     Ok((StatusCode::CREATED, axum::Json(placed_json(&placed, Some(&handoff)))).into_response())
 }
 
@@ -837,6 +898,11 @@ async fn notify(
     };
     let now = state.now_ms();
     match gateway.verify(&headers, &body, now) {
+        Err(rejection) if rejection.code == crate::gateway::IGNORED_EVENT => {
+            // Genuine, but nothing kassa acts on (another event type): acknowledged, not stored.
+            tracing::info!(gateway = %name, detail = %rejection.detail, "notification acknowledged and ignored");
+            reply(gateway.ack())
+        }
         Err(rejection) => {
             tracing::warn!(gateway = %name, code = rejection.code, detail = %rejection.detail, "notification rejected");
             let reason = format!("{}: {}", rejection.code, rejection.detail);

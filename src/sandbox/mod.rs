@@ -20,7 +20,7 @@ use crate::clock::SharedClock;
 use crate::domain::{Currency, Money};
 use crate::error::{Error, Result};
 use crate::gateway::sandbox::{SIGNATURE_HEADER, verify_fields};
-use crate::gateway::{CloseOutcome, RefundAnswer};
+use crate::gateway::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::store::payments::{Outcome, VerifiedEvent};
 use crate::store::{Db, col, new_id, settings};
 
@@ -375,7 +375,7 @@ impl Sandbox {
         let lock = self.db.for_update();
         crate::write_tx!(self.db, |tx| {
             let Some(p) = sqlx::query(&format!(
-                    "SELECT status, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1{lock}"
+                    "SELECT status, closed, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1{lock}"
                 ))
                 .bind(attempt_ref)
                 .fetch_optional(&mut **tx)
@@ -383,21 +383,8 @@ impl Sandbox {
                 else {
                     return Ok(CloseOutcome::NotFound);
                 };
-            let status: String = col(&p, "status")?;
-            if status == "succeeded" {
-                let event_id: Option<String> = col(&p, "event_id")?;
-                let amount = Money::new(col(&p, "amount_minor")?, Currency::parse(&col::<String>(&p, "currency")?)?)?;
-                let body = json!({"close": attempt_ref, "status": status}).to_string();
-                return Ok(CloseOutcome::AlreadyPaid(VerifiedEvent {
-                    gateway: crate::gateway::sandbox::NAME.to_string(),
-                    event_id: format!("close_{}", event_id.unwrap_or_default()),
-                    attempt_ref: attempt_ref.to_string(),
-                    outcome: Outcome::Succeeded {
-                        gateway_txn_id: col::<Option<String>>(&p, "txn_id")?.unwrap_or_default(),
-                        amount,
-                    },
-                    raw_body: body.into_bytes(),
-                }));
+            if col::<String>(&p, "status")? == "succeeded" {
+                return Ok(CloseOutcome::AlreadyPaid(paid_event(&p, attempt_ref, "close")?));
             }
             sqlx::query("UPDATE sandbox_payments SET closed = 1, updated_at = $1 WHERE attempt_ref = $2")
                 .bind(now)
@@ -405,6 +392,37 @@ impl Sandbox {
                 .execute(&mut **tx)
                 .await?;
             Ok(CloseOutcome::Closed)
+        })
+    }
+
+    /// The merchant asks what became of a payment (active query).
+    pub async fn query(&self, attempt_ref: &str) -> Result<PaymentState> {
+        let row = sqlx::query(
+            "SELECT status, closed, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1",
+        )
+        .bind(attempt_ref)
+        .fetch_optional(self.db.read_pool())
+        .await?;
+        let Some(p) = row else {
+            return Ok(PaymentState::NotFound);
+        };
+        Ok(match (col::<String>(&p, "status")?.as_str(), col::<i64>(&p, "closed")? != 0) {
+            ("succeeded", _) => PaymentState::Paid(paid_event(&p, attempt_ref, "query")?),
+            ("open", false) => PaymentState::Pending,
+            ("failed", _) => PaymentState::Failed,
+            _ => PaymentState::Closed,
+        })
+    }
+
+    /// The merchant asks what became of a refund.
+    pub async fn query_refund(&self, attempt_ref: &str, refund_no: &str) -> Result<RefundState> {
+        let found: Option<String> = sqlx::query_scalar("SELECT attempt_ref FROM sandbox_refunds WHERE refund_no = $1")
+            .bind(refund_no)
+            .fetch_optional(self.db.read_pool())
+            .await?;
+        Ok(match found {
+            Some(a) if a == attempt_ref => RefundState::Succeeded,
+            _ => RefundState::NotFound,
         })
     }
 
@@ -560,6 +578,21 @@ struct Delivery {
 pub fn backoff_ms(tries: i64) -> i64 {
     let exp = u32::try_from(tries.clamp(1, 20) - 1).unwrap_or(0);
     1000_i64.saturating_mul(1_i64 << exp.min(16)).min(BACKOFF_MS_MAX)
+}
+
+/// A paid sandbox payment as a verified success; `source` (close, query) keeps the event id
+/// stable per payment so repeated answers de-duplicate.
+fn paid_event(p: &sqlx::any::AnyRow, attempt_ref: &str, source: &str) -> Result<VerifiedEvent> {
+    let event_id: Option<String> = col(p, "event_id")?;
+    let amount = Money::new(col(p, "amount_minor")?, Currency::parse(&col::<String>(p, "currency")?)?)?;
+    let body = json!({source: attempt_ref, "status": "succeeded"}).to_string();
+    Ok(VerifiedEvent {
+        gateway: crate::gateway::sandbox::NAME.to_string(),
+        event_id: format!("{source}_{}", event_id.unwrap_or_default()),
+        attempt_ref: attempt_ref.to_string(),
+        outcome: Outcome::Succeeded { gateway_txn_id: col::<Option<String>>(p, "txn_id")?.unwrap_or_default(), amount },
+        raw_body: body.into_bytes(),
+    })
 }
 
 #[cfg(test)]

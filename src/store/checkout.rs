@@ -20,6 +20,8 @@ pub struct ConfirmRequest<'a> {
     pub idempotency_key: Option<&'a str>,
     pub hold_ms: i64,
     pub now: Millis,
+    /// The currencies the chosen gateway takes; `None` for any. Checked before anything is held.
+    pub currencies: Option<&'a [Currency]>,
 }
 
 /// A pending order and its active attempt, as the buyer needs them for the hand-off.
@@ -95,6 +97,15 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         let lines = price_lines(tx, req.basket_id).await?;
         let total =
             lines.iter().try_fold(Money::zero(lines[0].unit.currency()), |acc, l| acc.checked_add(l.line_total))?;
+        if let Some(accepted) = req.currencies
+            && !accepted.contains(&total.currency())
+        {
+            return Err(Error::api(
+                422,
+                "unsupported_currency",
+                format!("gateway {} does not take {}", req.gateway, total.currency()),
+            ));
+        }
         // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell).
         for line in &lines {
             let held = sqlx::query(

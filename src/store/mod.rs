@@ -12,6 +12,7 @@ pub mod group;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
+pub mod reconcile;
 pub mod refunds;
 pub mod settings;
 
@@ -237,6 +238,7 @@ impl Db {
                 (4, include_str!("../../migrations/sqlite/0004_admin.sql")),
                 (5, include_str!("../../migrations/sqlite/0005_event_index.sql")),
                 (6, include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
+                (7, include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
@@ -245,6 +247,7 @@ impl Db {
                 (4, include_str!("../../migrations/postgres/0004_admin.sql")),
                 (5, include_str!("../../migrations/postgres/0005_event_index.sql")),
                 (6, include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
+                (7, include_str!("../../migrations/postgres/0007_reconciliation.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;

@@ -13,6 +13,14 @@ use crate::store::{Db, Tx, col, fulfilment, new_id, payments};
 pub struct ToClose {
     pub attempt_ref: String,
     pub gateway: String,
+    /// The gateway's own id for the attempt, when it issued one.
+    pub gateway_ref: Option<String>,
+}
+
+impl ToClose {
+    pub fn key(&self) -> crate::gateway::AttemptKey {
+        crate::gateway::AttemptKey::new(&self.attempt_ref, self.gateway_ref.as_deref())
+    }
 }
 
 async fn lock_order(
@@ -35,9 +43,9 @@ async fn lock_order(
     Ok((OrderStatus::parse(&status).ok_or_else(|| Error::internal("bad status"))?, col(&row, "hold_expires_at")?))
 }
 
-async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(String, String, AttemptStatus)>> {
+async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(ToClose, AttemptStatus)>> {
     let rows = sqlx::query(&format!(
-        "SELECT attempt_ref, gateway, status FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq",
+        "SELECT attempt_ref, gateway, gateway_ref, status FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq",
         AttemptStatus::ACTIVE_SQL
     ))
     .bind(order_no)
@@ -47,8 +55,11 @@ async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(String,
         .map(|r| {
             let status: String = col(r, "status")?;
             Ok((
-                col(r, "attempt_ref")?,
-                col(r, "gateway")?,
+                ToClose {
+                    attempt_ref: col(r, "attempt_ref")?,
+                    gateway: col(r, "gateway")?,
+                    gateway_ref: col(r, "gateway_ref")?,
+                },
                 AttemptStatus::parse(&status).ok_or_else(|| Error::internal("bad status"))?,
             ))
         })
@@ -76,9 +87,10 @@ pub async fn new_attempt(
         }
         let cause = Cause { trigger: "retry", notification_id: None, at: now };
         let mut to_close = Vec::new();
-        for (attempt_ref, gw, from) in active_attempts(tx, order_no).await? {
-            events::set_attempt_status(tx, order_no, &attempt_ref, from, AttemptStatus::Superseded, cause).await?;
-            to_close.push(ToClose { attempt_ref, gateway: gw });
+        for (attempt, from) in active_attempts(tx, order_no).await? {
+            events::set_attempt_status(tx, order_no, &attempt.attempt_ref, from, AttemptStatus::Superseded, cause)
+                .await?;
+            to_close.push(attempt);
         }
         let seq: i64 = sqlx::query_scalar(
             "SELECT CAST(COALESCE(MAX(seq), 0) + 1 AS BIGINT) FROM payment_attempts WHERE order_no = $1",
@@ -107,13 +119,20 @@ pub async fn new_attempt(
 /// The active attempt of a pending order, to close at the gateway before cancelling.
 pub async fn active_attempt(db: &Db, order_no: &str) -> Result<Option<ToClose>> {
     let row = sqlx::query(&format!(
-        "SELECT attempt_ref, gateway FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq DESC LIMIT 1",
+        "SELECT attempt_ref, gateway, gateway_ref FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq DESC LIMIT 1",
         AttemptStatus::ACTIVE_SQL
     ))
     .bind(order_no)
     .fetch_optional(db.read_pool())
     .await?;
-    row.map(|r| Ok(ToClose { attempt_ref: col(&r, "attempt_ref")?, gateway: col(&r, "gateway")? })).transpose()
+    row.map(|r| {
+        Ok(ToClose {
+            attempt_ref: col(&r, "attempt_ref")?,
+            gateway: col(&r, "gateway")?,
+            gateway_ref: col(&r, "gateway_ref")?,
+        })
+    })
+    .transpose()
 }
 
 /// Cancels a pending order (its attempt already closed at the gateway by the caller): attempts
@@ -132,8 +151,9 @@ pub async fn cancel(
             return Err(Error::conflict("not_cancellable", format!("the order is {status}")));
         }
         let cause = Cause { trigger: "cancel", notification_id: None, at: now };
-        for (attempt_ref, _, from) in active_attempts(tx, order_no).await? {
-            events::set_attempt_status(tx, order_no, &attempt_ref, from, AttemptStatus::Cancelled, cause).await?;
+        for (attempt, from) in active_attempts(tx, order_no).await? {
+            events::set_attempt_status(tx, order_no, &attempt.attempt_ref, from, AttemptStatus::Cancelled, cause)
+                .await?;
         }
         payments::release_reservations(tx, order_no, now).await?;
         events::set_order_status(tx, order_no, status, OrderStatus::Cancelled, cause).await?;

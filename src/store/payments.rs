@@ -20,10 +20,13 @@ pub enum Outcome {
     },
     Failed,
     Cancelled,
-    /// A refund of this attempt went through (`refund_no` is ours).
+    /// Verified, but nothing happened yet (Alipay `WAIT_BUYER_PAY`, a Stripe delayed payment).
+    Pending,
+    /// A refund of this attempt went through (`refund_no` is ours). Some gateways do not say how
+    /// much in the notification (Alipay); when they do, it must match.
     RefundSucceeded {
         refund_no: String,
-        amount: Money,
+        amount: Option<Money>,
     },
     RefundFailed {
         refund_no: String,
@@ -125,7 +128,7 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                     return reject(tx, &id, ev, "unknown_reference", "no such refund for this attempt".into(), now)
                         .await;
                 };
-                if let Outcome::RefundSucceeded { amount, .. } = &ev.outcome
+                if let Outcome::RefundSucceeded { amount: Some(amount), .. } = &ev.outcome
                     && (amount.amount_minor() != col::<i64>(&refund, "amount_minor")?
                         || amount.currency().code() != col::<String>(&refund, "currency")?)
                 {
@@ -145,6 +148,7 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                 .await?
                 .then_some("refund_settled")
             }
+            Outcome::Pending => None,
             Outcome::Failed | Outcome::Cancelled => {
                 let to = if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
                 match decide_failure(attempt_status, to) {
@@ -573,7 +577,7 @@ pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -
     let mut due = Vec::with_capacity(claimed.len());
     for order_no in claimed {
         let r = sqlx::query(&format!(
-            "SELECT o.hold_expires_at, a.attempt_ref, a.gateway FROM orders o \
+            "SELECT o.hold_expires_at, a.attempt_ref, a.gateway, a.gateway_ref FROM orders o \
              LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND a.status IN {} WHERE o.order_no = $1",
             AttemptStatus::ACTIVE_SQL
         ))
@@ -584,6 +588,7 @@ pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -
             hold_expires_at: col(&r, "hold_expires_at")?,
             attempt_ref: col(&r, "attempt_ref")?,
             gateway: col(&r, "gateway")?,
+            gateway_ref: col(&r, "gateway_ref")?,
             order_no,
         });
     }
@@ -597,6 +602,20 @@ pub struct DueOrder {
     pub hold_expires_at: Millis,
     pub attempt_ref: Option<String>,
     pub gateway: Option<String>,
+    pub gateway_ref: Option<String>,
+}
+
+/// Remembers the gateway's own id for an attempt (e.g. a Stripe Checkout Session), learnt from
+/// the hand-off after the order committed. Set once: a later hand-off of the same attempt keeps it.
+pub async fn set_gateway_ref(db: &Db, attempt_ref: &str, gateway_ref: &str) -> Result<()> {
+    crate::write_tx!(db, |tx| {
+        sqlx::query("UPDATE payment_attempts SET gateway_ref = $1 WHERE attempt_ref = $2 AND gateway_ref IS NULL")
+            .bind(gateway_ref)
+            .bind(attempt_ref)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    })
 }
 
 fn parse_order_status(s: &str) -> Result<OrderStatus> {

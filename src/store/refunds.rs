@@ -229,6 +229,9 @@ pub struct Outgoing {
     pub amount: Money,
     pub reason: String,
     pub tries: i64,
+    /// What the attempt captured, and the gateway's transaction id of that capture.
+    pub captured: Money,
+    pub gateway_txn_id: Option<String>,
 }
 
 /// Claims requested refunds that are due, for `lease_ms`.
@@ -250,13 +253,17 @@ pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limi
     let mut out = Vec::with_capacity(rows.len());
     for refund_no in rows {
         let r = sqlx::query(
-            "SELECT r.refund_no, r.order_no, r.attempt_ref, r.amount_minor, r.currency, r.reason, r.tries, a.gateway \
+            "SELECT r.refund_no, r.order_no, r.attempt_ref, r.amount_minor, r.currency, r.reason, r.tries, a.gateway, \
+             a.amount_minor AS captured_minor, a.gateway_txn_id \
              FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref WHERE r.refund_no = $1",
         )
         .bind(&refund_no)
         .fetch_one(db.read_pool())
         .await?;
+        let currency = crate::domain::Currency::parse(&col::<String>(&r, "currency")?)?;
         out.push(Outgoing {
+            captured: Money::new(col(&r, "captured_minor")?, currency)?,
+            gateway_txn_id: col(&r, "gateway_txn_id")?,
             refund_no,
             order_no: col(&r, "order_no")?,
             attempt_ref: col(&r, "attempt_ref")?,

@@ -3,6 +3,7 @@
 
 pub mod monitor;
 pub mod outbox;
+pub mod reconciler;
 pub mod refunds;
 pub mod sweeper;
 

@@ -49,6 +49,8 @@ impl Refunder {
             refund_no: refund.refund_no.clone(),
             amount: refund.amount,
             reason: refund.reason.clone(),
+            captured: refund.captured,
+            gateway_txn_id: refund.gateway_txn_id.clone(),
         };
         match gateway.refund(&req).await {
             Ok(RefundAnswer::Accepted { gateway_refund_id }) => {

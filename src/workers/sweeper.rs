@@ -47,7 +47,8 @@ impl Sweeper {
             if let (Some(attempt_ref), Some(gateway)) =
                 (&order.attempt_ref, order.gateway.as_deref().and_then(|g| self.gateways.get(g)))
             {
-                match gateway.close(attempt_ref).await {
+                let key = crate::gateway::AttemptKey::new(attempt_ref, order.gateway_ref.as_deref());
+                match gateway.close(&key).await {
                     Ok(CloseOutcome::Closed | CloseOutcome::NotFound) => {}
                     Ok(CloseOutcome::AlreadyPaid(event)) => {
                         let applied =

@@ -65,6 +65,8 @@ pub struct Opts {
     pub late_policy: kassa::domain::decide::LatePolicy,
     pub webhook_url: Option<String>,
     pub alert_webhook_url: Option<String>,
+    /// Real gateway adapters to mount beside the sandbox (pointed at local fakes).
+    pub gateways: kassa::gateway::config::GatewaysFile,
 }
 
 impl Default for Opts {
@@ -78,6 +80,7 @@ impl Default for Opts {
             late_policy: Default::default(),
             webhook_url: None,
             alert_webhook_url: None,
+            gateways: Default::default(),
         }
     }
 }
@@ -136,6 +139,10 @@ impl TestApp {
             webhook_secret: opts.webhook_url.as_ref().map(|_| WEBHOOK_SECRET.to_string()),
             keys_secret: Some(KEYS_SECRET.to_string()),
             alert_webhook_url: opts.alert_webhook_url.clone(),
+            gateways: opts.gateways.clone(),
+            default_gateway: None,
+            reconcile_after_ms: 60_000,
+            reconcile_interval_ms: 3_600_000,
         };
         let manual = opts.manual_clock.then(ManualClock::default);
         let clock: SharedClock = match &manual {

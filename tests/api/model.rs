@@ -158,6 +158,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let basket = catalog::create_basket(db, &session, now).await.unwrap();
             catalog::set_basket_line(db, &session, &basket, SKUS[sku].0, qty, now).await.unwrap();
             let req = checkout::ConfirmRequest {
+                currencies: None,
                 session_id: &session,
                 basket_id: &basket,
                 gateway: "sandbox",
@@ -196,6 +197,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let Some(i) = pick(model, order) else { return Ok(()) };
             let o = &model.orders[i];
             let req = checkout::ConfirmRequest {
+                currencies: None,
                 session_id: &o.session,
                 basket_id: &o.basket,
                 gateway: "sandbox",

@@ -1,0 +1,361 @@
+//! Alipay open platform, RSA2 (GATEWAYS.md §A): `alipay.trade.page.pay` as an auto-submitting
+//! form, form notifications verified with the Alipay public key plus the merchant checks,
+//! `alipay.trade.query` / `close` / `refund` / `fastpay.refund.query` with signed requests and
+//! verified responses.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::config::AlipayConfig;
+use super::keys::{RsaSigner, RsaVerifier};
+use super::{
+    AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, PaymentState,
+    RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, format_at_offset, http_client, reject,
+    transport_error,
+};
+use crate::clock::Millis;
+use crate::domain::{Currency, Money};
+use crate::store::payments::{Outcome, VerifiedEvent};
+
+pub const NAME: &str = "alipay";
+
+pub struct Alipay {
+    app_id: String,
+    seller_id: String,
+    signer: RsaSigner,
+    alipay_key: RsaVerifier,
+    gateway_url: String,
+    notify_url: String,
+    http: reqwest::Client,
+}
+
+/// The string both sides sign: every parameter except `sign` (and, for what Alipay sends us,
+/// `sign_type`), empty values dropped, sorted by key, `k=v` joined with `&`, values raw.
+pub fn sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a str)>, drop_sign_type: bool) -> String {
+    let mut pairs: Vec<(&str, &str)> = params
+        .into_iter()
+        .filter(|(k, v)| !v.is_empty() && *k != "sign" && !(drop_sign_type && *k == "sign_type"))
+        .collect();
+    pairs.sort_unstable();
+    pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
+}
+
+fn cny() -> Currency {
+    Currency::CNY
+}
+
+impl Alipay {
+    pub fn new(c: &AlipayConfig, notify_url: String) -> anyhow::Result<Self> {
+        Ok(Alipay {
+            app_id: c.app_id.clone(),
+            seller_id: c.seller_id.clone(),
+            signer: RsaSigner::from_file(&c.app_private_key_file)?,
+            alipay_key: RsaVerifier::from_file(&c.alipay_public_key_file)?,
+            gateway_url: c.gateway_url.clone(),
+            notify_url,
+            http: http_client()?,
+        })
+    }
+
+    /// The common parameters plus `biz_content`, signed.
+    fn signed_params(
+        &self,
+        method: &str,
+        biz: &Value,
+        now: Millis,
+        extra: &[(&str, &str)],
+    ) -> BTreeMap<String, String> {
+        let mut p = BTreeMap::new();
+        p.insert("app_id".to_string(), self.app_id.clone());
+        p.insert("method".to_string(), method.to_string());
+        p.insert("format".to_string(), "JSON".to_string());
+        p.insert("charset".to_string(), "utf-8".to_string());
+        p.insert("sign_type".to_string(), "RSA2".to_string());
+        p.insert("timestamp".to_string(), format_at_offset(now, 8, false));
+        p.insert("version".to_string(), "1.0".to_string());
+        p.insert("biz_content".to_string(), biz.to_string());
+        for (k, v) in extra {
+            p.insert((*k).to_string(), (*v).to_string());
+        }
+        let content = sign_content(p.iter().map(|(k, v)| (k.as_str(), v.as_str())), false);
+        p.insert("sign".to_string(), self.signer.sign_base64(content.as_bytes()));
+        p
+    }
+
+    /// Calls an API method and returns its verified `*_response` node.
+    async fn call(&self, method: &str, biz: Value) -> Result<Value, GatewayError> {
+        let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+        let params = self.signed_params(method, &biz, now, &[]);
+        let response = self.http.post(&self.gateway_url).form(&params).send().await.map_err(|e| transport_error(&e))?;
+        if response.status().is_server_error() {
+            return Err(GatewayError::unavailable(format!("alipay answered {}", response.status())));
+        }
+        let text = response.text().await.map_err(|e| transport_error(&e))?;
+        let node = format!("{}_response", method.replace('.', "_"));
+        verify_response(&self.alipay_key, &text, &node)
+    }
+
+    fn event(
+        &self,
+        attempt_ref: &str,
+        trade_no: &str,
+        total: &str,
+        raw: Vec<u8>,
+    ) -> Result<VerifiedEvent, GatewayError> {
+        let amount = Money::parse_decimal(total, cny())
+            .ok_or_else(|| GatewayError::unavailable("alipay query: unreadable total_amount"))?;
+        Ok(VerifiedEvent {
+            gateway: NAME.to_string(),
+            event_id: format!("query_{trade_no}"),
+            attempt_ref: attempt_ref.to_string(),
+            outcome: Outcome::Succeeded { gateway_txn_id: trade_no.to_string(), amount },
+            raw_body: raw,
+        })
+    }
+}
+
+/// Checks the `sign` of an API response over the exact JSON text of its `*_response` node and
+/// returns the node.
+pub fn verify_response(key: &RsaVerifier, text: &str, node: &str) -> Result<Value, GatewayError> {
+    let envelope: HashMap<String, Box<serde_json::value::RawValue>> =
+        serde_json::from_str(text).map_err(|_| GatewayError::unavailable("alipay: unreadable response"))?;
+    let raw = envelope.get(node).ok_or_else(|| GatewayError::unavailable("alipay: response node missing"))?;
+    let sign: Option<String> = envelope.get("sign").and_then(|s| serde_json::from_str(s.get()).ok());
+    let Some(sign) = sign else {
+        return Err(GatewayError::unavailable("alipay: unsigned response"));
+    };
+    if !key.verify_base64(raw.get().as_bytes(), &sign) {
+        return Err(GatewayError::unavailable("alipay: response signature does not verify"));
+    }
+    serde_json::from_str(raw.get()).map_err(|_| GatewayError::unavailable("alipay: unreadable response node"))
+}
+
+fn field<'a>(v: &'a Value, name: &str) -> &'a str {
+    v.get(name).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn is_ok(v: &Value) -> bool {
+    field(v, "code") == "10000"
+}
+
+/// Business errors that mean "try again later" rather than "refused".
+fn is_transient(v: &Value) -> bool {
+    matches!(field(v, "code"), "20000" | "20001") || field(v, "sub_code").ends_with("SYSTEM_ERROR")
+}
+
+fn describe(v: &Value) -> String {
+    format!("{} {} ({})", field(v, "code"), field(v, "sub_code"), field(v, "sub_msg"))
+}
+
+impl Gateway for Alipay {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn channels(&self) -> &'static [&'static str] {
+        &["page"]
+    }
+
+    fn currencies(&self) -> Option<&'static [Currency]> {
+        Some(&[Currency::CNY])
+    }
+
+    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
+        Box::pin(async move {
+            if req.amount.currency() != cny() {
+                return Err(GatewayError::invalid("unsupported_currency", "Alipay page pay takes CNY only"));
+            }
+            let subject: String = req.subject.chars().take(256).collect();
+            let biz = json!({
+                "out_trade_no": req.attempt_ref,
+                "total_amount": req.amount.decimal(),
+                "subject": subject,
+                "product_code": "FAST_INSTANT_TRADE_PAY",
+                // The cashier stops taking payment when the hold ends.
+                "time_expire": format_at_offset(req.expires_at, 8, false),
+            });
+            let fields = self.signed_params(
+                "alipay.trade.page.pay",
+                &biz,
+                req.now,
+                &[("notify_url", &self.notify_url), ("return_url", &req.return_url)],
+            );
+            Ok(Handed {
+                handoff: Handoff::Form { action: self.gateway_url.clone(), method: "post".to_string(), fields },
+                gateway_ref: None,
+            })
+        })
+    }
+
+    fn verify(&self, _headers: &HeaderMap, body: &[u8], _now: Millis) -> Result<VerifiedEvent, Rejection> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
+            .map_err(|_| reject("malformed_body", "not a form-encoded notification", None))?;
+        let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in &pairs {
+            if fields.insert(k.as_str(), v.as_str()).is_some() {
+                return Err(reject("malformed_body", "repeated field", None));
+            }
+        }
+        let get = |k: &str| fields.get(k).copied().unwrap_or_default();
+        let sign = get("sign");
+        if sign.is_empty() {
+            return Err(reject("invalid_signature", "no sign field", None));
+        }
+        let content = sign_content(fields.iter().map(|(k, v)| (*k, *v)), true);
+        if !self.alipay_key.verify_base64(content.as_bytes(), sign) {
+            return Err(reject("invalid_signature", "signature does not verify with the Alipay public key", None));
+        }
+        let notify_id = get("notify_id");
+        let claimed = crate::domain::ids::is_plain_id(notify_id).then(|| notify_id.to_string());
+        let Some(event_id) = claimed.clone() else {
+            return Err(reject("malformed_body", "notify_id missing or not a plain identifier", None));
+        };
+        // The merchant checks (GATEWAYS.md §A): our app, our receiving account.
+        if get("app_id") != self.app_id {
+            return Err(reject("merchant_mismatch", "app_id is not ours", claimed));
+        }
+        if get("seller_id") != self.seller_id {
+            return Err(reject("merchant_mismatch", "seller_id is not our receiving account", claimed));
+        }
+        let attempt_ref = get("out_trade_no");
+        if !crate::domain::ids::is_plain_id(attempt_ref) {
+            return Err(reject("malformed_body", "out_trade_no missing or not a plain identifier", claimed));
+        }
+        let refund_no = get("out_biz_no");
+        let refund_no = (!refund_no.is_empty()).then_some(refund_no);
+        let outcome = match (get("trade_status"), refund_no) {
+            // A refund shows up as a notification naming the refund request number.
+            ("TRADE_SUCCESS" | "TRADE_FINISHED" | "TRADE_CLOSED", Some(refund_no)) => {
+                if !crate::domain::ids::is_plain_id(refund_no) {
+                    return Err(reject("malformed_body", "out_biz_no is not a plain identifier", claimed));
+                }
+                Outcome::RefundSucceeded { refund_no: refund_no.to_string(), amount: None }
+            }
+            ("TRADE_SUCCESS" | "TRADE_FINISHED", None) => {
+                let trade_no = get("trade_no");
+                if !crate::domain::ids::is_plain_id(trade_no) {
+                    return Err(reject("malformed_body", "trade_no missing", claimed));
+                }
+                let amount = Money::parse_decimal(get("total_amount"), cny())
+                    .ok_or_else(|| reject("amount_mismatch", "unreadable total_amount", claimed.clone()))?;
+                Outcome::Succeeded { gateway_txn_id: trade_no.to_string(), amount }
+            }
+            ("TRADE_CLOSED", None) => Outcome::Cancelled,
+            ("WAIT_BUYER_PAY", None) => Outcome::Pending,
+            _ => return Err(reject("unsupported_event", "unknown trade_status", claimed)),
+        };
+        Ok(VerifiedEvent {
+            gateway: NAME.to_string(),
+            event_id,
+            attempt_ref: attempt_ref.to_string(),
+            outcome,
+            raw_body: body.to_vec(),
+        })
+    }
+
+    /// Alipay wants the seven characters `success` and nothing else.
+    fn ack(&self) -> Reply {
+        Reply { status: 200, content_type: "text/plain", body: "success".to_string() }
+    }
+
+    /// Anything but `success` makes Alipay resend.
+    fn nack(&self, _code: &str, _message: &str) -> Reply {
+        Reply { status: 400, content_type: "text/plain", body: "fail".to_string() }
+    }
+
+    fn close<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>> {
+        Box::pin(async move {
+            let r = self.call("alipay.trade.close", json!({"out_trade_no": key.attempt_ref})).await?;
+            if is_ok(&r) {
+                return Ok(CloseOutcome::Closed);
+            }
+            if field(&r, "sub_code") == "ACQ.TRADE_NOT_EXIST" {
+                // Nobody opened the cashier; `time_expire` bounds it from here.
+                return Ok(CloseOutcome::NotFound);
+            }
+            if is_transient(&r) {
+                return Err(GatewayError::unavailable(format!("alipay close: {}", describe(&r))));
+            }
+            // Refused, e.g. ACQ.TRADE_STATUS_ERROR: find out why.
+            match self.query(key).await? {
+                PaymentState::Paid(event) => Ok(CloseOutcome::AlreadyPaid(event)),
+                PaymentState::Closed | PaymentState::Failed => Ok(CloseOutcome::Closed),
+                PaymentState::NotFound => Ok(CloseOutcome::NotFound),
+                PaymentState::Pending => {
+                    Err(GatewayError::unavailable(format!("alipay close refused: {}", describe(&r))))
+                }
+            }
+        })
+    }
+
+    fn query<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<PaymentState, GatewayError>> {
+        Box::pin(async move {
+            let r = self.call("alipay.trade.query", json!({"out_trade_no": key.attempt_ref})).await?;
+            if !is_ok(&r) {
+                if field(&r, "sub_code") == "ACQ.TRADE_NOT_EXIST" {
+                    return Ok(PaymentState::NotFound);
+                }
+                return Err(GatewayError::unavailable(format!("alipay query: {}", describe(&r))));
+            }
+            if field(&r, "out_trade_no") != key.attempt_ref {
+                return Err(GatewayError::unavailable("alipay query answered for another trade"));
+            }
+            Ok(match field(&r, "trade_status") {
+                "TRADE_SUCCESS" | "TRADE_FINISHED" => PaymentState::Paid(self.event(
+                    &key.attempt_ref,
+                    field(&r, "trade_no"),
+                    field(&r, "total_amount"),
+                    r.to_string().into_bytes(),
+                )?),
+                "WAIT_BUYER_PAY" => PaymentState::Pending,
+                "TRADE_CLOSED" => PaymentState::Closed,
+                other => {
+                    return Err(GatewayError::unavailable(format!("alipay query: unknown trade_status {other:?}")));
+                }
+            })
+        })
+    }
+
+    fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>> {
+        Box::pin(async move {
+            let reason: String = req.reason.chars().take(256).collect();
+            let biz = json!({
+                "out_trade_no": req.attempt_ref,
+                "refund_amount": req.amount.decimal(),
+                "refund_reason": reason,
+                "out_request_no": req.refund_no,
+            });
+            let r = self.call("alipay.trade.refund", biz).await?;
+            if is_ok(&r) {
+                // Synchronous; `fund_change = N` on a repeat means it was refunded before.
+                let id = format!("{}:{}", field(&r, "trade_no"), req.refund_no);
+                return Ok(RefundAnswer::Succeeded { gateway_refund_id: id });
+            }
+            if is_transient(&r) {
+                return Err(GatewayError::unavailable(format!("alipay refund: {}", describe(&r))));
+            }
+            Ok(RefundAnswer::Rejected { reason: describe(&r) })
+        })
+    }
+
+    fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>> {
+        Box::pin(async move {
+            let biz = json!({"out_trade_no": req.attempt_ref, "out_request_no": req.refund_no});
+            let r = self.call("alipay.trade.fastpay.refund.query", biz).await?;
+            if !is_ok(&r) {
+                if field(&r, "sub_code") == "ACQ.TRADE_NOT_EXIST" {
+                    return Ok(RefundState::NotFound);
+                }
+                return Err(GatewayError::unavailable(format!("alipay refund query: {}", describe(&r))));
+            }
+            Ok(match field(&r, "refund_status") {
+                "REFUND_SUCCESS" => RefundState::Succeeded,
+                // An empty answer means Alipay never took this refund request.
+                "" => RefundState::NotFound,
+                other => RefundState::Failed { reason: format!("refund_status {other}") },
+            })
+        })
+    }
+}

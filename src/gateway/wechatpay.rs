@@ -1,0 +1,488 @@
+//! WeChat Pay API v3 (GATEWAYS.md §B): JSAPI prepay plus the signed `wx.requestPayment`
+//! parameters for the mini-program, H5 `h5_url`, notifications verified over the raw body
+//! (timestamp window, serial, SIGNTEST probes refused) and decrypted with the APIv3 key, query,
+//! close and refunds with `out_refund_no`. Requests are signed with the merchant key; responses are
+//! verified with the platform key before they are believed.
+
+use axum::http::HeaderMap;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::config::WechatPayConfig;
+use super::keys::{RsaSigner, RsaVerifier, aes_gcm_open, nonce};
+use super::{
+    AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, Payer, PaymentState,
+    RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, format_at_offset, http_client, reject,
+    transport_error, unix_seconds,
+};
+use crate::clock::{Clock, Millis, SystemClock};
+use crate::domain::ids::is_plain_id;
+use crate::domain::{Currency, Money};
+use crate::store::payments::{Outcome, VerifiedEvent};
+
+pub const NAME: &str = "wechatpay";
+/// Responses and notifications signed further than this from our clock are refused (SDKs: 5 min).
+pub const TIMESTAMP_TOLERANCE_S: i64 = 300;
+/// Signature-probe traffic WeChat sends to check that merchants verify; it must fail.
+pub const SIGNTEST_PREFIX: &str = "WECHATPAY/SIGNTEST/";
+
+pub struct WechatPay {
+    mchid: String,
+    appid: String,
+    serial_no: String,
+    signer: RsaSigner,
+    platform_key: RsaVerifier,
+    platform_serial: String,
+    api_v3_key: Vec<u8>,
+    base_url: String,
+    notify_url: String,
+    http: reqwest::Client,
+}
+
+/// `METHOD\nURL\nTIMESTAMP\nNONCE\nBODY\n`, what the merchant signs for each request.
+pub fn request_message(method: &str, path_and_query: &str, timestamp: i64, nonce: &str, body: &str) -> String {
+    format!("{method}\n{path_and_query}\n{timestamp}\n{nonce}\n{body}\n")
+}
+
+/// `appId\ntimeStamp\nnonceStr\npackage\n`, what `paySign` covers.
+pub fn pay_sign_message(appid: &str, timestamp: &str, nonce: &str, package: &str) -> String {
+    format!("{appid}\n{timestamp}\n{nonce}\n{package}\n")
+}
+
+/// Checks a WeChat signature header set over `body`: serial, probe prefix, timestamp window, RSA.
+pub fn verify_wechat_signature(
+    key: &RsaVerifier,
+    expected_serial: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: Millis,
+) -> Result<(), &'static str> {
+    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let (timestamp, nonce, signature, serial) =
+        (h("Wechatpay-Timestamp"), h("Wechatpay-Nonce"), h("Wechatpay-Signature"), h("Wechatpay-Serial"));
+    if timestamp.is_empty() || nonce.is_empty() || signature.is_empty() {
+        return Err("missing Wechatpay-* signature headers");
+    }
+    if signature.starts_with(SIGNTEST_PREFIX) {
+        return Err("signature probe");
+    }
+    if serial != expected_serial {
+        return Err("unknown Wechatpay-Serial");
+    }
+    let Ok(ts) = timestamp.parse::<i64>() else {
+        return Err("unreadable Wechatpay-Timestamp");
+    };
+    if (unix_seconds(now) - ts).abs() > TIMESTAMP_TOLERANCE_S {
+        return Err("Wechatpay-Timestamp outside the tolerance");
+    }
+    let mut message = format!("{timestamp}\n{nonce}\n").into_bytes();
+    message.extend_from_slice(body);
+    message.push(b'\n');
+    if key.verify_base64(&message, signature) { Ok(()) } else { Err("signature does not verify") }
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    id: String,
+    event_type: String,
+    resource: Resource,
+}
+
+#[derive(Deserialize)]
+struct Resource {
+    algorithm: String,
+    ciphertext: String,
+    #[serde(default)]
+    associated_data: String,
+    nonce: String,
+}
+
+fn cny() -> Currency {
+    Currency::CNY
+}
+
+fn text<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn int(v: &Value, path: &[&str]) -> Option<i64> {
+    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_i64)
+}
+
+/// A WeChat answer: status, body and whether its signature was checked.
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+impl Answer {
+    fn code(&self) -> &str {
+        text(&self.body, &["code"])
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {} ({})", self.status, self.code(), text(&self.body, &["message"]))
+    }
+}
+
+impl WechatPay {
+    pub fn new(c: &WechatPayConfig, notify_url: String) -> anyhow::Result<Self> {
+        let (platform_key, serial) = match (&c.platform_public_key_file, &c.platform_cert_file) {
+            (Some(path), None) => (RsaVerifier::from_file(path)?, c.platform_serial.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+                let cert_serial = super::keys::pem_blocks(&text)?
+                    .into_iter()
+                    .find(|(label, _)| label == "CERTIFICATE")
+                    .and_then(|(_, der)| super::keys::certificate_serial_hex(&der));
+                (RsaVerifier::from_pem(&text)?, c.platform_serial.clone().or(cert_serial))
+            }
+            _ => anyhow::bail!("set exactly one of platform_public_key_file and platform_cert_file"),
+        };
+        let platform_serial =
+            serial.ok_or_else(|| anyhow::anyhow!("platform_serial is required with platform_public_key_file"))?;
+        if c.api_v3_key.0.len() != 32 {
+            anyhow::bail!("api_v3_key must be 32 characters");
+        }
+        Ok(WechatPay {
+            mchid: c.mchid.clone(),
+            appid: c.appid.clone(),
+            serial_no: c.merchant_serial_no.clone(),
+            signer: RsaSigner::from_file(&c.merchant_private_key_file)?,
+            platform_key,
+            platform_serial,
+            api_v3_key: c.api_v3_key.0.as_bytes().to_vec(),
+            base_url: c.api_base_url.trim_end_matches('/').to_string(),
+            notify_url,
+            http: http_client()?,
+        })
+    }
+
+    fn authorization(&self, method: &str, path: &str, body: &str) -> String {
+        let ts = unix_seconds(SystemClock.now_ms());
+        let nonce = nonce(32);
+        let signature = self.signer.sign_base64(request_message(method, path, ts, &nonce, body).as_bytes());
+        format!(
+            "WECHATPAY2-SHA256-RSA2048 mchid=\"{}\",nonce_str=\"{nonce}\",signature=\"{signature}\",timestamp=\"{ts}\",serial_no=\"{}\"",
+            self.mchid, self.serial_no
+        )
+    }
+
+    /// Sends a signed request. A 2xx answer must carry a valid platform signature; error answers
+    /// are read for their code only.
+    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Answer, GatewayError> {
+        let body_text = body.map(Value::to_string).unwrap_or_default();
+        let url = format!("{}{path}", self.base_url);
+        let request = match method {
+            "GET" => self.http.get(&url),
+            _ => self.http.post(&url).header("Content-Type", "application/json").body(body_text.clone()),
+        };
+        let response = request
+            .header("Authorization", self.authorization(method, path, &body_text))
+            .header("Accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| transport_error(&e))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.map_err(|e| transport_error(&e))?;
+        if status >= 500 {
+            return Err(GatewayError::unavailable(format!("wechatpay answered {status}")));
+        }
+        if (200..300).contains(&status) {
+            verify_wechat_signature(&self.platform_key, &self.platform_serial, &headers, &bytes, SystemClock.now_ms())
+                .map_err(|why| GatewayError::unavailable(format!("wechatpay response: {why}")))?;
+        }
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).map_err(|_| GatewayError::unavailable("wechatpay: unreadable response"))?
+        };
+        Ok(Answer { status, body })
+    }
+
+    fn core_fields(&self, req: &HandoffRequest) -> Value {
+        let description: String = req.subject.chars().take(127).collect();
+        json!({
+            "appid": self.appid,
+            "mchid": self.mchid,
+            "description": description,
+            "out_trade_no": req.attempt_ref,
+            // Payable until the hold ends, not for WeChat's default 7 days.
+            "time_expire": format_at_offset(req.expires_at, 8, true),
+            "notify_url": self.notify_url,
+            "amount": {"total": req.amount.amount_minor(), "currency": "CNY"},
+        })
+    }
+
+    async fn jsapi(&self, req: &HandoffRequest) -> Result<Handed, GatewayError> {
+        let openid = payer_openid(&req.payer)?;
+        let mut body = self.core_fields(req);
+        body["payer"] = json!({"openid": openid});
+        let r = self.call("POST", "/v3/pay/transactions/jsapi", Some(&body)).await?;
+        let prepay_id = text(&r.body, &["prepay_id"]);
+        if r.status != 200 || prepay_id.is_empty() {
+            return Err(refusal("prepay", &r));
+        }
+        let timestamp = unix_seconds(req.now).to_string();
+        let nonce = nonce(32);
+        let package = format!("prepay_id={prepay_id}");
+        let pay_sign = self.signer.sign_base64(pay_sign_message(&self.appid, &timestamp, &nonce, &package).as_bytes());
+        let params = json!({
+            "appId": self.appid,
+            "timeStamp": timestamp,
+            "nonceStr": nonce,
+            "package": package,
+            "signType": "RSA",
+            "paySign": pay_sign,
+        });
+        Ok(Handed { handoff: Handoff::Client { params }, gateway_ref: None })
+    }
+
+    async fn h5(&self, req: &HandoffRequest) -> Result<Handed, GatewayError> {
+        let ip = payer_ip(&req.payer)?;
+        let mut body = self.core_fields(req);
+        body["scene_info"] = json!({"payer_client_ip": ip, "h5_info": {"type": "Wap"}});
+        let r = self.call("POST", "/v3/pay/transactions/h5", Some(&body)).await?;
+        let h5_url = text(&r.body, &["h5_url"]);
+        if r.status != 200 || !h5_url.starts_with("https://") && !h5_url.starts_with("http://") {
+            return Err(refusal("h5", &r));
+        }
+        let back = serde_urlencoded::to_string([("redirect_url", req.return_url.as_str())]).unwrap_or_default();
+        Ok(Handed { handoff: Handoff::Redirect { url: format!("{h5_url}&{back}") }, gateway_ref: None })
+    }
+
+    fn decrypt(&self, resource: &Resource) -> Option<Vec<u8>> {
+        if resource.algorithm != "AEAD_AES_256_GCM" {
+            return None;
+        }
+        let sealed = B64.decode(&resource.ciphertext).ok()?;
+        aes_gcm_open(&self.api_v3_key, resource.nonce.as_bytes(), resource.associated_data.as_bytes(), &sealed)
+    }
+
+    fn paid_event(&self, key: &AttemptKey, t: &Value) -> Result<VerifiedEvent, GatewayError> {
+        let txn = text(t, &["transaction_id"]);
+        let total = int(t, &["amount", "total"]).and_then(|n| Money::new(n, cny()).ok());
+        let (true, Some(amount)) = (is_plain_id(txn), total) else {
+            return Err(GatewayError::unavailable("wechatpay query: no transaction id or amount"));
+        };
+        Ok(VerifiedEvent {
+            gateway: NAME.to_string(),
+            event_id: format!("query_{txn}"),
+            attempt_ref: key.attempt_ref.clone(),
+            outcome: Outcome::Succeeded { gateway_txn_id: txn.to_string(), amount },
+            raw_body: t.to_string().into_bytes(),
+        })
+    }
+}
+
+fn payer_openid(payer: &Payer) -> Result<&str, GatewayError> {
+    payer.openid.as_deref().filter(|o| !o.is_empty() && o.len() <= 128).ok_or_else(|| {
+        GatewayError::invalid("payer_required", "WeChat JSAPI needs the payer's openid: {\"payer\": {\"openid\": …}}")
+    })
+}
+
+fn payer_ip(payer: &Payer) -> Result<&str, GatewayError> {
+    payer.client_ip.as_deref().filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()).ok_or_else(|| {
+        GatewayError::invalid("payer_required", "WeChat H5 needs the payer's IP: {\"payer\": {\"client_ip\": …}}")
+    })
+}
+
+fn refusal(what: &str, r: &Answer) -> GatewayError {
+    if r.status >= 400 && r.status < 500 && r.code() != "SYSTEM_ERROR" && r.code() != "FREQUENCY_LIMITED" {
+        GatewayError::invalid("gateway_refused", format!("wechatpay {what}: {}", r.describe()))
+    } else {
+        GatewayError::unavailable(format!("wechatpay {what}: {}", r.describe()))
+    }
+}
+
+impl Gateway for WechatPay {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn channels(&self) -> &'static [&'static str] {
+        &["jsapi", "h5"]
+    }
+
+    fn currencies(&self) -> Option<&'static [Currency]> {
+        Some(&[Currency::CNY])
+    }
+
+    fn check_payer(&self, channel: &str, payer: &Payer) -> Result<(), GatewayError> {
+        match channel {
+            "h5" => payer_ip(payer).map(|_| ()),
+            _ => payer_openid(payer).map(|_| ()),
+        }
+    }
+
+    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
+        Box::pin(async move {
+            if req.amount.currency() != cny() {
+                return Err(GatewayError::invalid("unsupported_currency", "WeChat Pay takes CNY only"));
+            }
+            match req.channel.as_str() {
+                "h5" => self.h5(req).await,
+                _ => self.jsapi(req).await,
+            }
+        })
+    }
+
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection> {
+        verify_wechat_signature(&self.platform_key, &self.platform_serial, headers, body, now)
+            .map_err(|why| reject("invalid_signature", why, None))?;
+        let envelope: Envelope =
+            serde_json::from_slice(body).map_err(|_| reject("malformed_body", "unreadable notification", None))?;
+        let claimed = is_plain_id(&envelope.id).then(|| envelope.id.clone());
+        let Some(event_id) = claimed.clone() else {
+            return Err(reject("malformed_body", "notification id is not a plain identifier", None));
+        };
+        let plain = self.decrypt(&envelope.resource).ok_or_else(|| {
+            reject("invalid_signature", "resource does not decrypt with the APIv3 key", claimed.clone())
+        })?;
+        let r: Value = serde_json::from_slice(&plain)
+            .map_err(|_| reject("malformed_body", "decrypted resource is not JSON", claimed.clone()))?;
+        if text(&r, &["mchid"]) != self.mchid {
+            return Err(reject("merchant_mismatch", "mchid is not ours", claimed));
+        }
+        let attempt_ref = text(&r, &["out_trade_no"]).to_string();
+        if !is_plain_id(&attempt_ref) {
+            return Err(reject("malformed_body", "out_trade_no missing", claimed));
+        }
+        let outcome = match envelope.event_type.as_str() {
+            "TRANSACTION.SUCCESS" => {
+                if text(&r, &["appid"]) != self.appid {
+                    return Err(reject("merchant_mismatch", "appid is not ours", claimed));
+                }
+                if text(&r, &["trade_state"]) != "SUCCESS" {
+                    return Err(reject("unsupported_event", "trade_state is not SUCCESS", claimed));
+                }
+                let txn = text(&r, &["transaction_id"]);
+                if !is_plain_id(txn) {
+                    return Err(reject("malformed_body", "transaction_id missing", claimed));
+                }
+                let currency = Currency::parse(text(&r, &["amount", "currency"]))
+                    .map_err(|_| reject("currency_mismatch", "unknown currency", claimed.clone()))?;
+                let amount = int(&r, &["amount", "total"])
+                    .and_then(|n| Money::new(n, currency).ok())
+                    .ok_or_else(|| reject("amount_mismatch", "unreadable amount.total", claimed.clone()))?;
+                Outcome::Succeeded { gateway_txn_id: txn.to_string(), amount }
+            }
+            "REFUND.SUCCESS" | "REFUND.ABNORMAL" | "REFUND.CLOSED" => {
+                let refund_no = text(&r, &["out_refund_no"]).to_string();
+                if !is_plain_id(&refund_no) {
+                    return Err(reject("malformed_body", "out_refund_no missing", claimed));
+                }
+                if envelope.event_type == "REFUND.SUCCESS" {
+                    let amount = int(&r, &["amount", "refund"])
+                        .and_then(|n| Money::new(n, cny()).ok())
+                        .ok_or_else(|| reject("amount_mismatch", "unreadable amount.refund", claimed.clone()))?;
+                    Outcome::RefundSucceeded { refund_no, amount: Some(amount) }
+                } else {
+                    Outcome::RefundFailed { refund_no }
+                }
+            }
+            _ => return Err(reject("unsupported_event", "unknown event_type", claimed)),
+        };
+        Ok(VerifiedEvent { gateway: NAME.to_string(), event_id, attempt_ref, outcome, raw_body: body.to_vec() })
+    }
+
+    /// WeChat goes by the status code: 204, no body.
+    fn ack(&self) -> Reply {
+        Reply { status: 204, content_type: "application/json", body: String::new() }
+    }
+
+    fn nack(&self, _code: &str, message: &str) -> Reply {
+        let body = json!({"code": "FAIL", "message": message}).to_string();
+        Reply { status: 400, content_type: "application/json", body }
+    }
+
+    fn close<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>> {
+        Box::pin(async move {
+            let path = format!("/v3/pay/transactions/out-trade-no/{}/close", key.attempt_ref);
+            let r = self.call("POST", &path, Some(&json!({"mchid": self.mchid}))).await?;
+            match (r.status, r.code()) {
+                (200 | 204, _) | (_, "ORDER_CLOSED") => Ok(CloseOutcome::Closed),
+                (404, _) | (_, "ORDER_NOT_EXIST") => Ok(CloseOutcome::NotFound),
+                _ => match self.query(key).await? {
+                    PaymentState::Paid(event) => Ok(CloseOutcome::AlreadyPaid(event)),
+                    PaymentState::Closed | PaymentState::Failed => Ok(CloseOutcome::Closed),
+                    PaymentState::NotFound => Ok(CloseOutcome::NotFound),
+                    PaymentState::Pending => {
+                        Err(GatewayError::unavailable(format!("wechatpay close: {}", r.describe())))
+                    }
+                },
+            }
+        })
+    }
+
+    fn query<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<PaymentState, GatewayError>> {
+        Box::pin(async move {
+            let path = format!("/v3/pay/transactions/out-trade-no/{}?mchid={}", key.attempt_ref, self.mchid);
+            let r = self.call("GET", &path, None).await?;
+            if r.status == 404 || r.code() == "ORDER_NOT_EXIST" {
+                return Ok(PaymentState::NotFound);
+            }
+            if r.status != 200 {
+                return Err(GatewayError::unavailable(format!("wechatpay query: {}", r.describe())));
+            }
+            if text(&r.body, &["out_trade_no"]) != key.attempt_ref || text(&r.body, &["mchid"]) != self.mchid {
+                return Err(GatewayError::unavailable("wechatpay query answered for another order"));
+            }
+            Ok(match text(&r.body, &["trade_state"]) {
+                "SUCCESS" | "REFUND" => PaymentState::Paid(self.paid_event(key, &r.body)?),
+                "NOTPAY" | "USERPAYING" => PaymentState::Pending,
+                "CLOSED" | "REVOKED" => PaymentState::Closed,
+                "PAYERROR" => PaymentState::Failed,
+                other => return Err(GatewayError::unavailable(format!("wechatpay query: trade_state {other:?}"))),
+            })
+        })
+    }
+
+    fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>> {
+        Box::pin(async move {
+            let reason: String = req.reason.chars().take(80).collect();
+            let body = json!({
+                "out_trade_no": req.attempt_ref,
+                "out_refund_no": req.refund_no,
+                "reason": reason,
+                "notify_url": self.notify_url,
+                "amount": {"refund": req.amount.amount_minor(), "total": req.captured.amount_minor(), "currency": "CNY"},
+            });
+            let r = self.call("POST", "/v3/refund/domestic/refunds", Some(&body)).await?;
+            if r.status == 200 {
+                let id = text(&r.body, &["refund_id"]).to_string();
+                return Ok(match text(&r.body, &["status"]) {
+                    "SUCCESS" => RefundAnswer::Succeeded { gateway_refund_id: id },
+                    "PROCESSING" => RefundAnswer::Accepted { gateway_refund_id: id },
+                    other => RefundAnswer::Rejected { reason: format!("refund status {other}") },
+                });
+            }
+            match refusal("refund", &r) {
+                GatewayError::Invalid { message, .. } => Ok(RefundAnswer::Rejected { reason: message }),
+                e => Err(e),
+            }
+        })
+    }
+
+    fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>> {
+        Box::pin(async move {
+            let path = format!("/v3/refund/domestic/refunds/{}", req.refund_no);
+            let r = self.call("GET", &path, None).await?;
+            if r.status == 404 || r.code() == "RESOURCE_NOT_EXISTS" {
+                return Ok(RefundState::NotFound);
+            }
+            if r.status != 200 {
+                return Err(GatewayError::unavailable(format!("wechatpay refund query: {}", r.describe())));
+            }
+            Ok(match text(&r.body, &["status"]) {
+                "SUCCESS" => RefundState::Succeeded,
+                "PROCESSING" => RefundState::Processing,
+                other => RefundState::Failed { reason: format!("refund status {other}") },
+            })
+        })
+    }
+}

@@ -1,0 +1,841 @@
+//! Local fakes of the Alipay, WeChat Pay v3 and Stripe HTTP APIs. Each checks request signatures
+//! the way its provider does (its own canonicalisation, written from GATEWAYS.md, not kassa's),
+//! keeps trades in memory, signs its answers with the provider's test key, and, when a test pays,
+//! sends a signed notification to the notify URL kassa gave it (or withholds it, to test active
+//! query). No test touches the internet.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use aws_lc_rs::signature::{self, RsaKeyPair, UnparsedPublicKey};
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use kassa::gateway::config::{AlipayConfig, Secret, StripeConfig, WechatPayConfig};
+use serde_json::{Value, json};
+
+pub const ALIPAY_APP_ID: &str = "2021000000000001";
+pub const ALIPAY_SELLER_ID: &str = "2088000000000002";
+pub const WECHAT_MCHID: &str = "1900000001";
+pub const WECHAT_APPID: &str = "wx8888888888888888";
+pub const WECHAT_MERCHANT_SERIAL: &str = "3775B6A45ACD588826D15E583A95F5DD0AAAAAAA";
+pub const WECHAT_PLATFORM_SERIAL: &str = "PUB_KEY_ID_0119000000000000000000000000";
+pub const WECHAT_API_V3_KEY: &str = "0123456789abcdefghijklmnopqrstuv";
+pub const STRIPE_SECRET_KEY: &str = "sk_test_kassa_fake";
+pub const STRIPE_WEBHOOK_SECRET: &str = "whsec_kassa_fake";
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gateways").join(name)
+}
+
+fn pem_der(name: &str) -> Vec<u8> {
+    let text = std::fs::read_to_string(fixture(name)).expect("fixture");
+    let body: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+    B64.decode(body).expect("pem base64")
+}
+
+/// The provider's private key (signs notifications and answers).
+fn provider_key() -> RsaKeyPair {
+    RsaKeyPair::from_pkcs8(&pem_der("provider_private.pem")).expect("provider key")
+}
+
+fn rsa_sign(key: &RsaKeyPair, message: &[u8]) -> String {
+    let mut sig = vec![0_u8; key.public_modulus_len()];
+    key.sign(&signature::RSA_PKCS1_SHA256, &aws_lc_rs::rand::SystemRandom::new(), message, &mut sig).expect("sign");
+    B64.encode(sig)
+}
+
+/// How the provider checks the merchant's signature: with the merchant's public key.
+fn merchant_verifies(message: &[u8], sig_b64: &str) -> bool {
+    let Ok(sig) = B64.decode(sig_b64) else { return false };
+    UnparsedPublicKey::new(&signature::RSA_PKCS1_2048_8192_SHA256, pem_der("merchant_public.pem"))
+        .verify(message, &sig)
+        .is_ok()
+}
+
+async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{addr}")
+}
+
+fn now_s() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// A trade as a fake provider keeps it.
+#[derive(Debug, Clone, Default)]
+pub struct Trade {
+    pub out_trade_no: String,
+    pub amount_minor: i64,
+    pub status: String,
+    pub txn_id: String,
+    pub notify_url: String,
+    pub time_expire: String,
+    pub expires_at_s: i64,
+    pub refunds: BTreeMap<String, i64>,
+    /// Stripe: session id; WeChat: prepay id.
+    pub id: String,
+    pub request: Value,
+}
+
+#[derive(Default)]
+pub struct Ledger {
+    pub trades: HashMap<String, Trade>,
+    /// Requests refused for a bad signature or credentials.
+    pub bad_signatures: usize,
+    pub calls: Vec<String>,
+    /// When set, refund calls answer "processing" and their notification is withheld.
+    pub refunds_pending: bool,
+}
+
+pub type Shared = Arc<Mutex<Ledger>>;
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Ledger> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ------------------------------------------------------------------------------------------------
+// Alipay
+
+#[derive(Clone)]
+pub struct FakeAlipay {
+    pub url: String,
+    pub ledger: Shared,
+}
+
+fn alipay_content(params: &BTreeMap<String, String>, drop_sign_type: bool) -> String {
+    params
+        .iter()
+        .filter(|(k, v)| !v.is_empty() && k.as_str() != "sign" && !(drop_sign_type && k.as_str() == "sign_type"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn alipay_answer(method: &str, node: Value) -> Response {
+    let node_text = node.to_string();
+    let sign = rsa_sign(&provider_key(), node_text.as_bytes());
+    let name = format!("{}_response", method.replace('.', "_"));
+    let body = format!("{{\"{name}\":{node_text},\"sign\":\"{sign}\"}}");
+    ([("content-type", "application/json;charset=utf-8")], body).into_response()
+}
+
+fn alipay_error(sub_code: &str) -> Value {
+    json!({"code": "40004", "msg": "Business Failed", "sub_code": sub_code, "sub_msg": sub_code})
+}
+
+fn yuan(minor: i64) -> String {
+    format!("{}.{:02}", minor / 100, minor % 100)
+}
+
+fn parse_yuan(s: &str) -> i64 {
+    let (w, f) = s.split_once('.').unwrap_or((s, "0"));
+    w.parse::<i64>().expect("yuan") * 100 + format!("{f:0<2}").parse::<i64>().expect("fen")
+}
+
+async fn alipay_gateway(State(ledger): State<Shared>, body: String) -> Response {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&body).unwrap_or_default();
+    let params: BTreeMap<String, String> = pairs.into_iter().collect();
+    let get = |k: &str| params.get(k).cloned().unwrap_or_default();
+    let method = get("method");
+    // The provider's check: sign_type included, sign and empty values excluded, merchant key.
+    let content = alipay_content(&params, false);
+    if !merchant_verifies(content.as_bytes(), &get("sign"))
+        || get("app_id") != ALIPAY_APP_ID
+        || get("sign_type") != "RSA2"
+    {
+        lock(&ledger).bad_signatures += 1;
+        let node = json!({"code": "40002", "msg": "Invalid Arguments", "sub_code": "isv.invalid-signature"});
+        return (
+            [("content-type", "application/json")],
+            json!({ format!("{}_response", method.replace('.', "_")): node }).to_string(),
+        )
+            .into_response();
+    }
+    let biz: Value = serde_json::from_str(&get("biz_content")).unwrap_or(Value::Null);
+    let out_trade_no = biz["out_trade_no"].as_str().unwrap_or_default().to_string();
+    let mut l = lock(&ledger);
+    l.calls.push(method.clone());
+    match method.as_str() {
+        "alipay.trade.page.pay" => {
+            let trade = l.trades.entry(out_trade_no.clone()).or_default();
+            trade.out_trade_no = out_trade_no.clone();
+            trade.amount_minor = parse_yuan(biz["total_amount"].as_str().unwrap_or("0"));
+            trade.notify_url = get("notify_url");
+            trade.time_expire = biz["time_expire"].as_str().unwrap_or_default().to_string();
+            trade.request = biz.clone();
+            if trade.status.is_empty() {
+                trade.status = "WAIT_BUYER_PAY".to_string();
+            }
+            (
+                StatusCode::OK,
+                [("content-type", "text/html")],
+                format!("<html><body>cashier for {out_trade_no}</body></html>"),
+            )
+                .into_response()
+        }
+        "alipay.trade.query" => match l.trades.get(&out_trade_no) {
+            Some(t) => alipay_answer(
+                &method,
+                json!({"code": "10000", "msg": "Success", "out_trade_no": t.out_trade_no, "trade_no": t.txn_id,
+                       "trade_status": t.status, "total_amount": yuan(t.amount_minor)}),
+            ),
+            None => alipay_answer(&method, alipay_error("ACQ.TRADE_NOT_EXIST")),
+        },
+        "alipay.trade.close" => match l.trades.get_mut(&out_trade_no) {
+            Some(t) if t.status == "WAIT_BUYER_PAY" => {
+                t.status = "TRADE_CLOSED".to_string();
+                alipay_answer(&method, json!({"code": "10000", "msg": "Success", "out_trade_no": out_trade_no}))
+            }
+            Some(_) => alipay_answer(&method, alipay_error("ACQ.TRADE_STATUS_ERROR")),
+            None => alipay_answer(&method, alipay_error("ACQ.TRADE_NOT_EXIST")),
+        },
+        "alipay.trade.refund" => {
+            let request_no = biz["out_request_no"].as_str().unwrap_or_default().to_string();
+            let amount = parse_yuan(biz["refund_amount"].as_str().unwrap_or("0"));
+            let Some(t) = l.trades.get_mut(&out_trade_no) else {
+                return alipay_answer(&method, alipay_error("ACQ.TRADE_NOT_EXIST"));
+            };
+            if t.status != "TRADE_SUCCESS" {
+                return alipay_answer(&method, alipay_error("ACQ.TRADE_STATUS_ERROR"));
+            }
+            let fund_change = if t.refunds.contains_key(&request_no) {
+                "N"
+            } else {
+                if t.refunds.values().sum::<i64>() + amount > t.amount_minor {
+                    return alipay_answer(&method, alipay_error("ACQ.REFUND_AMT_NOT_EQUAL_TOTAL"));
+                }
+                t.refunds.insert(request_no, amount);
+                "Y"
+            };
+            let refunded: i64 = t.refunds.values().sum();
+            alipay_answer(
+                &method,
+                json!({"code": "10000", "msg": "Success", "trade_no": t.txn_id, "out_trade_no": out_trade_no,
+                       "fund_change": fund_change, "refund_fee": yuan(refunded)}),
+            )
+        }
+        "alipay.trade.fastpay.refund.query" => {
+            let request_no = biz["out_request_no"].as_str().unwrap_or_default();
+            match l.trades.get(&out_trade_no) {
+                Some(t) => match t.refunds.get(request_no) {
+                    Some(amount) => alipay_answer(
+                        &method,
+                        json!({"code": "10000", "msg": "Success", "out_request_no": request_no,
+                               "refund_amount": yuan(*amount), "refund_status": "REFUND_SUCCESS"}),
+                    ),
+                    None => alipay_answer(&method, json!({"code": "10000", "msg": "Success"})),
+                },
+                None => alipay_answer(&method, alipay_error("ACQ.TRADE_NOT_EXIST")),
+            }
+        }
+        _ => alipay_answer(&method, json!({"code": "40004", "sub_code": "isv.invalid-method"})),
+    }
+}
+
+impl FakeAlipay {
+    pub async fn start() -> FakeAlipay {
+        let ledger: Shared = Arc::default();
+        let url = serve(Router::new().route("/gateway.do", post(alipay_gateway)).with_state(ledger.clone())).await;
+        FakeAlipay { url: format!("{url}/gateway.do"), ledger }
+    }
+
+    pub fn config(&self) -> AlipayConfig {
+        AlipayConfig {
+            app_id: ALIPAY_APP_ID.to_string(),
+            seller_id: ALIPAY_SELLER_ID.to_string(),
+            app_private_key_file: fixture("merchant_private_pkcs1.pem"),
+            alipay_public_key_file: fixture("provider_public_bare.txt"),
+            gateway_url: self.url.clone(),
+        }
+    }
+
+    pub fn trade(&self, out_trade_no: &str) -> Option<Trade> {
+        lock(&self.ledger).trades.get(out_trade_no).cloned()
+    }
+
+    /// A signed notification form for `fields` (plus the common ones).
+    pub fn notification(&self, fields: &[(&str, &str)]) -> String {
+        let mut p: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in [
+            ("notify_time", "2026-11-30 12:00:00"),
+            ("notify_type", "trade_status_sync"),
+            ("app_id", ALIPAY_APP_ID),
+            ("seller_id", ALIPAY_SELLER_ID),
+            ("charset", "utf-8"),
+            ("version", "1.0"),
+            ("sign_type", "RSA2"),
+        ] {
+            p.insert(k.to_string(), v.to_string());
+        }
+        for (k, v) in fields {
+            p.insert((*k).to_string(), (*v).to_string());
+        }
+        let content = alipay_content(&p, true);
+        p.insert("sign".to_string(), rsa_sign(&provider_key(), content.as_bytes()));
+        serde_urlencoded::to_string(&p).expect("form")
+    }
+
+    /// The buyer pays; the notification is sent to kassa when `deliver` (and returned either way).
+    pub async fn pay(&self, out_trade_no: &str, deliver: bool) -> (String, Option<(u16, String)>) {
+        let (notify_url, amount, txn) = {
+            let mut l = lock(&self.ledger);
+            let t = l.trades.get_mut(out_trade_no).expect("the cashier was opened");
+            assert_eq!(t.status, "WAIT_BUYER_PAY", "only an open trade can be paid");
+            t.status = "TRADE_SUCCESS".to_string();
+            t.txn_id = format!("2026113022001{:015}", t.amount_minor);
+            (t.notify_url.clone(), t.amount_minor, t.txn_id.clone())
+        };
+        let notify_id = format!("nid{}", uuid::Uuid::now_v7().simple());
+        let body = self.notification(&[
+            ("notify_id", &notify_id),
+            ("out_trade_no", out_trade_no),
+            ("trade_no", &txn),
+            ("trade_status", "TRADE_SUCCESS"),
+            ("total_amount", &yuan(amount)),
+            ("buyer_id", "2088102000000003"),
+        ]);
+        let reply = if deliver { Some(post_form(&notify_url, &body).await) } else { None };
+        (body, reply)
+    }
+}
+
+async fn post_form(url: &str, body: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded; charset=utf-8")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("notify");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
+// ------------------------------------------------------------------------------------------------
+// WeChat Pay v3
+
+#[derive(Clone)]
+pub struct FakeWechat {
+    pub url: String,
+    pub ledger: Shared,
+}
+
+/// Provider-side check of `Authorization: WECHATPAY2-SHA256-RSA2048 k="v",…`.
+fn wechat_authorized(headers: &HeaderMap, method: &str, path_and_query: &str, body: &str) -> bool {
+    let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) else { return false };
+    let Some(rest) = auth.strip_prefix("WECHATPAY2-SHA256-RSA2048 ") else { return false };
+    let mut f: HashMap<&str, &str> = HashMap::new();
+    for part in rest.split(',') {
+        if let Some((k, v)) = part.trim().split_once('=') {
+            f.insert(k, v.trim_matches('"'));
+        }
+    }
+    let (Some(ts), Some(nonce), Some(sig)) = (f.get("timestamp"), f.get("nonce_str"), f.get("signature")) else {
+        return false;
+    };
+    if f.get("mchid") != Some(&WECHAT_MCHID) || f.get("serial_no") != Some(&WECHAT_MERCHANT_SERIAL) {
+        return false;
+    }
+    let fresh = ts.parse::<i64>().is_ok_and(|t| (now_s() - t).abs() <= 300);
+    let message = format!("{method}\n{path_and_query}\n{ts}\n{nonce}\n{body}\n");
+    fresh && merchant_verifies(message.as_bytes(), sig)
+}
+
+/// An answer signed the way WeChat signs: `timestamp\nnonce\nbody\n`.
+fn wechat_answer(status: StatusCode, body: Option<Value>) -> Response {
+    let text = body.map(|b| b.to_string()).unwrap_or_default();
+    let ts = now_s().to_string();
+    let nonce = format!("{:032x}", uuid::Uuid::now_v7().as_u128());
+    let sig = rsa_sign(&provider_key(), format!("{ts}\n{nonce}\n{text}\n").as_bytes());
+    (
+        status,
+        [
+            ("content-type", "application/json".to_string()),
+            ("Wechatpay-Timestamp", ts),
+            ("Wechatpay-Nonce", nonce),
+            ("Wechatpay-Signature", sig),
+            ("Wechatpay-Serial", WECHAT_PLATFORM_SERIAL.to_string()),
+        ],
+        text,
+    )
+        .into_response()
+}
+
+fn wechat_error(status: StatusCode, code: &str) -> Response {
+    wechat_answer(status, Some(json!({"code": code, "message": code})))
+}
+
+fn valid_out_trade_no(s: &str) -> bool {
+    (6..=32).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-|*".contains(&b))
+}
+
+async fn wechat_prepay(ledger: &Shared, kind: &str, headers: &HeaderMap, path: &str, body: &str) -> Response {
+    if !wechat_authorized(headers, "POST", path, body) {
+        lock(ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let b: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let out_trade_no = b["out_trade_no"].as_str().unwrap_or_default().to_string();
+    let ok = b["appid"] == WECHAT_APPID
+        && b["mchid"] == WECHAT_MCHID
+        && valid_out_trade_no(&out_trade_no)
+        && b["amount"]["total"].as_i64().is_some_and(|t| t > 0)
+        && b["amount"]["currency"] == "CNY"
+        && b["notify_url"].as_str().is_some_and(|u| !u.contains('?'))
+        && b["description"].as_str().is_some_and(|d| !d.is_empty() && d.chars().count() <= 127)
+        && match kind {
+            "jsapi" => b["payer"]["openid"].as_str().is_some_and(|o| !o.is_empty()),
+            _ => {
+                b["scene_info"]["payer_client_ip"].as_str().is_some() && b["scene_info"]["h5_info"]["type"].is_string()
+            }
+        };
+    if !ok {
+        return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
+    }
+    let mut l = lock(ledger);
+    l.calls.push(kind.to_string());
+    let trade = l.trades.entry(out_trade_no.clone()).or_default();
+    if trade.id.is_empty() {
+        trade.id = format!("wx{}", uuid::Uuid::now_v7().simple());
+        trade.status = "NOTPAY".to_string();
+    }
+    trade.out_trade_no = out_trade_no;
+    trade.amount_minor = b["amount"]["total"].as_i64().unwrap_or_default();
+    trade.notify_url = b["notify_url"].as_str().unwrap_or_default().to_string();
+    trade.time_expire = b["time_expire"].as_str().unwrap_or_default().to_string();
+    trade.request = b.clone();
+    let answer = match kind {
+        "jsapi" => json!({"prepay_id": trade.id}),
+        _ => {
+            json!({"h5_url": format!("https://wx.tenpay.com/cgi-bin/mmpayweb-bin/checkmweb?prepay_id={}&package=2150917749", trade.id)})
+        }
+    };
+    wechat_answer(StatusCode::OK, Some(answer))
+}
+
+fn wechat_trade_json(t: &Trade) -> Value {
+    json!({"appid": WECHAT_APPID, "mchid": WECHAT_MCHID, "out_trade_no": t.out_trade_no,
+           "transaction_id": t.txn_id, "trade_type": "JSAPI", "trade_state": t.status,
+           "amount": {"total": t.amount_minor, "payer_total": t.amount_minor, "currency": "CNY", "payer_currency": "CNY"}})
+}
+
+async fn wechat_query(
+    State(ledger): State<Shared>,
+    UrlPath(no): UrlPath<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!("/v3/pay/transactions/out-trade-no/{no}?mchid={}", q.get("mchid").cloned().unwrap_or_default());
+    if !wechat_authorized(&headers, "GET", &path, "") || q.get("mchid").map(String::as_str) != Some(WECHAT_MCHID) {
+        lock(&ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let l = lock(&ledger);
+    match l.trades.get(&no) {
+        Some(t) => wechat_answer(StatusCode::OK, Some(wechat_trade_json(t))),
+        None => wechat_error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST"),
+    }
+}
+
+async fn wechat_close(
+    State(ledger): State<Shared>,
+    UrlPath(no): UrlPath<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let path = format!("/v3/pay/transactions/out-trade-no/{no}/close");
+    if !wechat_authorized(&headers, "POST", &path, &body) {
+        lock(&ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let mut l = lock(&ledger);
+    match l.trades.get_mut(&no) {
+        Some(t) if t.status == "NOTPAY" || t.status == "CLOSED" => {
+            t.status = "CLOSED".to_string();
+            wechat_answer(StatusCode::NO_CONTENT, None)
+        }
+        Some(_) => wechat_error(StatusCode::BAD_REQUEST, "ORDERPAID"),
+        None => wechat_error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST"),
+    }
+}
+
+async fn wechat_refund(State(ledger): State<Shared>, headers: HeaderMap, body: String) -> Response {
+    if !wechat_authorized(&headers, "POST", "/v3/refund/domestic/refunds", &body) {
+        lock(&ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let b: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let no = b["out_refund_no"].as_str().unwrap_or_default().to_string();
+    let amount = b["amount"]["refund"].as_i64().unwrap_or_default();
+    let mut l = lock(&ledger);
+    let pending = l.refunds_pending;
+    let Some(t) = l.trades.get_mut(b["out_trade_no"].as_str().unwrap_or_default()) else {
+        return wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS");
+    };
+    if b["amount"]["total"].as_i64() != Some(t.amount_minor) || !(t.status == "SUCCESS" || t.status == "REFUND") {
+        return wechat_error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    if !t.refunds.contains_key(&no) {
+        if t.refunds.values().sum::<i64>() + amount > t.amount_minor {
+            return wechat_error(StatusCode::FORBIDDEN, "NOT_ENOUGH");
+        }
+        t.refunds.insert(no.clone(), amount);
+        t.status = "REFUND".to_string();
+    }
+    let status = if pending { "PROCESSING" } else { "SUCCESS" };
+    wechat_answer(StatusCode::OK, Some(json!({"refund_id": format!("50{no}"), "out_refund_no": no, "status": status})))
+}
+
+async fn wechat_refund_query(
+    State(ledger): State<Shared>,
+    UrlPath(no): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !wechat_authorized(&headers, "GET", &format!("/v3/refund/domestic/refunds/{no}"), "") {
+        lock(&ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let l = lock(&ledger);
+    let found = l.trades.values().any(|t| t.refunds.contains_key(&no));
+    if found {
+        wechat_answer(
+            StatusCode::OK,
+            Some(json!({"refund_id": format!("50{no}"), "out_refund_no": no, "status": "SUCCESS"})),
+        )
+    } else {
+        wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS")
+    }
+}
+
+impl FakeWechat {
+    pub async fn start() -> FakeWechat {
+        let ledger: Shared = Arc::default();
+        let router = Router::new()
+            .route(
+                "/v3/pay/transactions/jsapi",
+                post(|State(l): State<Shared>, h: HeaderMap, b: String| async move {
+                    wechat_prepay(&l, "jsapi", &h, "/v3/pay/transactions/jsapi", &b).await
+                }),
+            )
+            .route(
+                "/v3/pay/transactions/h5",
+                post(|State(l): State<Shared>, h: HeaderMap, b: String| async move {
+                    wechat_prepay(&l, "h5", &h, "/v3/pay/transactions/h5", &b).await
+                }),
+            )
+            .route("/v3/pay/transactions/out-trade-no/{no}", get(wechat_query))
+            .route("/v3/pay/transactions/out-trade-no/{no}/close", post(wechat_close))
+            .route("/v3/refund/domestic/refunds", post(wechat_refund))
+            .route("/v3/refund/domestic/refunds/{no}", get(wechat_refund_query))
+            .with_state(ledger.clone());
+        FakeWechat { url: serve(router).await, ledger }
+    }
+
+    pub fn config(&self) -> WechatPayConfig {
+        WechatPayConfig {
+            mchid: WECHAT_MCHID.to_string(),
+            appid: WECHAT_APPID.to_string(),
+            merchant_serial_no: WECHAT_MERCHANT_SERIAL.to_string(),
+            merchant_private_key_file: fixture("merchant_private.pem"),
+            platform_public_key_file: Some(fixture("provider_public.pem")),
+            platform_cert_file: None,
+            platform_serial: Some(WECHAT_PLATFORM_SERIAL.to_string()),
+            api_v3_key: Secret(WECHAT_API_V3_KEY.to_string()),
+            api_base_url: self.url.clone(),
+        }
+    }
+
+    pub fn trade(&self, out_trade_no: &str) -> Option<Trade> {
+        lock(&self.ledger).trades.get(out_trade_no).cloned()
+    }
+
+    /// A signed, encrypted notification for `resource` (`event_type`, plaintext JSON).
+    pub fn notification(&self, event_type: &str, original_type: &str, resource: &Value) -> (HeaderMap, String) {
+        let nonce = "0123456789ab";
+        let key = aws_lc_rs::aead::LessSafeKey::new(
+            aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, WECHAT_API_V3_KEY.as_bytes()).expect("key"),
+        );
+        let mut buf = resource.to_string().into_bytes();
+        key.seal_in_place_append_tag(
+            aws_lc_rs::aead::Nonce::try_assume_unique_for_key(nonce.as_bytes()).expect("nonce"),
+            aws_lc_rs::aead::Aad::from(original_type.as_bytes()),
+            &mut buf,
+        )
+        .expect("seal");
+        let body = json!({
+            "id": format!("EV-{}", uuid::Uuid::now_v7().simple()),
+            "create_time": "2026-11-30T12:00:00+08:00",
+            "resource_type": "encrypt-resource",
+            "event_type": event_type,
+            "summary": "ok",
+            "resource": {"original_type": original_type, "algorithm": "AEAD_AES_256_GCM",
+                         "ciphertext": B64.encode(&buf), "associated_data": original_type, "nonce": nonce},
+        })
+        .to_string();
+        (self.sign_headers(&body), body)
+    }
+
+    pub fn sign_headers(&self, body: &str) -> HeaderMap {
+        let ts = now_s().to_string();
+        let nonce = "n0nce0123456789";
+        let sig = rsa_sign(&provider_key(), format!("{ts}\n{nonce}\n{body}\n").as_bytes());
+        let mut h = HeaderMap::new();
+        h.insert("Wechatpay-Timestamp", ts.parse().expect("header"));
+        h.insert("Wechatpay-Nonce", nonce.parse().expect("header"));
+        h.insert("Wechatpay-Signature", sig.parse().expect("header"));
+        h.insert("Wechatpay-Serial", WECHAT_PLATFORM_SERIAL.parse().expect("header"));
+        h.insert("content-type", "application/json".parse().expect("header"));
+        h
+    }
+
+    /// The buyer pays; the notification goes to kassa when `deliver`.
+    pub async fn pay(&self, out_trade_no: &str, deliver: bool) -> Option<(u16, String)> {
+        let (notify_url, trade) = {
+            let mut l = lock(&self.ledger);
+            let t = l.trades.get_mut(out_trade_no).expect("prepaid");
+            assert_eq!(t.status, "NOTPAY", "only an unpaid order can be paid");
+            t.status = "SUCCESS".to_string();
+            t.txn_id = format!("42000{:023}", t.amount_minor);
+            (t.notify_url.clone(), t.clone())
+        };
+        let (headers, body) = self.notification("TRANSACTION.SUCCESS", "transaction", &wechat_trade_json(&trade));
+        if !deliver {
+            return None;
+        }
+        let r = reqwest::Client::new().post(&notify_url).headers(headers).body(body).send().await.expect("notify");
+        Some((r.status().as_u16(), r.text().await.unwrap_or_default()))
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Stripe
+
+#[derive(Clone)]
+pub struct FakeStripe {
+    pub url: String,
+    pub ledger: Shared,
+    pub webhook_url: Arc<Mutex<String>>,
+}
+
+#[derive(Clone)]
+struct StripeState {
+    ledger: Shared,
+    idempotency: Arc<Mutex<HashMap<String, Value>>>,
+}
+
+fn stripe_authorized(headers: &HeaderMap) -> bool {
+    headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {STRIPE_SECRET_KEY}"))
+}
+
+fn stripe_error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({"error": {"type": "invalid_request_error", "message": message}}))).into_response()
+}
+
+fn session_json(t: &Trade) -> Value {
+    let (status, paid) = match t.status.as_str() {
+        "paid" => ("complete", "paid"),
+        "expired" => ("expired", "unpaid"),
+        _ => ("open", "unpaid"),
+    };
+    json!({"id": t.id, "object": "checkout.session", "url": format!("https://checkout.stripe.com/c/pay/{}", t.id),
+           "client_reference_id": t.out_trade_no, "status": status, "payment_status": paid,
+           "payment_intent": if t.txn_id.is_empty() { Value::Null } else { json!(t.txn_id) },
+           "amount_total": t.amount_minor, "currency": t.request["currency"], "expires_at": t.expires_at_s,
+           "metadata": {"attempt_ref": t.out_trade_no}})
+}
+
+async fn stripe_create_session(State(s): State<StripeState>, headers: HeaderMap, body: String) -> Response {
+    if !stripe_authorized(&headers) {
+        lock(&s.ledger).bad_signatures += 1;
+        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    }
+    let idem = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(k) = &idem
+        && let Some(v) = s.idempotency.lock().expect("idem").get(k)
+    {
+        return Json(v.clone()).into_response();
+    }
+    let f: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap_or_default();
+    let get = |k: &str| f.get(k).cloned().unwrap_or_default();
+    let expires_at: i64 = get("expires_at").parse().unwrap_or(0);
+    let now = now_s();
+    if get("mode") != "payment" || get("success_url").is_empty() {
+        return stripe_error(StatusCode::BAD_REQUEST, "Missing required param");
+    }
+    if expires_at < now + 1800 || expires_at > now + 86_400 {
+        return stripe_error(StatusCode::BAD_REQUEST, "expires_at must be between 30 minutes and 24 hours from now");
+    }
+    let amount: i64 = get("line_items[0][price_data][unit_amount]").parse().unwrap_or(0);
+    let quantity: i64 = get("line_items[0][quantity]").parse().unwrap_or(0);
+    let trade = Trade {
+        out_trade_no: get("client_reference_id"),
+        amount_minor: amount * quantity,
+        status: "open".to_string(),
+        id: format!("cs_test_{}", uuid::Uuid::now_v7().simple()),
+        expires_at_s: expires_at,
+        request: json!({"currency": get("line_items[0][price_data][currency]"), "success_url": get("success_url")}),
+        ..Default::default()
+    };
+    let v = session_json(&trade);
+    let mut l = lock(&s.ledger);
+    l.calls.push("create_session".to_string());
+    l.trades.insert(trade.id.clone(), trade);
+    if let Some(k) = idem {
+        s.idempotency.lock().expect("idem").insert(k, v.clone());
+    }
+    Json(v).into_response()
+}
+
+async fn stripe_get_session(
+    State(s): State<StripeState>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !stripe_authorized(&headers) {
+        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    }
+    match lock(&s.ledger).trades.get(&id) {
+        Some(t) => Json(session_json(t)).into_response(),
+        None => stripe_error(StatusCode::NOT_FOUND, "No such checkout.session"),
+    }
+}
+
+async fn stripe_expire(State(s): State<StripeState>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
+    if !stripe_authorized(&headers) {
+        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    }
+    let mut l = lock(&s.ledger);
+    match l.trades.get_mut(&id) {
+        Some(t) if t.status == "open" => {
+            t.status = "expired".to_string();
+            Json(session_json(t)).into_response()
+        }
+        Some(_) => stripe_error(StatusCode::BAD_REQUEST, "Only Checkout Sessions with a status of open can be expired"),
+        None => stripe_error(StatusCode::NOT_FOUND, "No such checkout.session"),
+    }
+}
+
+fn refund_json(id: &str, t: &Trade, refund_no: &str, amount: i64, status: &str) -> Value {
+    json!({"id": id, "object": "refund", "amount": amount, "currency": t.request["currency"], "status": status,
+           "payment_intent": t.txn_id, "metadata": {"refund_no": refund_no, "attempt_ref": t.out_trade_no}})
+}
+
+async fn stripe_refund(State(s): State<StripeState>, headers: HeaderMap, body: String) -> Response {
+    if !stripe_authorized(&headers) {
+        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    }
+    let idem = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(k) = &idem
+        && let Some(v) = s.idempotency.lock().expect("idem").get(k)
+    {
+        return Json(v.clone()).into_response();
+    }
+    let f: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap_or_default();
+    let intent = f.get("payment_intent").cloned().unwrap_or_default();
+    let amount: i64 = f.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
+    let refund_no = f.get("metadata[refund_no]").cloned().unwrap_or_default();
+    let mut l = lock(&s.ledger);
+    let pending = l.refunds_pending;
+    let Some(t) = l.trades.values_mut().find(|t| t.txn_id == intent && !intent.is_empty()) else {
+        return stripe_error(StatusCode::NOT_FOUND, "No such payment_intent");
+    };
+    if t.refunds.values().sum::<i64>() + amount > t.amount_minor {
+        return stripe_error(StatusCode::BAD_REQUEST, "Refund amount is greater than unrefunded amount on charge");
+    }
+    t.refunds.insert(refund_no.clone(), amount);
+    let id = format!("re_{}", refund_no);
+    let v = refund_json(&id, t, &refund_no, amount, if pending { "pending" } else { "succeeded" });
+    if let Some(k) = idem {
+        s.idempotency.lock().expect("idem").insert(k, v.clone());
+    }
+    Json(v).into_response()
+}
+
+async fn stripe_get_refund(State(s): State<StripeState>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
+    if !stripe_authorized(&headers) {
+        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    }
+    let l = lock(&s.ledger);
+    let refund_no = id.trim_start_matches("re_");
+    match l.trades.values().find(|t| t.refunds.contains_key(refund_no)) {
+        Some(t) => Json(refund_json(&id, t, refund_no, t.refunds[refund_no], "succeeded")).into_response(),
+        None => stripe_error(StatusCode::NOT_FOUND, "No such refund"),
+    }
+}
+
+impl FakeStripe {
+    pub async fn start() -> FakeStripe {
+        let ledger: Shared = Arc::default();
+        let idempotency: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
+        let state = StripeState { ledger: ledger.clone(), idempotency };
+        let router = Router::new()
+            .route("/v1/checkout/sessions", post(stripe_create_session))
+            .route("/v1/checkout/sessions/{id}", get(stripe_get_session))
+            .route("/v1/checkout/sessions/{id}/expire", post(stripe_expire))
+            .route("/v1/refunds", post(stripe_refund))
+            .route("/v1/refunds/{id}", get(stripe_get_refund))
+            .with_state(state);
+        FakeStripe { url: serve(router).await, ledger, webhook_url: Arc::default() }
+    }
+
+    pub fn config(&self) -> StripeConfig {
+        StripeConfig {
+            secret_key: Secret(STRIPE_SECRET_KEY.to_string()),
+            webhook_secret: Secret(STRIPE_WEBHOOK_SECRET.to_string()),
+            previous_webhook_secrets: vec![],
+            api_base_url: self.url.clone(),
+        }
+    }
+
+    pub fn session_for(&self, attempt_ref: &str) -> Option<Trade> {
+        lock(&self.ledger).trades.values().find(|t| t.out_trade_no == attempt_ref).cloned()
+    }
+
+    /// `Stripe-Signature` for `body` at `t` with `secret`.
+    pub fn signature(secret: &str, t: i64, body: &str) -> String {
+        let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, secret.as_bytes());
+        let v1 = hex::encode(aws_lc_rs::hmac::sign(&key, format!("{t}.{body}").as_bytes()).as_ref());
+        format!("t={t},v1={v1}")
+    }
+
+    pub async fn send_event(&self, event: &Value) -> (u16, String) {
+        let body = event.to_string();
+        let url = self.webhook_url.lock().expect("url").clone();
+        let r = reqwest::Client::new()
+            .post(url)
+            .header("Stripe-Signature", Self::signature(STRIPE_WEBHOOK_SECRET, now_s(), &body))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("webhook");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    }
+
+    /// The buyer pays the session of `attempt_ref`; `checkout.session.completed` goes out when `deliver`.
+    pub async fn pay(&self, attempt_ref: &str, deliver: bool) -> Option<(u16, String)> {
+        let session = {
+            let mut l = lock(&self.ledger);
+            let t = l.trades.values_mut().find(|t| t.out_trade_no == attempt_ref).expect("session");
+            assert_eq!(t.status, "open", "only an open session can be paid");
+            t.status = "paid".to_string();
+            t.txn_id = format!("pi_{}", uuid::Uuid::now_v7().simple());
+            session_json(t)
+        };
+        if !deliver {
+            return None;
+        }
+        let event = json!({"id": format!("evt_{}", uuid::Uuid::now_v7().simple()), "object": "event",
+                           "type": "checkout.session.completed", "data": {"object": session}});
+        Some(self.send_event(&event).await)
+    }
+}

@@ -1,0 +1,575 @@
+//! The real gateway adapters: known-answer vectors generated independently
+//! (`scripts/gateway-fixtures.py`, Python `cryptography`), and full flows against the local fakes
+//! in `fakes.rs`, on both databases. Active query and reconciliation are tested here too.
+
+use axum::http::HeaderMap;
+use kassa::gateway::Gateway;
+use kassa::gateway::alipay::{self, Alipay};
+use kassa::gateway::config::{GatewaysFile, WechatPayConfig};
+use kassa::gateway::keys::{RsaSigner, RsaVerifier};
+use kassa::gateway::stripe::{self, Stripe};
+use kassa::gateway::wechatpay::{self, WechatPay};
+use kassa::store::payments::Outcome;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::{Backend, Opts, TestApp, s};
+use crate::fakes::{self, FakeAlipay, FakeStripe, FakeWechat, fixture};
+use crate::on_both;
+
+fn vectors() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("vectors.json")).unwrap()).unwrap()
+}
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.insert(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+    }
+    h
+}
+
+fn wechat_config(platform_cert: bool) -> WechatPayConfig {
+    let mut c = WechatPayConfig {
+        mchid: fakes::WECHAT_MCHID.into(),
+        appid: fakes::WECHAT_APPID.into(),
+        merchant_serial_no: fakes::WECHAT_MERCHANT_SERIAL.into(),
+        merchant_private_key_file: fixture("merchant_private.pem"),
+        platform_public_key_file: Some(fixture("provider_public.pem")),
+        platform_cert_file: None,
+        platform_serial: Some(s(&vectors()["wechat_notify"]["serial"])),
+        api_v3_key: kassa::gateway::config::Secret(s(&vectors()["wechat_notify"]["api_v3_key"])),
+        api_base_url: "http://127.0.0.1:9".into(),
+    };
+    if platform_cert {
+        c.platform_public_key_file = None;
+        c.platform_cert_file = Some(fixture("provider_cert.pem"));
+        c.platform_serial = None;
+    }
+    c
+}
+
+#[test]
+fn alipay_request_signature_matches_the_vector() {
+    let v = &vectors()["alipay_request"];
+    let params: Vec<(String, String)> =
+        v["params"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), s(v))).collect();
+    let content = alipay::sign_content(params.iter().map(|(k, v)| (k.as_str(), v.as_str())), false);
+    assert_eq!(content, s(&v["content"]), "sign_type kept, empty values and sign dropped, sorted");
+    // RSA PKCS#1 v1.5 is deterministic: the same key gives the same signature, PKCS#8 or PKCS#1.
+    for file in ["merchant_private.pem", "merchant_private_pkcs1.pem"] {
+        let signer = RsaSigner::from_file(&fixture(file)).unwrap();
+        assert_eq!(signer.sign_base64(content.as_bytes()), s(&v["sign"]), "{file}");
+    }
+}
+
+#[test]
+fn alipay_notification_and_response_vectors_verify() {
+    let fake_cfg = kassa::gateway::config::AlipayConfig {
+        app_id: fakes::ALIPAY_APP_ID.into(),
+        seller_id: fakes::ALIPAY_SELLER_ID.into(),
+        app_private_key_file: fixture("merchant_private.pem"),
+        alipay_public_key_file: fixture("provider_public_bare.txt"),
+        gateway_url: "http://127.0.0.1:9/gateway.do".into(),
+    };
+    let gw = Alipay::new(&fake_cfg, "http://shop/notify/alipay".into()).unwrap();
+    let v = vectors();
+    let body = s(&v["alipay_notify"]["body"]);
+    let ev = gw.verify(&HeaderMap::new(), body.as_bytes(), 0).unwrap();
+    assert_eq!(ev.event_id, "ac05099524730693a8b330c5ecf72da9786");
+    assert_eq!(ev.attempt_ref, "KS0123456789AB_1");
+    match ev.outcome {
+        Outcome::Succeeded { gateway_txn_id, amount } => {
+            assert_eq!(gateway_txn_id, "2026113022001400000000000001");
+            assert_eq!((amount.amount_minor(), amount.currency().code()), (8888, "CNY"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let tampered = body.replace("total_amount=88.88", "total_amount=0.01");
+    assert_eq!(gw.verify(&HeaderMap::new(), tampered.as_bytes(), 0).unwrap_err().code, "invalid_signature");
+    // Signed by the wrong key (the merchant's own): refused.
+    let own = RsaVerifier::from_file(&fixture("merchant_public.pem")).unwrap();
+    assert!(!own.verify_base64(s(&v["alipay_notify"]["content"]).as_bytes(), "AAAA"));
+    // API responses: the sign covers the raw *_response text.
+    let key = RsaVerifier::from_file(&fixture("provider_public.pem")).unwrap();
+    let text = s(&v["alipay_response"]["text"]);
+    let node = alipay::verify_response(&key, &text, "alipay_trade_query_response").unwrap();
+    assert_eq!(node["trade_status"], "TRADE_SUCCESS");
+    let forged = text.replace("88.88", "99.99");
+    assert!(alipay::verify_response(&key, &forged, "alipay_trade_query_response").is_err());
+}
+
+#[test]
+fn wechat_vectors_sign_and_verify() {
+    let v = vectors();
+    let signer = RsaSigner::from_file(&fixture("merchant_private.pem")).unwrap();
+    let req = &v["wechat_request"];
+    let message = wechatpay::request_message(
+        "POST",
+        "/v3/pay/transactions/out-trade-no/KS0123456789AB_1/close",
+        1_764_475_200,
+        "NONCE0123456789",
+        r#"{"mchid":"1900000001"}"#,
+    );
+    assert_eq!(message, s(&req["message"]));
+    assert_eq!(signer.sign_base64(message.as_bytes()), s(&req["signature"]));
+    let pay = &v["wechat_pay_sign"];
+    let m = wechatpay::pay_sign_message(
+        "wx8888888888888888",
+        "1764475200",
+        "5K8264ILTKCH16CQ2502SI8ZNMTM67VS",
+        "prepay_id=wx201410272009395522657a690389285100",
+    );
+    assert_eq!(m, s(&pay["message"]));
+    assert_eq!(signer.sign_base64(m.as_bytes()), s(&pay["pay_sign"]));
+
+    let n = &v["wechat_notify"];
+    let ts: i64 = s(&n["timestamp"]).parse().unwrap();
+    let body = s(&n["body"]);
+    let ok_headers = |sig: &str, serial: &str| {
+        headers(&[
+            ("Wechatpay-Timestamp", &s(&n["timestamp"])),
+            ("Wechatpay-Nonce", &s(&n["nonce"])),
+            ("Wechatpay-Signature", sig),
+            ("Wechatpay-Serial", serial),
+        ])
+    };
+    for platform_cert in [false, true] {
+        let gw = WechatPay::new(&wechat_config(platform_cert), "https://shop/notify/wechatpay".into()).unwrap();
+        let h = ok_headers(&s(&n["signature"]), &s(&n["serial"]));
+        let ev = gw.verify(&h, body.as_bytes(), ts * 1000).unwrap();
+        assert_eq!(ev.event_id, "EV-2018022511223320873");
+        assert!(matches!(ev.outcome, Outcome::Succeeded { ref gateway_txn_id, amount }
+            if gateway_txn_id == "4200000000202611300000000001" && amount.amount_minor() == 8888));
+        // Stale, probe, unknown serial, tampered body: all refused.
+        let code = |h: &HeaderMap, b: &str, now: i64| gw.verify(h, b.as_bytes(), now).unwrap_err().code;
+        assert_eq!(code(&h, &body, (ts + 301) * 1000), "invalid_signature");
+        let probe = format!("WECHATPAY/SIGNTEST/{}", s(&n["signature"]));
+        assert_eq!(code(&ok_headers(&probe, &s(&n["serial"])), &body, ts * 1000), "invalid_signature");
+        assert_eq!(code(&ok_headers(&s(&n["signature"]), "PUB_KEY_ID_OTHER"), &body, ts * 1000), "invalid_signature");
+        assert_eq!(code(&h, &body.replace("EV-2018", "EV-2019"), ts * 1000), "invalid_signature");
+    }
+}
+
+#[test]
+fn stripe_vector_verifies_with_rotation_and_tolerance() {
+    let v = &vectors()["stripe"];
+    let t: i64 = s(&v["t"]).parse().unwrap();
+    let header = format!("t={t},v1=0000,v1={}", s(&v["v1"]));
+    let body = s(&v["body"]);
+    let secrets = vec!["whsec_rotated_in".to_string(), s(&v["secret"])];
+    assert!(stripe::verify_stripe_signature(&secrets, &header, body.as_bytes(), t * 1000).is_ok());
+    assert!(stripe::verify_stripe_signature(&secrets[..1], &header, body.as_bytes(), t * 1000).is_err());
+    assert!(stripe::verify_stripe_signature(&secrets, &header, body.as_bytes(), (t + 301) * 1000).is_err());
+    let cfg = kassa::gateway::config::StripeConfig {
+        secret_key: kassa::gateway::config::Secret("sk_test".into()),
+        webhook_secret: kassa::gateway::config::Secret("whsec_new".into()),
+        previous_webhook_secrets: vec![kassa::gateway::config::Secret(s(&v["secret"]))],
+        api_base_url: "http://127.0.0.1:9".into(),
+    };
+    let gw = Stripe::new(&cfg).unwrap();
+    let ev = gw.verify(&headers(&[("stripe-signature", &header)]), body.as_bytes(), t * 1000).unwrap();
+    assert_eq!((ev.event_id.as_str(), ev.attempt_ref.as_str()), ("evt_1QkassaTest", "KS0123456789AB_1"));
+    assert!(matches!(ev.outcome, Outcome::Succeeded { ref gateway_txn_id, amount }
+        if gateway_txn_id == "pi_3Qkassa" && amount.amount_minor() == 8888 && amount.currency().code() == "CNY"));
+}
+
+struct World {
+    t: TestApp,
+    alipay: FakeAlipay,
+    wechat: FakeWechat,
+    stripe: FakeStripe,
+}
+
+async fn world(backend: Backend, manual_clock: bool) -> World {
+    let (alipay, wechat, stripe) = (FakeAlipay::start().await, FakeWechat::start().await, FakeStripe::start().await);
+    let gateways =
+        GatewaysFile { alipay: Some(alipay.config()), wechatpay: Some(wechat.config()), stripe: Some(stripe.config()) };
+    let t = TestApp::spawn_with(backend, Opts { gateways, manual_clock, ..Default::default() }).await;
+    *stripe.webhook_url.lock().unwrap() = t.url("/notify/stripe");
+    t.create_sku("TEA", "Longjing tea", 8_888, 10).await;
+    World { t, alipay, wechat, stripe }
+}
+
+impl World {
+    async fn checkout(&self, body: Value) -> (StatusCode, Value) {
+        let buyer = self.t.buyer().await;
+        let basket = self.t.basket(&buyer, &[("TEA", 1)]).await;
+        let r = self
+            .t
+            .http
+            .post(self.t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+            .bearer_auth(&buyer)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    fn bad_signatures(&self) -> usize {
+        [&self.alipay.ledger, &self.wechat.ledger, &self.stripe.ledger]
+            .iter()
+            .map(|l| l.lock().unwrap().bad_signatures)
+            .sum()
+    }
+
+    async fn refund(&self, order_no: &str, refund_no: &str, amount: i64) -> Value {
+        let (status, body) = self
+            .t
+            .admin_post(
+                &format!("/api/v1/admin/orders/{order_no}/refunds"),
+                json!({"refund_no": refund_no, "amount_minor": amount, "reason": "buyer asked"}),
+            )
+            .await;
+        assert!(status.is_success(), "{body}");
+        self.t.app.refunder.step().await.unwrap();
+        let order = self.t.order(order_no).await;
+        order["refunds"].as_array().unwrap().iter().find(|r| r["refund_no"] == refund_no).cloned().unwrap()
+    }
+}
+
+async fn alipay_page_pay(backend: Backend) {
+    let w = world(backend, false).await;
+    let (status, placed) = w.checkout(json!({"gateway": "alipay"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
+    let payment = &placed["payment"];
+    assert_eq!((payment["type"].as_str(), payment["action"].as_str()), (Some("form"), Some(w.alipay.url.as_str())));
+    assert_eq!(payment["fields"]["method"], "alipay.trade.page.pay");
+    // The browser auto-submits the form to Alipay, which checks the RSA2 signature.
+    let fields: Vec<(String, String)> =
+        payment["fields"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), s(v))).collect();
+    let r = w.t.http.post(&w.alipay.url).form(&fields).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let trade = w.alipay.trade(&attempt_ref).expect("the cashier knows the trade");
+    assert_eq!(trade.amount_minor, 8_888);
+    // The cashier stops taking payment when the hold ends (Beijing time).
+    let expires =
+        time::OffsetDateTime::parse(&s(&placed["expires_at"]), &time::format_description::well_known::Rfc3339)
+            .unwrap()
+            .to_offset(time::macros::offset!(+8));
+    let fmt = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    assert_eq!(trade.time_expire, expires.format(&fmt).unwrap());
+    // The buyer pays; the notification is answered with exactly `success`, twice (retry).
+    let (body, reply) = w.alipay.pay(&attempt_ref, true).await;
+    assert_eq!(reply, Some((200, "success".to_string())));
+    let again = w.t.http.post(w.t.url("/notify/alipay")).body(body.clone()).send().await.unwrap();
+    assert_eq!(again.text().await.unwrap(), "success");
+    assert_eq!(w.t.status(&order_no).await, "paid");
+    // A forged notification gets `fail` (Alipay resends; nothing changes).
+    let forged = body.replace("total_amount=88.88", "total_amount=0.01");
+    let r = w.t.http.post(w.t.url("/notify/alipay")).body(forged).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "fail");
+    // Partial refunds with their own out_request_no; the second send of one refunds nothing more.
+    let r1 = w.refund(&order_no, "RF-1", 1_000).await;
+    assert_eq!(r1["status"], "succeeded", "{r1}");
+    let r2 = w.refund(&order_no, "RF-2", 7_888).await;
+    assert_eq!(r2["status"], "succeeded", "{r2}");
+    let trade = w.alipay.trade(&attempt_ref).unwrap();
+    assert_eq!(trade.refunds.values().sum::<i64>(), 8_888);
+    // Alipay's refund notification (TRADE_CLOSED after a full refund, naming out_biz_no) is acknowledged.
+    let notice = w.alipay.notification(&[
+        ("notify_id", "nid-refund-2"),
+        ("out_trade_no", &attempt_ref),
+        ("trade_no", &trade.txn_id),
+        ("trade_status", "TRADE_CLOSED"),
+        ("total_amount", "88.88"),
+        ("refund_fee", "88.88"),
+        ("out_biz_no", "RF-2"),
+    ]);
+    let r = w.t.http.post(w.t.url("/notify/alipay")).body(notice).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "success");
+    assert_eq!(w.t.status(&order_no).await, "refunded");
+    assert_eq!(w.bad_signatures(), 0, "every request kassa sent verified at the fake");
+    w.t.assert_clean().await;
+}
+on_both!(alipay_page_pay_flow, alipay_page_pay);
+
+async fn wechat_jsapi_and_h5(backend: Backend) {
+    let w = world(backend, false).await;
+    // No openid: refused before anything is created.
+    let (status, body) = w.checkout(json!({"gateway": "wechatpay", "channel": "jsapi"})).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "payer_required".into()));
+    assert_eq!(w.t.count("SELECT COUNT(*) FROM orders").await, 0);
+    let (status, body) = w.checkout(json!({"gateway": "wechatpay", "channel": "app"})).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "unsupported_channel".into()));
+
+    let openid = "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o";
+    let (status, placed) =
+        w.checkout(json!({"gateway": "wechatpay", "channel": "jsapi", "payer": {"openid": openid}})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
+    let p = &placed["payment"]["params"];
+    assert_eq!(
+        (s(&placed["payment"]["type"]), s(&p["signType"]), s(&p["appId"])),
+        ("client".into(), "RSA".into(), fakes::WECHAT_APPID.into())
+    );
+    let trade = w.wechat.trade(&attempt_ref).unwrap();
+    assert_eq!(s(&p["package"]), format!("prepay_id={}", trade.id));
+    assert_eq!(s(&p["timeStamp"]).len(), 10);
+    // What the WeChat client checks: paySign over appId\ntimeStamp\nnonceStr\npackage\n.
+    let message = format!("{}\n{}\n{}\n{}\n", s(&p["appId"]), s(&p["timeStamp"]), s(&p["nonceStr"]), s(&p["package"]));
+    let merchant = RsaVerifier::from_file(&fixture("merchant_public.pem")).unwrap();
+    assert!(merchant.verify_base64(message.as_bytes(), &s(&p["paySign"])));
+    assert_eq!(trade.request["payer"]["openid"], openid);
+    assert!(trade.time_expire.ends_with("+08:00"), "{}", trade.time_expire);
+    // Paid: WeChat's notification is answered 204.
+    let reply = w.wechat.pay(&attempt_ref, true).await.unwrap();
+    assert_eq!(reply.0, 204, "{reply:?}");
+    assert_eq!(w.t.status(&order_no).await, "paid");
+    let refund = w.refund(&order_no, "RF-W1", 8_888).await;
+    assert_eq!(refund["status"], "succeeded", "{refund}");
+
+    // The same kind of order paid in a phone browser: H5 redirect with our return URL.
+    let (status, placed) =
+        w.checkout(json!({"gateway": "wechatpay", "channel": "h5", "payer": {"client_ip": "203.0.113.7"}})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let url = s(&placed["payment"]["url"]);
+    assert!(url.starts_with("https://wx.tenpay.com/") && url.contains("&redirect_url=http"), "{url}");
+    let h5_trade = w.wechat.trade(&s(&placed["attempt_ref"])).unwrap();
+    assert_eq!(h5_trade.request["scene_info"]["payer_client_ip"], "203.0.113.7");
+    // The buyer switches to the mini-program for the same order: a new attempt, JSAPI.
+    let order2 = s(&placed["order_no"]);
+    let r =
+        w.t.http
+            .post(w.t.url(&format!("/api/v1/orders/{order2}/attempts")))
+            .bearer_auth(common_admin())
+            .json(&json!({"gateway": "wechatpay", "channel": "jsapi", "payer": {"openid": openid}}))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let retry: Value = r.json().await.unwrap();
+    assert_eq!(w.wechat.trade(&s(&placed["attempt_ref"])).unwrap().status, "CLOSED", "the H5 attempt was closed");
+    let reply = w.wechat.pay(&s(&retry["attempt_ref"]), true).await.unwrap();
+    assert_eq!(reply.0, 204);
+    assert_eq!(w.t.status(&order2).await, "paid");
+    assert_eq!(w.bad_signatures(), 0);
+    w.t.assert_clean().await;
+}
+on_both!(wechat_jsapi_and_h5_flow, wechat_jsapi_and_h5);
+
+fn common_admin() -> &'static str {
+    crate::common::ADMIN
+}
+
+async fn stripe_checkout(backend: Backend) {
+    let w = world(backend, false).await;
+    let (status, placed) = w.checkout(json!({"gateway": "stripe"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
+    assert_eq!(s(&placed["payment"]["type"]), "redirect");
+    let session = w.stripe.session_for(&attempt_ref).unwrap();
+    assert!(s(&placed["payment"]["url"]).ends_with(&session.id));
+    let stored: Option<String> = sqlx::query_scalar("SELECT gateway_ref FROM payment_attempts WHERE attempt_ref = $1")
+        .bind(&attempt_ref)
+        .fetch_one(w.t.app.state.db.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(stored.as_deref(), Some(session.id.as_str()));
+    // An event kassa does not use is acknowledged (Stripe would resend for days otherwise).
+    let (code, _) =
+        w.stripe.send_event(&json!({"id": "evt_other", "type": "customer.created", "data": {"object": {}}})).await;
+    assert_eq!(code, 200);
+    let (code, body) = w.stripe.pay(&attempt_ref, true).await.unwrap();
+    assert_eq!((code, body.as_str()), (200, r#"{"received":true}"#));
+    assert_eq!(w.t.status(&order_no).await, "paid");
+    let refund = w.refund(&order_no, "RF-S1", 2_000).await;
+    assert_eq!(refund["status"], "succeeded", "{refund}");
+    // A bad signature is refused with the contract's error shape.
+    let r =
+        w.t.http
+            .post(w.t.url("/notify/stripe"))
+            .header(
+                "Stripe-Signature",
+                FakeStripe::signature("whsec_wrong", time::OffsetDateTime::now_utc().unix_timestamp(), "{}"),
+            )
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "invalid_signature");
+    // Cancelling another order expires its session at Stripe.
+    let (_, other) = w.checkout(json!({"gateway": "stripe"})).await;
+    let r =
+        w.t.http
+            .post(w.t.url(&format!("/api/v1/orders/{}/cancel", s(&other["order_no"]))))
+            .bearer_auth(common_admin())
+            .json(&json!({"rebasket": false}))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(w.stripe.session_for(&s(&other["attempt_ref"])).unwrap().status, "expired");
+    assert_eq!(w.bad_signatures(), 0);
+    w.t.assert_clean().await;
+}
+on_both!(stripe_checkout_flow, stripe_checkout);
+
+/// Notifications lost: the reconciler finds the payments by active query, applies them through
+/// the state machine, records and alerts each discrepancy, and stops asking once settled.
+async fn reconcile_lost_notifications(backend: Backend) {
+    let w = world(backend, true).await;
+    let clock = w.t.clock.clone().unwrap();
+    let mut paid = Vec::new();
+    for body in [
+        json!({"gateway": "wechatpay", "payer": {"openid": "oBuyer"}}),
+        json!({"gateway": "stripe"}),
+        json!({"gateway": "alipay"}),
+    ] {
+        let (status, placed) = w.checkout(body.clone()).await;
+        assert_eq!(status, StatusCode::CREATED, "{placed}");
+        paid.push((s(&placed["order_no"]), s(&placed["attempt_ref"]), placed));
+    }
+    // Alipay creates its trade when the cashier opens; open it, then all three pay silently.
+    let fields: Vec<(String, String)> =
+        paid[2].2["payment"]["fields"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), s(v))).collect();
+    w.t.http.post(&w.alipay.url).form(&fields).send().await.unwrap();
+    assert!(w.wechat.pay(&paid[0].1, false).await.is_none());
+    assert!(w.stripe.pay(&paid[1].1, false).await.is_none());
+    w.alipay.pay(&paid[2].1, false).await;
+    // A fourth order stays unpaid: queried, left alone.
+    let (_, unpaid) = w.checkout(json!({"gateway": "wechatpay", "payer": {"openid": "oOther"}})).await;
+
+    // Too young: left to its notification.
+    let report = w.t.app.reconciler.pass(false).await.unwrap();
+    assert_eq!(report.attempts_queried, 0);
+    clock.advance_ms(61_000);
+    let report = w.t.app.reconciler.pass(false).await.unwrap();
+    assert_eq!(
+        (report.attempts_queried, report.payments_applied, report.unchanged, report.errors),
+        (4, 3, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(report.findings.len(), 3);
+    assert!(report.findings.iter().all(|f| f.kind == "missed_payment_notification"));
+    for (order_no, _, _) in &paid {
+        assert_eq!(w.t.status(order_no).await, "paid", "{order_no}");
+    }
+    assert_eq!(w.t.status(&s(&unpaid["order_no"])).await, "pending_payment");
+    assert_eq!(w.t.count("SELECT COUNT(*) FROM reconciliation_findings").await, 3);
+    assert_eq!(w.t.count("SELECT COUNT(*) FROM alerts WHERE kind = 'reconcile_discrepancy'").await, 3);
+    // Settled rows are not asked again; the unpaid one waits for its backoff.
+    let report = w.t.app.reconciler.pass(false).await.unwrap();
+    assert_eq!(report.attempts_queried, 0, "{report:?}");
+    // The late notification still arrives later: acknowledged, nothing changes.
+    let reply = w
+        .stripe
+        .send_event(&json!({"id": "evt_late", "type": "checkout.session.completed",
+        "data": {"object": {"client_reference_id": paid[1].1, "payment_status": "paid", "status": "complete",
+        "payment_intent": w.stripe.session_for(&paid[1].1).unwrap().txn_id, "amount_total": 8888, "currency": "cny"}}}))
+        .await;
+    assert_eq!(reply.0, 200);
+    assert_eq!(w.t.count("SELECT COUNT(*) FROM payment_attempts WHERE status = 'succeeded'").await, 3);
+    assert_eq!(w.bad_signatures(), 0);
+    w.t.assert_clean().await;
+}
+on_both!(reconcile_finds_lost_payments, reconcile_lost_notifications);
+
+/// A refund the gateway took for processing whose notification never came is settled by query.
+async fn reconcile_processing_refund(backend: Backend) {
+    let w = world(backend, true).await;
+    let clock = w.t.clock.clone().unwrap();
+    let (_, placed) = w.checkout(json!({"gateway": "wechatpay", "payer": {"openid": "oBuyer"}})).await;
+    let order_no = s(&placed["order_no"]);
+    assert_eq!(w.wechat.pay(&s(&placed["attempt_ref"]), true).await.unwrap().0, 204);
+    w.wechat.ledger.lock().unwrap().refunds_pending = true;
+    let refund = w.refund(&order_no, "RF-P1", 8_888).await;
+    assert_eq!(refund["status"], "processing", "{refund}");
+    clock.advance_ms(61_000);
+    let report = w.t.app.reconciler.pass(false).await.unwrap();
+    assert_eq!((report.refunds_queried, report.refunds_settled), (1, 1), "{report:?}");
+    assert_eq!(report.findings[0].kind, "missed_refund_notification");
+    assert_eq!(w.t.status(&order_no).await, "refunded");
+    w.t.assert_clean().await;
+}
+on_both!(reconcile_settles_processing_refunds, reconcile_processing_refund);
+
+/// The sweeper closes expired Alipay trades at the gateway, and a trade paid just before the close
+/// is applied as the payment it is.
+async fn alipay_expiry_closes_at_gateway(backend: Backend) {
+    let w = world(backend, true).await;
+    let clock = w.t.clock.clone().unwrap();
+    let mut placed = Vec::new();
+    for _ in 0..2 {
+        let (_, p) = w.checkout(json!({"gateway": "alipay"})).await;
+        let fields: Vec<(String, String)> =
+            p["payment"]["fields"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), s(v))).collect();
+        w.t.http.post(&w.alipay.url).form(&fields).send().await.unwrap();
+        placed.push(p);
+    }
+    // The second buyer pays, but the notification is lost.
+    w.alipay.pay(&s(&placed[1]["attempt_ref"]), false).await;
+    clock.advance_ms(901_000);
+    let report = w.t.app.sweeper.step().await.unwrap();
+    assert_eq!((report.expired, report.paid_on_close), (1, 1), "{report:?}");
+    assert_eq!(w.alipay.trade(&s(&placed[0]["attempt_ref"])).unwrap().status, "TRADE_CLOSED");
+    assert_eq!(w.t.status(&s(&placed[0]["order_no"])).await, "expired");
+    assert_eq!(w.t.status(&s(&placed[1]["order_no"])).await, "paid");
+    w.t.assert_clean().await;
+}
+on_both!(alipay_sweeper_closes_or_finds_payment, alipay_expiry_closes_at_gateway);
+
+async fn run_kassa(args: &[&str], config: &std::path::Path) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"));
+    cmd.args(args).arg(config).env_remove("KASSA_DATABASE_URL");
+    tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap()
+}
+
+/// `kassa reconcile` runs one pass against a database with the gateways of a config file.
+async fn reconcile_command(backend: Backend) {
+    let w = world(backend, false).await;
+    let (_, placed) = w.checkout(json!({"gateway": "wechatpay", "payer": {"openid": "oBuyer"}})).await;
+    w.wechat.pay(&s(&placed["attempt_ref"]), false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kassa.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database_url = \"{db}\"\nreconcile_after_seconds = 0\n\n[gateways.wechatpay]\nmchid = \"{mchid}\"\nappid = \"{appid}\"\n\
+             merchant_serial_no = \"{serial}\"\nmerchant_private_key_file = \"{key}\"\nplatform_public_key_file = \"{pubkey}\"\n\
+             platform_serial = \"{pserial}\"\napi_v3_key = \"{v3}\"\napi_base_url = \"{url}\"\n",
+            db = w.t.database_url,
+            mchid = fakes::WECHAT_MCHID,
+            appid = fakes::WECHAT_APPID,
+            serial = fakes::WECHAT_MERCHANT_SERIAL,
+            key = fixture("merchant_private.pem").display(),
+            pubkey = fixture("provider_public.pem").display(),
+            pserial = fakes::WECHAT_PLATFORM_SERIAL,
+            v3 = fakes::WECHAT_API_V3_KEY,
+            url = w.wechat.url,
+        ),
+    )
+    .unwrap();
+    let out = run_kassa(&["reconcile", "--json", "--config"], &config).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["payments_applied"], 1, "{report}");
+    assert_eq!(report["findings"][0]["kind"], "missed_payment_notification");
+    assert_eq!(w.t.status(&s(&placed["order_no"])).await, "paid");
+    // A second run finds nothing to do; the text summary names the counts.
+    let out = run_kassa(&["reconcile", "--config"], &config).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("payments applied     0"), "{text}");
+}
+on_both!(reconcile_cli, reconcile_command);
+
+#[test]
+fn bad_gateway_config_is_refused_at_start() {
+    let mut c = wechat_config(false);
+    c.api_v3_key = kassa::gateway::config::Secret("short".into());
+    assert!(WechatPay::new(&c, String::new()).is_err());
+    let mut c = wechat_config(false);
+    c.merchant_private_key_file = fixture("provider_public.pem");
+    assert!(WechatPay::new(&c, String::new()).is_err());
+    // The config file names the sections; unknown keys are refused, secrets are not printed.
+    let parsed: Result<GatewaysFile, _> =
+        toml::from_str("[stripe]\nsecret_key = \"sk_live_x\"\nwebhook_secret = \"whsec_y\"\n");
+    let parsed = parsed.unwrap();
+    assert!(!format!("{parsed:?}").contains("sk_live_x"));
+    assert!(toml::from_str::<GatewaysFile>("[stripe]\nsecret_kee = \"x\"\nwebhook_secret = \"y\"\n").is_err());
+}
