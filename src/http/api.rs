@@ -1,6 +1,6 @@
 //! JSON API handlers (CONTRACT.md "HTTP").
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
@@ -759,17 +759,76 @@ async fn checkout_json(
     Ok(response)
 }
 
-async fn get_order(State(state): State<AppState>, caller: Caller, Path(order_no): Path<String>) -> Result<Response> {
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct OrderQuery {
+    /// Ask the gateway now if the order is still pending (after `wx.requestPayment` succeeded,
+    /// or a redirect back): at most once per [`BUYER_QUERY_GAP_MS`] per attempt.
+    #[serde(default)]
+    refresh: bool,
+}
+
+/// Shortest time between two buyer-triggered gateway queries of one attempt.
+pub const BUYER_QUERY_GAP_MS: i64 = 5_000;
+/// How long a buyer-triggered query may hold up the answer.
+const BUYER_QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The buyer is waiting for a pending order: ask its gateway about the active attempt now and
+/// apply a payment it reports, instead of waiting for the notification. Bounded in time and rate;
+/// failures only mean the buyer keeps waiting for the notification or the reconciler.
+pub async fn query_for_buyer(state: &AppState, order: &payments::OrderView) {
+    if order.status != OrderStatus::PendingPayment.as_str() {
+        return;
+    }
+    let Some(attempt) =
+        order.attempts.iter().rev().find(|a| matches!(a.status.as_str(), "created" | "redirected" | "unknown"))
+    else {
+        return;
+    };
+    let Some(gateway) = state.gateways.get(&attempt.gateway) else { return };
+    let claimed =
+        crate::store::reconcile::claim_for_buyer(&state.db, &attempt.attempt_ref, state.now_ms(), BUYER_QUERY_GAP_MS)
+            .await;
+    let Ok(Some(claimed)) = claimed else { return };
+    let key = crate::gateway::AttemptKey::new(&claimed.attempt_ref, claimed.gateway_ref.as_deref());
+    match tokio::time::timeout(BUYER_QUERY_TIMEOUT, gateway.query(&key)).await {
+        Ok(Ok(crate::gateway::PaymentState::Paid(event))) => {
+            match payments::apply_event(&state.db, &event, state.late_policy, state.now_ms()).await {
+                Ok(applied) => {
+                    tracing::info!(attempt_ref = %claimed.attempt_ref, ?applied, "payment found by buyer-triggered query")
+                }
+                Err(e) => {
+                    tracing::warn!(attempt_ref = %claimed.attempt_ref, error = %e, "could not apply a queried payment")
+                }
+            }
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(attempt_ref = %claimed.attempt_ref, error = %e, "buyer-triggered query failed"),
+        Err(_) => tracing::warn!(attempt_ref = %claimed.attempt_ref, "buyer-triggered query timed out"),
+    }
+}
+
+async fn get_order(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(order_no): Path<String>,
+    query: std::result::Result<Query<OrderQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response> {
     plain(&order_no, "order")?;
     if caller.session.is_none() && !caller.admin {
         return Err(Error::unauthorized());
     }
+    let Query(query) =
+        query.map_err(|_| Error::api(422, "invalid_query", "the only query parameter is refresh=true"))?;
     super::note_order(&order_no);
     let order = payments::get_order(&state.db, &order_no, false).await?;
     let own = caller.session.as_ref().is_some_and(|s| s.id == order.session_id);
     if !own && !caller.admin {
         // Same answer as a missing order: another buyer's order numbers are not confirmed.
         return Err(Error::not_found("order"));
+    }
+    if query.refresh {
+        query_for_buyer(&state, &order).await;
     }
     Ok(axum::Json(order_json(&state, &order_no, false).await?).into_response())
 }
@@ -866,7 +925,10 @@ async fn adjust_stock(
 
 async fn admin_order(State(state): State<AppState>, _admin: Admin, Path(order_no): Path<String>) -> Result<Response> {
     plain(&order_no, "order")?;
-    Ok(axum::Json(order_json(&state, &order_no, true).await?).into_response())
+    let mut value = order_json(&state, &order_no, true).await?;
+    let findings = crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?;
+    value["reconciliation"] = serde_json::to_value(findings).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(axum::Json(value).into_response())
 }
 
 /// Gateway notifications: verify, store, apply once, and answer in the gateway's own words.

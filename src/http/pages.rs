@@ -263,8 +263,8 @@ struct ReturnPage<'a> {
     keys: Vec<String>,
 }
 
-/// Shows what kassa knows locally. Query parameters are ignored: the browser coming back proves
-/// nothing about payment.
+/// Shows what kassa knows. Query parameters are ignored: the browser coming back proves nothing
+/// about payment; for the order's own buyer a pending order is queried at its gateway first.
 async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt_ref): Path<String>) -> Response {
     let result = async {
         if !ids::is_plain_id(&attempt_ref) {
@@ -273,8 +273,14 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
         let order_no = payments::order_no_for_attempt(&state.db, &attempt_ref)
             .await?
             .ok_or_else(|| Error::not_found("payment"))?;
-        let order = payments::get_order(&state.db, &order_no, false).await?;
+        let mut order = payments::get_order(&state.db, &order_no, false).await?;
         let own = caller.session.as_ref().is_some_and(|s| s.id == order.session_id);
+        if own && order.status == OrderStatus::PendingPayment.as_str() {
+            // The buyer is back from the gateway and waiting: ask it now rather than wait for the
+            // notification (the redirect itself proves nothing).
+            super::api::query_for_buyer(&state, &order).await;
+            order = payments::get_order(&state.db, &order_no, false).await?;
+        }
         let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
         let poll_url =
             if own { format!("/api/v1/orders/{order_no}") } else { format!("/checkout/return/{attempt_ref}/status") };

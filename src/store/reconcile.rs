@@ -250,3 +250,44 @@ pub async fn list_findings(db: &Db, order_no: Option<&str>, limit: i64) -> Resul
         })
         .collect()
 }
+
+/// Claims an active attempt for an on-demand query (the buyer is waiting on the return page or
+/// polling with `refresh`): at most once per `min_gap_ms` per attempt, across the fleet.
+pub async fn claim_for_buyer(
+    db: &Db,
+    attempt_ref: &str,
+    now: Millis,
+    min_gap_ms: Millis,
+) -> Result<Option<AttemptToQuery>> {
+    let claimed = crate::write_tx!(db, |tx| {
+        let r = sqlx::query(&format!(
+            "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref = $2 AND next_query_at <= $3 AND status IN {}",
+            AttemptStatus::ACTIVE_SQL
+        ))
+        .bind(now.saturating_add(min_gap_ms))
+        .bind(attempt_ref)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    })?;
+    if !claimed {
+        return Ok(None);
+    }
+    let r = sqlx::query(
+        "SELECT a.order_no, a.gateway, a.gateway_ref, a.status, a.query_tries, o.status AS order_status \
+         FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1",
+    )
+    .bind(attempt_ref)
+    .fetch_one(db.read_pool())
+    .await?;
+    Ok(Some(AttemptToQuery {
+        order_no: col(&r, "order_no")?,
+        gateway: col(&r, "gateway")?,
+        gateway_ref: col(&r, "gateway_ref")?,
+        status: col(&r, "status")?,
+        order_status: col(&r, "order_status")?,
+        tries: col(&r, "query_tries")?,
+        attempt_ref: attempt_ref.to_string(),
+    }))
+}

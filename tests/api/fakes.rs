@@ -439,7 +439,8 @@ async fn wechat_query(
         lock(&ledger).bad_signatures += 1;
         return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
     }
-    let l = lock(&ledger);
+    let mut l = lock(&ledger);
+    l.calls.push("query".to_string());
     match l.trades.get(&no) {
         Some(t) => wechat_answer(StatusCode::OK, Some(wechat_trade_json(t))),
         None => wechat_error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST"),

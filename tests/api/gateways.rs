@@ -470,6 +470,57 @@ async fn reconcile_lost_notifications(backend: Backend) {
 }
 on_both!(reconcile_finds_lost_payments, reconcile_lost_notifications);
 
+/// A buyer waiting on a pending order (after `wx.requestPayment`, or back on the return page)
+/// makes kassa ask the gateway at once, at most once per gap per attempt.
+async fn buyer_refresh(backend: Backend) {
+    let w = world(backend, true).await;
+    let clock = w.t.clock.clone().unwrap();
+    let buyer = w.t.buyer().await;
+    let basket = w.t.basket(&buyer, &[("TEA", 1)]).await;
+    let r =
+        w.t.http
+            .post(w.t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+            .bearer_auth(&buyer)
+            .json(&json!({"gateway": "wechatpay", "payer": {"openid": "oBuyer"}}))
+            .send()
+            .await
+            .unwrap();
+    let placed: Value = r.json().await.unwrap();
+    let order_url = w.t.url(&format!("/api/v1/orders/{}?refresh=true", s(&placed["order_no"])));
+    let queries = || w.wechat.ledger.lock().unwrap().calls.iter().filter(|c| *c == "query").count();
+    let get = |url: String| w.t.http.get(url).bearer_auth(&buyer).send();
+    let v: Value = get(order_url.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!((s(&v["status"]), queries()), ("pending_payment".to_string(), 1));
+    w.wechat.pay(&s(&placed["attempt_ref"]), false).await;
+    // Within the gap: not asked again.
+    let v: Value = get(order_url.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!((s(&v["status"]), queries()), ("pending_payment".to_string(), 1));
+    clock.advance_ms(5_001);
+    let v: Value = get(order_url.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!((s(&v["status"]), queries()), ("paid".to_string(), 2));
+    // Unknown query parameters are refused.
+    let r = get(w.t.url(&format!("/api/v1/orders/{}?refesh=1", s(&placed["order_no"])))).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Stripe redirect back: the return page asks, then shows the truth.
+    let basket = w.t.basket(&buyer, &[("TEA", 1)]).await;
+    let r =
+        w.t.http
+            .post(w.t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+            .bearer_auth(&buyer)
+            .json(&json!({"gateway": "stripe"}))
+            .send()
+            .await
+            .unwrap();
+    let placed: Value = r.json().await.unwrap();
+    w.stripe.pay(&s(&placed["attempt_ref"]), false).await;
+    let page = get(w.t.url(&format!("/checkout/return/{}", s(&placed["attempt_ref"])))).await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(w.t.status(&s(&placed["order_no"])).await, "paid");
+    w.t.assert_clean().await;
+}
+on_both!(buyer_refresh_queries_the_gateway, buyer_refresh);
+
 /// A refund the gateway took for processing whose notification never came is settled by query.
 async fn reconcile_processing_refund(backend: Backend) {
     let w = world(backend, true).await;
@@ -572,4 +623,127 @@ fn bad_gateway_config_is_refused_at_start() {
     let parsed = parsed.unwrap();
     assert!(!format!("{parsed:?}").contains("sk_live_x"));
     assert!(toml::from_str::<GatewaysFile>("[stripe]\nsecret_kee = \"x\"\nwebhook_secret = \"y\"\n").is_err());
+}
+
+mod hostile {
+    //! Properly signed but arbitrary content must never panic an adapter: every body ends in an
+    //! event or a refusal with a stable code.
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-zA-Z0-9_.:+/ -]{0,12}".prop_map(Value::from),
+            prop_oneof![Just("paid"), Just("complete"), Just("SUCCESS"), Just("CNY"), Just("cny"), Just("KS1_1")]
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            let keys = prop_oneof![
+                Just("id".to_string()),
+                Just("type".to_string()),
+                Just("data".to_string()),
+                Just("object".to_string()),
+                Just("payment_status".to_string()),
+                Just("client_reference_id".to_string()),
+                Just("payment_intent".to_string()),
+                Just("amount_total".to_string()),
+                Just("currency".to_string()),
+                Just("metadata".to_string()),
+                Just("refund_no".to_string()),
+                Just("status".to_string()),
+                "[a-z_]{1,8}",
+            ];
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(keys, inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn stripe_gateway() -> Stripe {
+        Stripe::new(&kassa::gateway::config::StripeConfig {
+            secret_key: kassa::gateway::config::Secret("sk".into()),
+            webhook_secret: kassa::gateway::config::Secret("whsec_fuzz".into()),
+            previous_webhook_secrets: vec![],
+            api_base_url: "http://127.0.0.1:9".into(),
+        })
+        .unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn stripe_signed_garbage(event in json_value(), kind in prop_oneof![
+            Just("checkout.session.completed"), Just("checkout.session.expired"),
+            Just("checkout.session.async_payment_failed"), Just("refund.updated"), Just("other")]) {
+            let mut event = event;
+            if let Value::Object(m) = &mut event {
+                m.insert("type".into(), Value::from(kind));
+            }
+            let body = event.to_string();
+            let t = 1_764_475_262_i64;
+            let header = FakeStripe::signature("whsec_fuzz", t, &body);
+            let gw = stripe_gateway();
+            match gw.verify(&headers(&[("stripe-signature", &header)]), body.as_bytes(), t * 1000) {
+                Ok(ev) => prop_assert!(kassa::domain::ids::is_plain_id(&ev.attempt_ref)),
+                Err(r) => prop_assert!(!r.code.is_empty()),
+            }
+        }
+
+        #[test]
+        fn wechat_signed_garbage(resource in json_value(), event_type in prop_oneof![
+            Just("TRANSACTION.SUCCESS"), Just("REFUND.SUCCESS"), Just("REFUND.CLOSED"), Just("X")]) {
+            let fake = FakeWechat { url: String::new(), ledger: Default::default() };
+            let mut resource = resource;
+            if let Value::Object(m) = &mut resource {
+                m.insert("mchid".into(), Value::from(fakes::WECHAT_MCHID));
+            }
+            let (h, body) = fake.notification(event_type, "transaction", &resource);
+            let gw = WechatPay::new(&fake_wechat_config(), String::new()).unwrap();
+            let now = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
+            match gw.verify(&h, body.as_bytes(), now) {
+                Ok(ev) => prop_assert!(kassa::domain::ids::is_plain_id(&ev.attempt_ref)),
+                Err(r) => prop_assert!(r.code != "invalid_signature", "{}", r.detail),
+            }
+        }
+
+        #[test]
+        fn alipay_signed_garbage(fields in prop::collection::btree_map(
+            prop_oneof![Just("notify_id"), Just("out_trade_no"), Just("trade_no"), Just("trade_status"),
+                        Just("total_amount"), Just("out_biz_no"), Just("app_id"), Just("seller_id"), Just("x")],
+            prop_oneof![Just("TRADE_SUCCESS".to_string()), Just("TRADE_CLOSED".to_string()),
+                        Just(fakes::ALIPAY_APP_ID.to_string()), Just(fakes::ALIPAY_SELLER_ID.to_string()),
+                        "[ -~]{0,10}", "[0-9]{1,3}\\.[0-9]{0,3}"],
+            0..9)) {
+            let fake = FakeAlipay { url: String::new(), ledger: Default::default() };
+            let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let body = fake.notification(&fields);
+            let gw = Alipay::new(&fake.config(), String::new()).unwrap();
+            match gw.verify(&HeaderMap::new(), body.as_bytes(), 0) {
+                Ok(ev) => prop_assert!(kassa::domain::ids::is_plain_id(&ev.event_id)),
+                Err(r) => prop_assert!(r.code != "invalid_signature", "{}", r.detail),
+            }
+        }
+
+        #[test]
+        fn unsigned_bytes_are_refused(body in prop::collection::vec(any::<u8>(), 0..300), sig in "[ -~]{0,80}") {
+            let h = headers(&[("stripe-signature", &sig), ("Wechatpay-Signature", &sig), ("Wechatpay-Timestamp", "1"),
+                              ("Wechatpay-Nonce", "n"), ("Wechatpay-Serial", fakes::WECHAT_PLATFORM_SERIAL)]);
+            let fake = FakeAlipay { url: String::new(), ledger: Default::default() };
+            let alipay = Alipay::new(&fake.config(), String::new()).unwrap();
+            let wechat = WechatPay::new(&fake_wechat_config(), String::new()).unwrap();
+            prop_assert!(alipay.verify(&h, &body, 0).is_err());
+            prop_assert!(wechat.verify(&h, &body, 1000).is_err());
+            prop_assert!(stripe_gateway().verify(&h, &body, 0).is_err());
+        }
+    }
+
+    fn fake_wechat_config() -> WechatPayConfig {
+        FakeWechat { url: "http://127.0.0.1:9".into(), ledger: Default::default() }.config()
+    }
 }
