@@ -129,12 +129,15 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 Buyer,
                 Some(
-                    json!({"type": "object", "properties": {"gateway": {"type": "string", "default": "sandbox"}, "channel": {"type": "string"}, "payer": {"type": "object"}}}),
+                    json!({"type": "object", "properties": {"gateway": {"type": "string", "enum": ["sandbox", "alipay", "wechatpay", "stripe"], "description": "default: the configured default gateway"}, "channel": {"type": "string", "description": "sandbox: form; alipay: page; wechatpay: jsapi (default) or h5; stripe: checkout"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}}}),
                 ),
                 &[
                     (201, "{order_no, attempt_ref, expires_at, payment}"),
                     (409, "out_of_stock / price_changed"),
-                    (422, "basket_empty / unknown_gateway"),
+                    (
+                        422,
+                        "basket_empty / unknown_gateway / unsupported_channel / unsupported_currency / payer_required / invalid_payer",
+                    ),
                     (502, "gateway_unavailable"),
                 ],
             ),
@@ -212,7 +215,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 Buyer,
                 Some(
-                    json!({"type": "object", "properties": {"gateway": {"type": "string"}, "channel": {"type": "string"}}}),
+                    json!({"type": "object", "properties": {"gateway": {"type": "string"}, "channel": {"type": "string"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}}}),
                 ),
                 &[
                     (201, "{order_no, attempt_ref, expires_at, payment}"),
@@ -293,7 +296,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             doc(
                 "post",
                 "/notify/{gateway}",
-                "Gateway notification; answered with the gateway's own acknowledgement",
+                "Gateway notification (sandbox, alipay, wechatpay, stripe); answered with the gateway's own acknowledgement (alipay: success/fail; wechatpay: 204 or 4xx FAIL; stripe and sandbox: 200 JSON or 4xx error)",
                 "gateways",
                 None,
                 Option::None,

@@ -7,15 +7,29 @@ use serde_json::{Map, Value, json};
 
 use super::{AppState, Auth, routes};
 
+/// Query parameters: (method, path, name, type, description).
+const QUERY_PARAMS: &[(&str, &str, &str, &str, &str)] = &[(
+    "get",
+    "/api/v1/orders/{order_no}",
+    "refresh",
+    "boolean",
+    "ask the gateway now if the order is still pending (at most once per 5 s per attempt)",
+)];
+
 pub fn document(with_sandbox: bool) -> Value {
     let mut paths = Map::new();
     for (doc, _) in routes(with_sandbox) {
-        let params: Vec<Value> = doc
+        let mut params: Vec<Value> = doc
             .path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
             .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
             .collect();
+        for (_, _, name, kind, description) in
+            QUERY_PARAMS.iter().filter(|(m, p, ..)| *m == doc.method && *p == doc.path)
+        {
+            params.push(json!({"name": name, "in": "query", "required": false, "schema": {"type": kind}, "description": description}));
+        }
         let mut responses = Map::new();
         for (code, text) in doc.responses {
             responses.insert(code.to_string(), json!({"description": text}));

@@ -214,6 +214,22 @@ struct BasketPage<'a> {
     basket: &'a BasketView,
     csrf: &'a str,
     idempotency_key: String,
+    /// Gateways a web page can hand off to (name, label), the default first.
+    gateways: Vec<(&'static str, &'static str)>,
+}
+
+/// The configured gateways that work from a browser page: form or redirect hand-offs.
+fn web_gateways(state: &AppState) -> Vec<(&'static str, &'static str)> {
+    let label = |name: &str| match name {
+        "alipay" => "Alipay",
+        "stripe" => "Card (Stripe)",
+        "sandbox" => "Sandbox (no real money)",
+        _ => "",
+    };
+    let mut names: Vec<&'static str> =
+        state.gateways.names().into_iter().filter(|n| matches!(*n, "alipay" | "stripe" | "sandbox")).collect();
+    names.sort_by_key(|n| Some(*n) != state.gateways.default);
+    names.into_iter().map(|n| (n, label(n))).collect()
 }
 
 async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(basket_id): Path<String>) -> Response {
@@ -225,7 +241,12 @@ async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(bas
         let session = catalog::session_by_token(&state.db, token).await?.ok_or_else(Error::unauthorized)?;
         let basket = catalog::get_basket(&state.db, &session.id, &basket_id).await?;
         // One key per rendered page: a double-clicked confirm sends the same key twice.
-        Ok(render(&BasketPage { basket: &basket, csrf: &session.csrf_token, idempotency_key: ids::new_secret_token() }))
+        Ok(render(&BasketPage {
+            basket: &basket,
+            csrf: &session.csrf_token,
+            idempotency_key: ids::new_secret_token(),
+            gateways: web_gateways(&state),
+        }))
     }
     .await;
     result.unwrap_or_else(|e| error_page(&e, "/"))

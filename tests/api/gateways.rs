@@ -747,3 +747,108 @@ mod hostile {
         FakeWechat { url: "http://127.0.0.1:9".into(), ledger: Default::default() }.config()
     }
 }
+
+/// The demo storefront offers the web gateways; Alipay gets the auto-submitting signed form,
+/// Stripe a redirect to its Checkout page.
+async fn storefront_with_real_gateways(backend: Backend) {
+    let (alipay, stripe) = (FakeAlipay::start().await, FakeStripe::start().await);
+    let gateways = GatewaysFile { alipay: Some(alipay.config()), wechatpay: None, stripe: Some(stripe.config()) };
+    let t = TestApp::spawn_with(backend, Opts { gateways, demo: true, ..Default::default() }).await;
+    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = browser.get(t.url("/")).send().await.unwrap();
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let shop = r.text().await.unwrap();
+    let csrf = shop.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    for (gateway, expect) in [("alipay", "form"), ("stripe", "redirect")] {
+        let r = browser
+            .post(t.url("/shop/basket"))
+            .header("cookie", &cookie)
+            .form(&[("qty_MUG-CELADON", "1"), ("csrf", &csrf)])
+            .send()
+            .await
+            .unwrap();
+        let review = r.headers()["location"].to_str().unwrap().to_string();
+        let page = browser.get(t.url(&review)).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+        for name in ["sandbox", "alipay", "stripe"] {
+            assert!(page.contains(&format!("name=\"gateway\" value=\"{name}\"")), "{page}");
+        }
+        let key =
+            page.split("name=\"idempotency_key\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+        let form = [("csrf", csrf.as_str()), ("idempotency_key", key.as_str()), ("gateway", gateway)];
+        let r = browser
+            .post(t.url(&format!("{review}/confirm")))
+            .header("cookie", &cookie)
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
+        if expect == "form" {
+            let html = r.text().await.unwrap();
+            assert!(html.contains(&format!("action=\"{}\"", alipay.url)), "{html}");
+            assert!(html.contains("name=\"sign\"") && html.contains("alipay.trade.page.pay"), "{html}");
+            // JSON inside an attribute is escaped.
+            assert!(html.contains("&quot;out_trade_no&quot;") || html.contains("&#34;out_trade_no&#34;"), "{html}");
+        } else {
+            assert!(r.status().is_redirection(), "{}", r.status());
+            let location = r.headers()["location"].to_str().unwrap();
+            assert!(location.starts_with("https://checkout.stripe.com/c/pay/cs_test_"), "{location}");
+        }
+    }
+    assert_eq!(alipay.ledger.lock().unwrap().bad_signatures + stripe.ledger.lock().unwrap().bad_signatures, 0);
+}
+on_both!(storefront_offers_web_gateways, storefront_with_real_gateways);
+
+/// Late payments held for the operator are confirmed at the gateway once; one the gateway does not
+/// know as paid is a critical discrepancy.
+async fn reconcile_late_payments(backend: Backend) {
+    let opts = Opts {
+        hold_seconds: 0,
+        ignore_close: true,
+        manual_clock: true,
+        late_policy: kassa::domain::decide::LatePolicy::Manual,
+        ..Default::default()
+    };
+    let t = TestApp::spawn_with(backend, opts).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let mut late = Vec::new();
+    for _ in 0..2 {
+        let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+        late.push((order_no, attempt_ref));
+    }
+    t.clock.as_ref().unwrap().advance_ms(1_000);
+    assert_eq!(t.app.sweeper.step().await.unwrap().expired, 2);
+    for (_, attempt_ref) in &late {
+        assert_eq!(t.complete(attempt_ref, "succeeded", 1).await.0, StatusCode::OK);
+    }
+    t.settle().await;
+    for (order_no, _) in &late {
+        assert_eq!(t.status(order_no).await, "paid_after_expiry");
+    }
+    // The gateway "loses" the second payment (as a forged or reversed one would look).
+    sqlx::query("UPDATE sandbox_payments SET status = 'open' WHERE attempt_ref = $1")
+        .bind(&late[1].1)
+        .execute(t.app.state.db.read_pool())
+        .await
+        .unwrap();
+    t.clock.as_ref().unwrap().advance_ms(61_000);
+    let report = t.app.reconciler.pass(false).await.unwrap();
+    assert_eq!((report.attempts_queried, report.unchanged), (2, 1), "{report:?}");
+    assert_eq!(report.findings.len(), 1, "{report:?}");
+    assert_eq!(
+        (report.findings[0].kind, report.findings[0].attempt_ref.as_str()),
+        ("late_payment_not_confirmed", late[1].1.as_str())
+    );
+    let alert: String = sqlx::query_scalar("SELECT severity FROM alerts WHERE kind = 'reconcile_discrepancy'")
+        .fetch_one(t.app.state.db.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(alert, "critical");
+    // Nothing is changed by the reconciler: the operator decides. The confirmed one is never asked again.
+    assert_eq!(t.status(&late[1].0).await, "paid_after_expiry");
+    let order = t.order(&late[1].0).await;
+    assert_eq!(order["reconciliation"][0]["kind"], "late_payment_not_confirmed");
+    t.clock.as_ref().unwrap().advance_ms(3_600_000);
+    let report = t.app.reconciler.pass(false).await.unwrap();
+    assert_eq!(report.attempts_queried, 1, "only the unconfirmed one: {report:?}");
+}
+on_both!(reconcile_confirms_late_payments, reconcile_late_payments);
