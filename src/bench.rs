@@ -127,7 +127,31 @@ struct Server {
     pid: Option<u32>,
     child: Option<std::process::Child>,
     database_url: Option<String>,
-    _dir: Option<std::path::PathBuf>,
+    _dir: Option<ScratchDir>,
+}
+
+/// A scratch directory for one benchmark run, removed when the run ends.
+struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    fn new() -> std::io::Result<ScratchDir> {
+        let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(ScratchDir(dir))
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Drop for Server {
@@ -150,8 +174,7 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
             _dir: None,
         });
     }
-    let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = ScratchDir::new()?;
     let database_url =
         args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
@@ -162,7 +185,7 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
         // Through the environment, not argv: the process list is readable by every local user.
         .env("KASSA_ADMIN_TOKEN", &admin)
         .arg("--data-dir")
-        .arg(&dir)
+        .arg(&dir.0)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -406,8 +429,7 @@ async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow
 /// In-process: the store alone, no HTTP.
 async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     use crate::store::{catalog, checkout, payments};
-    let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = ScratchDir::new()?;
     let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
     let db = Db::connect(&url, 32).await?;
     db.migrate().await?;
@@ -555,8 +577,7 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
 
 /// The physical limit: sequential single-row durable commits (one flush each).
 async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
-    let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = ScratchDir::new()?;
     let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("limit.db").display()));
     let db = Db::connect(&url, 4).await?;
     db.migrate().await?;

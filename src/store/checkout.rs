@@ -2,9 +2,11 @@
 
 use serde_json::json;
 
+use crate::args;
 use crate::clock::Millis;
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
+use crate::store::batch::Batch;
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col};
 
@@ -106,98 +108,89 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                 format!("gateway {} does not take {}", req.gateway, total.currency()),
             ));
         }
-        // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell).
+        // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell); then
+        // 5. create the order, its lines, reservations and first attempt; freeze the basket.
+        // All in one batch (one round trip on SQLite, see store::batch): a hold that finds too
+        // little stock changes no row, the total shows it, and the whole command rolls back.
+        let mut batch = Batch::new();
         for line in &lines {
-            let held = sqlx::query(
+            batch.add(
                 "UPDATE skus SET reserved = reserved + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
-            )
-            .bind(line.quantity)
-            .bind(req.now)
-            .bind(&line.sku)
-            .execute(&mut **tx)
-            .await?;
-            if held.rows_affected() != 1 {
-                let available: i64 = sqlx::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
-                    .bind(&line.sku)
-                    .fetch_one(&mut **tx)
-                    .await?;
-                return Err(Error::conflict("out_of_stock", format!("not enough stock for {}", line.sku))
-                    .with_details(
-                        json!({"sku": line.sku, "requested": line.quantity, "available": available.max(0)}),
-                    ));
-            }
+                args![line.quantity, req.now, &line.sku],
+            );
         }
-        // 5. Create the order, its lines, reservations and first attempt; freeze the basket.
         let order_no = ids::new_order_no();
         let attempt_ref = ids::attempt_ref(&order_no, 1);
         let expires_at = req.now.saturating_add(req.hold_ms);
-        sqlx::query(
-                "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
-            )
-            .bind(&order_no)
-            .bind(req.session_id)
-            .bind(req.basket_id)
-            .bind(OrderStatus::PendingPayment.as_str())
-            .bind(total.amount_minor())
-            .bind(total.currency().code())
-            .bind(req.gateway)
-            .bind(expires_at)
-            .bind(req.now)
-            .execute(&mut **tx)
-            .await?;
+        batch.add(
+            "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
+            args![
+                &order_no,
+                req.session_id,
+                req.basket_id,
+                OrderStatus::PendingPayment.as_str(),
+                total.amount_minor(),
+                total.currency().code(),
+                req.gateway,
+                expires_at,
+                req.now
+            ],
+        );
         for (i, line) in lines.iter().enumerate() {
-            sqlx::query(
-                    "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(&order_no)
-                .bind(i64::try_from(i).unwrap_or(i64::MAX) + 1)
-                .bind(&line.sku)
-                .bind(&line.name)
-                .bind(&line.kind)
-                .bind(line.unit.amount_minor())
-                .bind(line.quantity)
-                .bind(line.line_total.amount_minor())
-                .execute(&mut **tx)
-                .await?;
-            sqlx::query(
-                    "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ($1, $2, $3, 'active', $4, $5)",
-                )
-                .bind(&order_no)
-                .bind(&line.sku)
-                .bind(line.quantity)
-                .bind(expires_at)
-                .bind(req.now)
-                .execute(&mut **tx)
-                .await?;
+            batch.add(
+                "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                args![
+                    &order_no,
+                    i64::try_from(i).unwrap_or(i64::MAX) + 1,
+                    &line.sku,
+                    &line.name,
+                    &line.kind,
+                    line.unit.amount_minor(),
+                    line.quantity,
+                    line.line_total.amount_minor()
+                ],
+            );
+            batch.add(
+                "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ($1, $2, $3, 'active', $4, $5)",
+                args![&order_no, &line.sku, line.quantity, expires_at, req.now],
+            );
         }
-        sqlx::query(
-                "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
-                 VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8)",
-            )
-            .bind(&attempt_ref)
-            .bind(&order_no)
-            .bind(req.gateway)
-            .bind(req.channel)
-            .bind(AttemptStatus::Created.as_str())
-            .bind(total.amount_minor())
-            .bind(total.currency().code())
-            .bind(req.now)
-            .execute(&mut **tx)
-            .await?;
+        batch.add(
+            "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+             VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8)",
+            args![
+                &attempt_ref,
+                &order_no,
+                req.gateway,
+                req.channel,
+                AttemptStatus::Created.as_str(),
+                total.amount_minor(),
+                total.currency().code(),
+                req.now
+            ],
+        );
         let cause = Cause { trigger: "checkout", notification_id: None, at: req.now };
-        events::log_order_created(tx, &order_no, cause).await?;
-        events::log_attempt_created(tx, &order_no, &attempt_ref, cause).await?;
-        let frozen = sqlx::query(
+        let pending = OrderStatus::PendingPayment.as_str();
+        events::add_event(&mut batch, &order_no, "order", &order_no, None, pending, cause);
+        events::add_event(&mut batch, &order_no, "attempt", &attempt_ref, None, AttemptStatus::Created.as_str(), cause);
+        batch.add(
             "UPDATE baskets SET status = 'frozen', order_no = $1, updated_at = $2 WHERE id = $3 AND status = 'open'",
-        )
-        .bind(&order_no)
-        .bind(req.now)
-        .bind(req.basket_id)
-        .execute(&mut **tx)
-        .await?;
-        if frozen.rows_affected() != 1 {
+            args![&order_no, req.now, req.basket_id],
+        );
+        // Each hold, insert and the basket freeze changes exactly one row.
+        let changed = batch.run_each(tx).await?;
+        if let Some(line) = lines.iter().zip(&changed).find(|(_, n)| **n != 1).map(|(l, _)| l) {
+            // Its hold changed nothing, so the row shows what was available.
+            let available: i64 = sqlx::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
+                .bind(&line.sku)
+                .fetch_one(&mut **tx)
+                .await?;
+            return Err(Error::conflict("out_of_stock", format!("not enough stock for {}", line.sku))
+                .with_details(json!({"sku": line.sku, "requested": line.quantity, "available": available.max(0)})));
+        }
+        if changed.iter().any(|n| *n != 1) {
             return Err(Error::internal("basket changed under its lock"));
         }
         remember_key(tx, req, &order_no).await?;

@@ -3,10 +3,12 @@
 
 use sqlx::AnyConnection;
 
+use crate::args;
 use crate::clock::Millis;
 use crate::domain::status::RefundStatus;
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
+use crate::store::batch::Batch;
 
 /// Why a status changed; stored in the event log.
 #[derive(Debug, Clone, Copy)]
@@ -38,17 +40,16 @@ pub async fn set_order_status(
     cause: Cause<'_>,
 ) -> Result<()> {
     from.transition(to)?;
-    let done = sqlx::query("UPDATE orders SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = $4")
-        .bind(to.as_str())
-        .bind(cause.at)
-        .bind(order_no)
-        .bind(from.as_str())
-        .execute(&mut *conn)
-        .await?;
-    if done.rows_affected() != 1 {
+    let mut batch = Batch::new();
+    batch.add(
+        "UPDATE orders SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = $4",
+        args![to.as_str(), cause.at, order_no, from.as_str()],
+    );
+    add_event(&mut batch, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause);
+    // The update changes one row or none; the event insert always one.
+    if batch.run(&mut *conn).await? != 2 {
         return Err(Error::internal(format!("order {order_no} was not in {from} when moving to {to}")));
     }
-    insert_event(conn, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause).await?;
     // The shop's own systems hear about it through the outbox, in this same transaction.
     super::outbox::enqueue_order_event(conn, order_no, to, cause.at).await
 }
@@ -71,17 +72,16 @@ pub async fn set_refund_status(
     cause: Cause<'_>,
 ) -> Result<()> {
     from.transition(to)?;
-    let done = sqlx::query("UPDATE refunds SET status = $1, updated_at = $2 WHERE refund_no = $3 AND status = $4")
-        .bind(to.as_str())
-        .bind(cause.at)
-        .bind(refund_no)
-        .bind(from.as_str())
-        .execute(&mut *conn)
-        .await?;
-    if done.rows_affected() != 1 {
+    let mut batch = Batch::new();
+    batch.add(
+        "UPDATE refunds SET status = $1, updated_at = $2 WHERE refund_no = $3 AND status = $4",
+        args![to.as_str(), cause.at, refund_no, from.as_str()],
+    );
+    add_event(&mut batch, order_no, "refund", refund_no, Some(from.as_str()), to.as_str(), cause);
+    if batch.run(conn).await? != 2 {
         return Err(Error::internal(format!("refund {refund_no} was not in {from} when moving to {to}")));
     }
-    insert_event(conn, order_no, "refund", refund_no, Some(from.as_str()), to.as_str(), cause).await
+    Ok(())
 }
 
 pub async fn set_attempt_status(
@@ -93,18 +93,33 @@ pub async fn set_attempt_status(
     cause: Cause<'_>,
 ) -> Result<()> {
     from.transition(to)?;
-    let done =
-        sqlx::query("UPDATE payment_attempts SET status = $1, updated_at = $2 WHERE attempt_ref = $3 AND status = $4")
-            .bind(to.as_str())
-            .bind(cause.at)
-            .bind(attempt_ref)
-            .bind(from.as_str())
-            .execute(&mut *conn)
-            .await?;
-    if done.rows_affected() != 1 {
+    let mut batch = Batch::new();
+    batch.add(
+        "UPDATE payment_attempts SET status = $1, updated_at = $2 WHERE attempt_ref = $3 AND status = $4",
+        args![to.as_str(), cause.at, attempt_ref, from.as_str()],
+    );
+    add_event(&mut batch, order_no, "attempt", attempt_ref, Some(from.as_str()), to.as_str(), cause);
+    if batch.run(conn).await? != 2 {
         return Err(Error::internal(format!("attempt {attempt_ref} was not in {from} when moving to {to}")));
     }
-    insert_event(conn, order_no, "attempt", attempt_ref, Some(from.as_str()), to.as_str(), cause).await
+    Ok(())
+}
+
+/// Adds the log row of a status change to a batch (the caller runs it in its transaction).
+pub fn add_event(
+    batch: &mut Batch,
+    order_no: &str,
+    entity: &str,
+    entity_id: &str,
+    from: Option<&str>,
+    to: &str,
+    cause: Cause<'_>,
+) {
+    batch.add(
+        "INSERT INTO status_events (order_no, entity, entity_id, from_status, to_status, trigger_name, notification_id, at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        args![order_no, entity, entity_id, from, to, cause.trigger, cause.notification_id, cause.at],
+    );
 }
 
 async fn insert_event(

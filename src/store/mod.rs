@@ -3,6 +3,7 @@
 //! `BEGIN IMMEDIATE` versus `SELECT … FOR UPDATE`, the pool shape, and the migration folder.
 
 pub mod admin;
+pub mod batch;
 pub mod catalog;
 pub mod check;
 pub mod checkout;

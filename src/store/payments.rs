@@ -3,10 +3,12 @@
 
 use serde::Serialize;
 
+use crate::args;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success, may_expire};
 use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
+use crate::store::batch::Batch;
 use crate::store::events::{self, Cause, Severity};
 use crate::store::refunds::{self, RefundKind};
 use crate::store::{Db, Tx, col, fulfilment, new_id};
@@ -394,20 +396,21 @@ async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatu
         }
         ReservationStatus::Active => return Err(Error::internal("reservations never return to active")),
     };
+    // One batch: each stock row changes once, and so does each active reservation.
+    let mut batch = Batch::new();
     for r in &rows {
         let sku: String = col(r, "sku")?;
         let quantity: i64 = col(r, "quantity")?;
-        let done = sqlx::query(stock_sql).bind(quantity).bind(now).bind(&sku).execute(&mut **tx).await?;
-        if done.rows_affected() != 1 {
-            return Err(Error::internal(format!("stock of {sku} does not cover the reservation of {order_no}")));
-        }
+        batch.add(stock_sql, args![quantity, now, &sku]);
     }
-    sqlx::query("UPDATE reservations SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = 'active'")
-        .bind(to.as_str())
-        .bind(now)
-        .bind(order_no)
-        .execute(&mut **tx)
-        .await?;
+    batch.add(
+        "UPDATE reservations SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = 'active'",
+        args![to.as_str(), now, order_no],
+    );
+    let expected = 2 * u64::try_from(rows.len()).unwrap_or(u64::MAX / 4);
+    if batch.run(tx).await? != expected {
+        return Err(Error::internal(format!("stock does not cover the reservations of {order_no}")));
+    }
     Ok(())
 }
 
