@@ -50,6 +50,8 @@ macro_rules! args {
 pub struct Batch {
     /// (SQL as written, SQL with parameters renumbered for the joined form, its values).
     statements: Vec<(String, String, Vec<Arg>)>,
+    /// For [`Batch::run_checked`]: rows each statement must change, and what it means if not.
+    expected: Vec<Option<(u64, String)>>,
     bound: usize,
 }
 
@@ -87,7 +89,32 @@ impl Batch {
         let shifted = renumber(sql, self.bound);
         self.bound += args.len();
         self.statements.push((sql.to_string(), shifted, args));
+        self.expected.push(None);
         self
+    }
+
+    /// Adds a statement that must change exactly `rows` rows; `what` names the failure.
+    pub fn expect(&mut self, sql: &str, args: Vec<Arg>, rows: u64, what: impl Into<String>) -> &mut Self {
+        self.add(sql, args);
+        if let Some(last) = self.expected.last_mut() {
+            *last = Some((rows, what.into()));
+        }
+        self
+    }
+
+    /// Runs the statements; fails (the caller's transaction then rolls back) on the first one
+    /// that did not change the rows it had to.
+    pub async fn run_checked(mut self, conn: &mut AnyConnection) -> Result<()> {
+        let expected = std::mem::take(&mut self.expected);
+        let changed = self.run_each(conn).await?;
+        for (n, e) in changed.iter().zip(expected) {
+            if let Some((rows, what)) = e
+                && *n != rows
+            {
+                return Err(crate::error::Error::internal(what));
+            }
+        }
+        Ok(())
     }
 
     pub fn is_empty(&self) -> bool {

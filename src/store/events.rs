@@ -39,19 +39,31 @@ pub async fn set_order_status(
     to: OrderStatus,
     cause: Cause<'_>,
 ) -> Result<()> {
-    from.transition(to)?;
     let mut batch = Batch::new();
-    batch.add(
+    add_order_status(conn, &mut batch, order_no, from, to, cause).await?;
+    batch.run_checked(conn).await
+}
+
+/// [`set_order_status`] as part of a batch: checks the transition, reads what the outbox message
+/// carries, and adds the update, its log row and the message.
+pub async fn add_order_status(
+    conn: &mut AnyConnection,
+    batch: &mut Batch,
+    order_no: &str,
+    from: OrderStatus,
+    to: OrderStatus,
+    cause: Cause<'_>,
+) -> Result<()> {
+    from.transition(to)?;
+    batch.expect(
         "UPDATE orders SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = $4",
         args![to.as_str(), cause.at, order_no, from.as_str()],
+        1,
+        format!("order {order_no} was not in {from} when moving to {to}"),
     );
-    add_event(&mut batch, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause);
-    // The update changes one row or none; the event insert always one.
-    if batch.run(&mut *conn).await? != 2 {
-        return Err(Error::internal(format!("order {order_no} was not in {from} when moving to {to}")));
-    }
+    add_event(batch, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause);
     // The shop's own systems hear about it through the outbox, in this same transaction.
-    super::outbox::enqueue_order_event(conn, order_no, to, cause.at).await
+    super::outbox::add_order_event(conn, batch, order_no, to, cause.at).await
 }
 
 pub async fn log_refund_created(
@@ -92,16 +104,28 @@ pub async fn set_attempt_status(
     to: AttemptStatus,
     cause: Cause<'_>,
 ) -> Result<()> {
-    from.transition(to)?;
     let mut batch = Batch::new();
-    batch.add(
+    add_attempt_status(&mut batch, order_no, attempt_ref, from, to, cause)?;
+    batch.run_checked(conn).await
+}
+
+/// [`set_attempt_status`] as part of a batch.
+pub fn add_attempt_status(
+    batch: &mut Batch,
+    order_no: &str,
+    attempt_ref: &str,
+    from: AttemptStatus,
+    to: AttemptStatus,
+    cause: Cause<'_>,
+) -> Result<()> {
+    from.transition(to)?;
+    batch.expect(
         "UPDATE payment_attempts SET status = $1, updated_at = $2 WHERE attempt_ref = $3 AND status = $4",
         args![to.as_str(), cause.at, attempt_ref, from.as_str()],
+        1,
+        format!("attempt {attempt_ref} was not in {from} when moving to {to}"),
     );
-    add_event(&mut batch, order_no, "attempt", attempt_ref, Some(from.as_str()), to.as_str(), cause);
-    if batch.run(conn).await? != 2 {
-        return Err(Error::internal(format!("attempt {attempt_ref} was not in {from} when moving to {to}")));
-    }
+    add_event(batch, order_no, "attempt", attempt_ref, Some(from.as_str()), to.as_str(), cause);
     Ok(())
 }
 
@@ -115,10 +139,12 @@ pub fn add_event(
     to: &str,
     cause: Cause<'_>,
 ) {
-    batch.add(
+    batch.expect(
         "INSERT INTO status_events (order_no, entity, entity_id, from_status, to_status, trigger_name, notification_id, at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         args![order_no, entity, entity_id, from, to, cause.trigger, cause.notification_id, cause.at],
+        1,
+        "status event insert",
     );
 }
 

@@ -4,15 +4,19 @@
 use serde_json::json;
 use sqlx::AnyConnection;
 
+use crate::args;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::OrderStatus;
 use crate::error::Result;
+use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
 
-/// Writes `order.<status>` for an order that just changed status (and `fulfilment.requested` when
-/// a paid order has physical goods to ship).
-pub async fn enqueue_order_event(
+/// Adds `order.<status>` for an order that is changing status to `batch` (and
+/// `fulfilment.requested` when a paid order has physical goods to ship). Reads what the messages
+/// carry now, so the batch must not change those columns before it.
+pub async fn add_order_event(
     conn: &mut AnyConnection,
+    batch: &mut Batch,
     order_no: &str,
     status: OrderStatus,
     now: Millis,
@@ -29,44 +33,33 @@ pub async fn enqueue_order_event(
         "captured_minor": col::<Option<i64>>(&row, "captured_minor")?,
         "at": rfc3339(now),
     });
-    insert(conn, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now).await?;
+    add(batch, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now);
     if status == OrderStatus::Paid {
-        let physical: Vec<String> = sqlx::query_scalar(
-            "SELECT sku FROM order_lines WHERE order_no = $1 AND kind = 'physical' ORDER BY line_no",
+        let lines: Vec<serde_json::Value> = sqlx::query(
+            "SELECT sku, name, quantity FROM order_lines WHERE order_no = $1 AND kind = 'physical' ORDER BY line_no",
         )
         .bind(order_no)
         .fetch_all(&mut *conn)
-        .await?;
-        if !physical.is_empty() {
-            let lines: Vec<serde_json::Value> = sqlx::query(
-                "SELECT sku, name, quantity FROM order_lines WHERE order_no = $1 AND kind = 'physical' ORDER BY line_no",
-            )
-            .bind(order_no)
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| Ok(json!({"sku": col::<String>(r, "sku")?, "name": col::<String>(r, "name")?, "quantity": col::<i64>(r, "quantity")?})))
-            .collect::<Result<_>>()?;
+        .await?
+        .iter()
+        .map(|r| Ok(json!({"sku": col::<String>(r, "sku")?, "name": col::<String>(r, "name")?, "quantity": col::<i64>(r, "quantity")?})))
+        .collect::<Result<_>>()?;
+        if !lines.is_empty() {
             let data = json!({"order_no": order_no, "lines": lines, "at": rfc3339(now)});
-            insert(conn, order_no, "fulfilment.requested", &data.to_string(), now).await?;
+            add(batch, order_no, "fulfilment.requested", &data.to_string(), now);
         }
     }
     Ok(())
 }
 
-async fn insert(conn: &mut AnyConnection, order_no: &str, topic: &str, payload: &str, now: Millis) -> Result<()> {
-    sqlx::query(
+fn add(batch: &mut Batch, order_no: &str, topic: &str, payload: &str, now: Millis) {
+    batch.expect(
         "INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) \
          VALUES ($1, $2, $3, $4, 'pending', 0, $5, 0, $5)",
-    )
-    .bind(new_id())
-    .bind(order_no)
-    .bind(topic)
-    .bind(payload)
-    .bind(now)
-    .execute(conn)
-    .await?;
-    Ok(())
+        args![&new_id(), order_no, topic, payload, now],
+        1,
+        "outbox insert",
+    );
 }
 
 /// A message claimed for delivery.

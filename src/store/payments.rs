@@ -209,13 +209,18 @@ async fn apply_success(
         return Ok(None);
     }
     let cause = Cause { trigger: "payment_succeeded", ..cause };
-    events::set_attempt_status(tx, order_no, attempt_ref, attempt_status, AttemptStatus::Succeeded, cause).await?;
-    sqlx::query("UPDATE payment_attempts SET gateway_txn_id = $1, captured_minor = $2 WHERE attempt_ref = $3")
-        .bind(s.gateway_txn_id)
-        .bind(amount.amount_minor())
-        .bind(attempt_ref)
-        .execute(&mut **tx)
-        .await?;
+    // The attempt's success, in one batch with what a payment of a pending order changes.
+    let mut batch = Batch::new();
+    events::add_attempt_status(&mut batch, order_no, attempt_ref, attempt_status, AttemptStatus::Succeeded, cause)?;
+    batch.expect(
+        "UPDATE payment_attempts SET gateway_txn_id = $1, captured_minor = $2 WHERE attempt_ref = $3",
+        args![s.gateway_txn_id, amount.amount_minor(), attempt_ref],
+        1,
+        "attempt capture update",
+    );
+    if decision != SuccessDecision::Pay {
+        std::mem::take(&mut batch).run_checked(tx).await?;
+    }
     match decision {
         SuccessDecision::Pay => {
             // Another attempt still open on this order must not be paid too (I5 on a paid order).
@@ -231,10 +236,11 @@ async fn apply_success(
                 let other_ref: String = col(other, "attempt_ref")?;
                 let from = parse_attempt_status(&col::<String>(other, "status")?)?;
                 let cause = Cause { notification_id: None, ..cause };
-                events::set_attempt_status(tx, order_no, &other_ref, from, AttemptStatus::Superseded, cause).await?;
+                events::add_attempt_status(&mut batch, order_no, &other_ref, from, AttemptStatus::Superseded, cause)?;
             }
-            consume_reservations(tx, order_no, cause.at).await?;
-            set_captured(tx, order_no, attempt_ref, amount).await?;
+            add_move_reservations(tx, &mut batch, order_no, ReservationStatus::Consumed, cause.at).await?;
+            add_captured(&mut batch, order_no, attempt_ref, amount);
+            batch.run_checked(tx).await?;
             events::set_order_status(tx, order_no, order_status, OrderStatus::Paid, cause).await?;
             fulfilment::after_paid(tx, skip_locked, order_no, cause).await?;
             Ok(Some("paid"))
@@ -359,16 +365,18 @@ pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<
 }
 
 async fn set_captured(tx: &mut Tx<'_>, order_no: &str, attempt_ref: &str, amount: Money) -> Result<()> {
-    sqlx::query(
+    let mut batch = Batch::new();
+    add_captured(&mut batch, order_no, attempt_ref, amount);
+    batch.run_checked(tx).await
+}
+
+fn add_captured(batch: &mut Batch, order_no: &str, attempt_ref: &str, amount: Money) {
+    batch.expect(
         "UPDATE orders SET captured_minor = $1, captured_currency = $2, captured_attempt_ref = $3 WHERE order_no = $4",
-    )
-    .bind(amount.amount_minor())
-    .bind(amount.currency().code())
-    .bind(attempt_ref)
-    .bind(order_no)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+        args![amount.amount_minor(), amount.currency().code(), attempt_ref, order_no],
+        1,
+        format!("order {order_no} missing when recording its capture"),
+    );
 }
 
 /// Active reservations go back on the shelf.
@@ -376,12 +384,21 @@ pub async fn release_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) 
     move_reservations(tx, order_no, ReservationStatus::Released, now).await
 }
 
-/// Active reservations become sold units.
-async fn consume_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
-    move_reservations(tx, order_no, ReservationStatus::Consumed, now).await
+async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {
+    let mut batch = Batch::new();
+    add_move_reservations(tx, &mut batch, order_no, to, now).await?;
+    batch.run_checked(tx).await
 }
 
-async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {
+/// Adds the stock and reservation updates of moving an order's active reservations to a batch
+/// (each stock row changes once, and so does each active reservation).
+async fn add_move_reservations(
+    tx: &mut Tx<'_>,
+    batch: &mut Batch,
+    order_no: &str,
+    to: ReservationStatus,
+    now: Millis,
+) -> Result<()> {
     let rows =
         sqlx::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'active' ORDER BY sku")
             .bind(order_no)
@@ -396,21 +413,18 @@ async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatu
         }
         ReservationStatus::Active => return Err(Error::internal("reservations never return to active")),
     };
-    // One batch: each stock row changes once, and so does each active reservation.
-    let mut batch = Batch::new();
     for r in &rows {
         let sku: String = col(r, "sku")?;
         let quantity: i64 = col(r, "quantity")?;
-        batch.add(stock_sql, args![quantity, now, &sku]);
+        let what = format!("stock of {sku} does not cover the reservation of {order_no}");
+        batch.expect(stock_sql, args![quantity, now, &sku], 1, what);
     }
-    batch.add(
+    batch.expect(
         "UPDATE reservations SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = 'active'",
         args![to.as_str(), now, order_no],
+        u64::try_from(rows.len()).unwrap_or(u64::MAX),
+        format!("reservations of {order_no} changed under the lock"),
     );
-    let expected = 2 * u64::try_from(rows.len()).unwrap_or(u64::MAX / 4);
-    if batch.run(tx).await? != expected {
-        return Err(Error::internal(format!("stock does not cover the reservations of {order_no}")));
-    }
     Ok(())
 }
 
