@@ -2,9 +2,11 @@
 
 use serde::Serialize;
 
+use crate::args;
 use crate::clock::Millis;
 use crate::domain::{Money, ids};
 use crate::error::{Error, Result};
+use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
 
 /// Largest quantity of one SKU in one basket line: bounds every stock update and money product.
@@ -271,24 +273,19 @@ pub async fn set_basket_line(
             .ok_or_else(|| Error::not_found("SKU"))?;
         let price: i64 = col(&row, "price_minor")?;
         let currency: String = col(&row, "currency")?;
-        let other: Option<String> = sqlx::query_scalar(
-            "SELECT currency FROM basket_lines WHERE basket_id = $1 AND sku <> $2 AND currency <> $3 LIMIT 1",
+        // The basket's other lines, read once: one currency, a representable total, a bounded size.
+        let others = sqlx::query(
+            "SELECT quoted_unit_minor, quantity, currency FROM basket_lines WHERE basket_id = $1 AND sku <> $2",
         )
         .bind(basket_id)
         .bind(sku)
-        .bind(&currency)
-        .fetch_optional(&mut **tx)
+        .fetch_all(&mut **tx)
         .await?;
-        if other.is_some() {
-            return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
+        for r in &others {
+            if col::<String>(r, "currency")? != currency {
+                return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
+            }
         }
-        // The basket total must stay representable: refuse the line that would overflow it.
-        let others =
-            sqlx::query("SELECT quoted_unit_minor, quantity FROM basket_lines WHERE basket_id = $1 AND sku <> $2")
-                .bind(basket_id)
-                .bind(sku)
-                .fetch_all(&mut **tx)
-                .await?;
         let overflow = || Error::api(422, "amount_overflow", "the basket total would overflow");
         let mut total = price.checked_mul(quantity).ok_or_else(overflow)?;
         for r in &others {
@@ -296,11 +293,7 @@ pub async fn set_basket_line(
                 col::<i64>(r, "quoted_unit_minor")?.checked_mul(col::<i64>(r, "quantity")?).ok_or_else(overflow)?;
             total = total.checked_add(line).ok_or_else(overflow)?;
         }
-        let lines: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM basket_lines WHERE basket_id = $1 AND sku <> $2")
-            .bind(basket_id)
-            .bind(sku)
-            .fetch_one(&mut **tx)
-            .await?;
+        let lines = i64::try_from(others.len()).unwrap_or(i64::MAX);
         if lines >= BASKET_LINES_MAX {
             return Err(Error::api(
                 422,
@@ -308,24 +301,17 @@ pub async fn set_basket_line(
                 format!("a basket holds at most {BASKET_LINES_MAX} lines"),
             ));
         }
-        sqlx::query(
+        let mut batch = Batch::new();
+        batch.expect(
             "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (basket_id, sku) DO UPDATE SET quantity = excluded.quantity, \
              quoted_unit_minor = excluded.quoted_unit_minor, currency = excluded.currency",
-        )
-        .bind(basket_id)
-        .bind(sku)
-        .bind(quantity)
-        .bind(price)
-        .bind(&currency)
-        .execute(&mut **tx)
-        .await?;
-        sqlx::query("UPDATE baskets SET updated_at = $1 WHERE id = $2")
-            .bind(now)
-            .bind(basket_id)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
+            args![basket_id, sku, quantity, price, &currency],
+            1,
+            "basket line upsert",
+        );
+        batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
+        batch.run_checked(tx).await
     })
 }
 
