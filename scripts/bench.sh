@@ -27,6 +27,7 @@ run sqlite-notify --scenario notify
 run sqlite-mixed --scenario mixed
 run engine-sqlite-spread --engine --scenario spread
 run engine-sqlite-hot --engine --scenario hot
+run engine-sqlite-confirm --engine --scenario confirm
 KASSA_SQLITE_GROUP_COMMIT=0 run sqlite-spread-no-group-commit --scenario spread
 KASSA_SQLITE_GROUP_COMMIT=0 run engine-sqlite-spread-no-group-commit --engine --scenario spread
 

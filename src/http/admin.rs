@@ -192,6 +192,7 @@ struct OrderPage<'a> {
     notifications: Vec<NotificationRow>,
     refunds: Vec<RefundView>,
     outbox: Vec<OutboxRow>,
+    findings: Vec<crate::store::reconcile::FindingView>,
     refund_no: String,
     message: String,
 }
@@ -221,6 +222,7 @@ async fn order_page(
         notifications: admin::notifications(&state.db, Some(&order_no), false).await?,
         refunds: refunds::list_for_order(&state.db, &order_no).await?,
         outbox: admin::outbox_for_order(&state.db, &order_no).await?,
+        findings: crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?,
         refund_no: admin::suggest_refund_no(),
         message: message.to_string(),
         keys_delivered,
