@@ -134,9 +134,8 @@ impl Reconciler {
         };
         let late = a.order_status == "paid_after_expiry";
         match state {
-            PaymentState::Paid(event) if late => {
+            PaymentState::Paid(_) if late => {
                 // The late payment is real: nothing to change; never asked again.
-                let _ = event;
                 reconcile::reschedule_attempt(&self.db, &a.attempt_ref, a.tries + 1, Millis::MAX).await?;
                 report.unchanged += 1;
             }
