@@ -1,9 +1,16 @@
 //! Group commit for SQLite. One durable commit costs a disk flush (about 1 ms here), so one commit
 //! per command caps throughput near 1,000 commands/s. Instead, concurrent write commands share one
-//! transaction: each runs inside its own SAVEPOINT (a failing command rolls back only itself), and
-//! the last command of the batch — the one that finds nobody waiting behind it, or the one that
-//! fills the batch — commits for all. Nobody is answered before the commit that makes their
-//! command durable, and a lone command commits at once, so an idle server adds no latency.
+//! transaction: each runs inside its own SAVEPOINT (a failing command rolls back to it, undoing
+//! only itself), and the last command of the batch — the one that finds nobody waiting behind it,
+//! or the one that fills the batch — commits for all. Nobody is answered before the commit that
+//! makes their command durable, and a lone command commits at once, so an idle server adds no
+//! latency.
+//!
+//! The savepoint is kassa's own (`kassa_m`), not sqlx's nested transaction: a finished command
+//! leaves it open, and the next command releases it and opens its own in the same round trip
+//! (`RELEASE …; SAVEPOINT …`); the batch's COMMIT releases the last one. That saves a round trip
+//! per command and keeps the savepoint stack one deep. A command abandoned midway (its request
+//! cancelled) is rolled back to its savepoint before anything else runs on the connection.
 //!
 //! PostgreSQL needs none of this: its WAL writer already flushes concurrent commits together, and
 //! sharing one transaction would serialise its row locks.
@@ -30,6 +37,22 @@ struct State {
     tx: Option<Transaction<'static, Any>>,
     batch: Option<Arc<Batch>>,
     members: usize,
+    /// A member was abandoned mid-command: its writes are rolled back before the connection is
+    /// used again.
+    abandoned: bool,
+    /// The previous member's savepoint is still open (released by the next one or the commit).
+    open_savepoint: bool,
+}
+
+const SAVEPOINT: &str = "kassa_m";
+
+/// Rolls back an abandoned member's writes (its savepoint stays open, empty).
+async fn undo_abandoned(state: &mut State) -> Result<()> {
+    if let (true, Some(tx)) = (state.abandoned, state.tx.as_mut()) {
+        sqlx::query(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}")).execute(&mut **tx).await?;
+    }
+    state.abandoned = false;
+    Ok(())
 }
 
 pub struct GroupCommit {
@@ -58,6 +81,8 @@ impl Drop for Waiting<'_> {
 pub struct Member<'g> {
     group: &'g GroupCommit,
     guard: Option<MutexGuard<'g, State>>,
+    /// Whether this command's writes may still need undoing.
+    savepoint: bool,
 }
 
 impl GroupCommit {
@@ -71,7 +96,7 @@ impl GroupCommit {
         let waiting = Waiting(&self.waiting);
         let guard = self.state.lock().await;
         drop(waiting);
-        Member { group: self, guard: Some(guard) }
+        Member { group: self, guard: Some(guard), savepoint: false }
     }
 }
 
@@ -82,27 +107,60 @@ fn publish(batch: Option<Arc<Batch>>, result: std::result::Result<(), String>) {
 }
 
 impl<'g> Member<'g> {
-    /// Opens the batch transaction if needed and a savepoint for this command.
-    pub async fn savepoint(&mut self) -> Result<Transaction<'_, Any>> {
+    /// Opens the batch transaction if needed and a savepoint for this command; the command runs
+    /// on the batch transaction.
+    pub async fn savepoint(&mut self) -> Result<&mut Transaction<'static, Any>> {
         let state = self.guard.as_mut().ok_or_else(|| Error::internal("writer turn already finished"))?;
+        undo_abandoned(state).await?;
         if state.tx.is_none() {
             state.tx = Some(self.group.pool.begin_with("BEGIN IMMEDIATE").await?);
             state.batch = Some(Arc::new(Batch { done: watch::channel(None).0 }));
             state.members = 0;
+            state.open_savepoint = false;
         }
         state.members += 1;
-        let tx = state.tx.as_mut().ok_or_else(|| Error::internal("batch transaction missing"))?;
-        Ok(sqlx::Acquire::begin(tx).await?)
+        let sql = if state.open_savepoint {
+            format!("RELEASE SAVEPOINT {SAVEPOINT}; SAVEPOINT {SAVEPOINT}")
+        } else {
+            format!("SAVEPOINT {SAVEPOINT}")
+        };
+        {
+            let tx = state.tx.as_mut().ok_or_else(|| Error::internal("batch transaction missing"))?;
+            sqlx::query(&sql).execute(&mut **tx).await?;
+        }
+        state.open_savepoint = true;
+        self.savepoint = true;
+        state.tx.as_mut().ok_or_else(|| Error::internal("batch transaction missing"))
+    }
+
+    /// Undoes this command's writes (it failed); the batch goes on without them.
+    /// If even that fails, the savepoint stays marked and the batch is never committed with them.
+    pub async fn rollback(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.savepoint) {
+            return Ok(());
+        }
+        let state = self.guard.as_mut().ok_or_else(|| Error::internal("writer turn already finished"))?;
+        state.abandoned = true;
+        undo_abandoned(state).await
     }
 
     /// Ends this command's turn: commits the batch if it is the last one, else waits for the
     /// commit. Returns the command's own outcome once it is durable (or the commit's error).
     pub async fn finish<T>(mut self, outcome: Result<T>) -> Result<T> {
+        // Finished either way: its writes stay (success) or were undone (failure).
+        self.savepoint = false;
         let Some(mut state) = self.guard.take() else {
             return Err(Error::internal("writer turn already finished"));
         };
         let last = self.group.waiting.load(Ordering::SeqCst) == 0 || state.members >= BATCH_MAX;
         if last {
+            if let Err(e) = undo_abandoned(&mut state).await {
+                // Nothing of this batch may be committed with an abandoned command's writes in it.
+                let (tx, batch) = (state.tx.take(), state.batch.take());
+                drop(tx);
+                publish(batch, Err(e.to_string()));
+                return Err(e);
+            }
             let (tx, batch) = (state.tx.take(), state.batch.take());
             // Committed and published in a task of its own: if this request is cancelled while the
             // commit runs, the commit still completes and the batch still hears about it.
@@ -137,14 +195,26 @@ impl Drop for Member<'_> {
     /// if nobody else is coming, commit the batch so the commands before it are not left waiting.
     fn drop(&mut self) {
         let Some(mut state) = self.guard.take() else { return };
+        // Its writes must not be committed: whoever uses the connection next rolls them back.
+        if std::mem::take(&mut self.savepoint) {
+            state.abandoned = true;
+        }
         if self.group.waiting.load(Ordering::SeqCst) > 0 {
             return;
         }
+        let abandoned = std::mem::take(&mut state.abandoned);
         let (tx, batch) = (state.tx.take(), state.batch.take());
         drop(state);
-        if let Some(tx) = tx {
+        if let Some(mut tx) = tx {
             tokio::spawn(async move {
-                let committed = tx.commit().await.map_err(|e| e.to_string());
+                let committed = async {
+                    if abandoned {
+                        sqlx::query(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}")).execute(&mut *tx).await?;
+                    }
+                    tx.commit().await
+                }
+                .await
+                .map_err(|e| e.to_string());
                 publish(batch, committed);
             });
         }

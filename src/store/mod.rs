@@ -41,17 +41,16 @@ macro_rules! write_tx {
             Some(group) => {
                 let mut member = group.join().await;
                 let outcome: $crate::error::Result<_> = match member.savepoint().await {
-                    Ok(mut savepoint) => {
-                        let outcome = {
-                            let $tx = &mut savepoint;
-                            async { $body }.await
-                        };
-                        match &outcome {
-                            Ok(_) => savepoint.commit().await.map_err($crate::error::Error::from).and(outcome),
-                            Err(_) => savepoint.rollback().await.map_err($crate::error::Error::from).and(outcome),
-                        }
+                    Ok(batch_tx) => {
+                        let $tx = batch_tx;
+                        async { $body }.await
                     }
                     Err(e) => Err(e),
+                };
+                // A failed command undoes its own writes; the batch goes on.
+                let outcome = match outcome {
+                    Err(e) => member.rollback().await.and(Err(e)),
+                    ok => ok,
                 };
                 member.finish(outcome).await
             }
