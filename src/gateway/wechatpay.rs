@@ -111,7 +111,7 @@ fn int(v: &Value, path: &[&str]) -> Option<i64> {
     path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_i64)
 }
 
-/// A WeChat answer: status, body and whether its signature was checked.
+/// A WeChat answer (its signature already checked when it was a 2xx).
 struct Answer {
     status: u16,
     body: Value,

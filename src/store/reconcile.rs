@@ -73,24 +73,29 @@ pub async fn claim_attempts(db: &Db, due: Due) -> Result<Vec<AttemptToQuery>> {
     })?;
     let mut out = Vec::with_capacity(refs.len());
     for attempt_ref in refs {
-        let r = sqlx::query(
-            "SELECT a.order_no, a.gateway, a.gateway_ref, a.status, a.query_tries, o.status AS order_status \
-             FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1",
-        )
-        .bind(&attempt_ref)
-        .fetch_one(db.read_pool())
-        .await?;
-        out.push(AttemptToQuery {
-            order_no: col(&r, "order_no")?,
-            gateway: col(&r, "gateway")?,
-            gateway_ref: col(&r, "gateway_ref")?,
-            status: col(&r, "status")?,
-            order_status: col(&r, "order_status")?,
-            tries: col(&r, "query_tries")?,
-            attempt_ref,
-        });
+        out.push(load_attempt(db, attempt_ref).await?);
     }
     Ok(out)
+}
+
+/// An attempt with what a query needs, read after it was claimed.
+async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
+    let r = sqlx::query(
+        "SELECT a.order_no, a.gateway, a.gateway_ref, a.status, a.query_tries, o.status AS order_status \
+         FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1",
+    )
+    .bind(&attempt_ref)
+    .fetch_one(db.read_pool())
+    .await?;
+    Ok(AttemptToQuery {
+        order_no: col(&r, "order_no")?,
+        gateway: col(&r, "gateway")?,
+        gateway_ref: col(&r, "gateway_ref")?,
+        status: col(&r, "status")?,
+        order_status: col(&r, "order_status")?,
+        tries: col(&r, "query_tries")?,
+        attempt_ref,
+    })
 }
 
 /// Claims refunds still `processing` whose last change is older than the threshold.
@@ -274,20 +279,5 @@ pub async fn claim_for_buyer(
     if !claimed {
         return Ok(None);
     }
-    let r = sqlx::query(
-        "SELECT a.order_no, a.gateway, a.gateway_ref, a.status, a.query_tries, o.status AS order_status \
-         FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1",
-    )
-    .bind(attempt_ref)
-    .fetch_one(db.read_pool())
-    .await?;
-    Ok(Some(AttemptToQuery {
-        order_no: col(&r, "order_no")?,
-        gateway: col(&r, "gateway")?,
-        gateway_ref: col(&r, "gateway_ref")?,
-        status: col(&r, "status")?,
-        order_status: col(&r, "order_status")?,
-        tries: col(&r, "query_tries")?,
-        attempt_ref: attempt_ref.to_string(),
-    }))
+    load_attempt(db, attempt_ref.to_string()).await.map(Some)
 }
