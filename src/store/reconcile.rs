@@ -61,21 +61,27 @@ pub async fn claim_attempts(db: &Db, due: Due) -> Result<Vec<AttemptToQuery>> {
            ORDER BY next_query_at LIMIT $4{skip}) RETURNING attempt_ref",
         active = AttemptStatus::ACTIVE_SQL
     );
-    let refs = crate::write_tx!(db, |tx| {
-        let rows = sqlx::query(&sql)
+    let refs = claim(db, &sql, due).await?;
+    let mut out = Vec::with_capacity(refs.len());
+    for attempt_ref in refs {
+        out.push(load_attempt(db, attempt_ref).await?);
+    }
+    Ok(out)
+}
+
+/// Runs a claim (`UPDATE … SET next_query_at = $1 … RETURNING <key>` over rows due by `$2`,
+/// older than `$3`, at most `$4`) and returns the claimed keys.
+async fn claim(db: &Db, sql: &str, due: Due) -> Result<Vec<String>> {
+    crate::write_tx!(db, |tx| {
+        let rows = sqlx::query(sql)
             .bind(due.lease_until)
             .bind(due.due_at)
             .bind(due.created_before)
             .bind(due.limit)
             .fetch_all(&mut **tx)
             .await?;
-        rows.iter().map(|r| col::<String>(r, "attempt_ref")).collect::<Result<Vec<_>>>()
-    })?;
-    let mut out = Vec::with_capacity(refs.len());
-    for attempt_ref in refs {
-        out.push(load_attempt(db, attempt_ref).await?);
-    }
-    Ok(out)
+        rows.iter().map(|r| sqlx::Row::try_get::<String, _>(r, 0).map_err(crate::error::Error::from)).collect()
+    })
 }
 
 /// An attempt with what a query needs, read after it was claimed.
@@ -106,16 +112,7 @@ pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
          WHERE status = 'processing' AND next_query_at <= $2 AND updated_at <= $3 ORDER BY next_query_at LIMIT $4{skip}) \
          RETURNING refund_no"
     );
-    let numbers = crate::write_tx!(db, |tx| {
-        let rows = sqlx::query(&sql)
-            .bind(due.lease_until)
-            .bind(due.due_at)
-            .bind(due.created_before)
-            .bind(due.limit)
-            .fetch_all(&mut **tx)
-            .await?;
-        rows.iter().map(|r| col::<String>(r, "refund_no")).collect::<Result<Vec<_>>>()
-    })?;
+    let numbers = claim(db, &sql, due).await?;
     let mut out = Vec::with_capacity(numbers.len());
     for refund_no in numbers {
         let r = sqlx::query(
