@@ -42,10 +42,6 @@ pub fn sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a str)>, dr
     pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
 }
 
-fn cny() -> Currency {
-    Currency::CNY
-}
-
 impl Alipay {
     pub fn new(c: &AlipayConfig, notify_url: String) -> anyhow::Result<Self> {
         Ok(Alipay {
@@ -104,7 +100,7 @@ impl Alipay {
         total: &str,
         raw: Vec<u8>,
     ) -> Result<VerifiedEvent, GatewayError> {
-        let amount = Money::parse_decimal(total, cny())
+        let amount = Money::parse_decimal(total, Currency::CNY)
             .ok_or_else(|| GatewayError::unavailable("alipay query: unreadable total_amount"))?;
         Ok(VerifiedEvent {
             gateway: NAME.to_string(),
@@ -164,7 +160,7 @@ impl Gateway for Alipay {
 
     fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
         Box::pin(async move {
-            if req.amount.currency() != cny() {
+            if req.amount.currency() != Currency::CNY {
                 return Err(GatewayError::invalid("unsupported_currency", "Alipay page pay takes CNY only"));
             }
             let subject: String = req.subject.chars().take(256).collect();
@@ -238,7 +234,7 @@ impl Gateway for Alipay {
                 if !crate::domain::ids::is_plain_id(trade_no) {
                     return Err(reject("malformed_body", "trade_no missing", claimed));
                 }
-                let amount = Money::parse_decimal(get("total_amount"), cny())
+                let amount = Money::parse_decimal(get("total_amount"), Currency::CNY)
                     .ok_or_else(|| reject("amount_mismatch", "unreadable total_amount", claimed.clone()))?;
                 Outcome::Succeeded { gateway_txn_id: trade_no.to_string(), amount }
             }

@@ -99,10 +99,6 @@ struct Resource {
     nonce: String,
 }
 
-fn cny() -> Currency {
-    Currency::CNY
-}
-
 fn text<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).unwrap_or_default()
 }
@@ -265,7 +261,7 @@ impl WechatPay {
 
     fn paid_event(&self, key: &AttemptKey, t: &Value) -> Result<VerifiedEvent, GatewayError> {
         let txn = text(t, &["transaction_id"]);
-        let total = int(t, &["amount", "total"]).and_then(|n| Money::new(n, cny()).ok());
+        let total = int(t, &["amount", "total"]).and_then(|n| Money::new(n, Currency::CNY).ok());
         let (true, Some(amount)) = (is_plain_id(txn), total) else {
             return Err(GatewayError::unavailable("wechatpay query: no transaction id or amount"));
         };
@@ -321,7 +317,7 @@ impl Gateway for WechatPay {
 
     fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
         Box::pin(async move {
-            if req.amount.currency() != cny() {
+            if req.amount.currency() != Currency::CNY {
                 return Err(GatewayError::invalid("unsupported_currency", "WeChat Pay takes CNY only"));
             }
             match req.channel.as_str() {
@@ -378,7 +374,7 @@ impl Gateway for WechatPay {
                 }
                 if envelope.event_type == "REFUND.SUCCESS" {
                     let amount = int(&r, &["amount", "refund"])
-                        .and_then(|n| Money::new(n, cny()).ok())
+                        .and_then(|n| Money::new(n, Currency::CNY).ok())
                         .ok_or_else(|| reject("amount_mismatch", "unreadable amount.refund", claimed.clone()))?;
                     Outcome::RefundSucceeded { refund_no, amount: Some(amount) }
                 } else {

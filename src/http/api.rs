@@ -783,8 +783,11 @@ pub async fn query_for_buyer(state: &AppState, order: &payments::OrderView) {
     if order.status != OrderStatus::PendingPayment.as_str() {
         return;
     }
-    let Some(attempt) =
-        order.attempts.iter().rev().find(|a| matches!(a.status.as_str(), "created" | "redirected" | "unknown"))
+    let Some(attempt) = order
+        .attempts
+        .iter()
+        .rev()
+        .find(|a| crate::domain::AttemptStatus::parse(&a.status).is_some_and(|st| st.is_active()))
     else {
         return;
     };

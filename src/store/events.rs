@@ -157,21 +157,9 @@ async fn insert_event(
     to: &str,
     cause: Cause<'_>,
 ) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO status_events (order_no, entity, entity_id, from_status, to_status, trigger_name, notification_id, at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(order_no)
-    .bind(entity)
-    .bind(entity_id)
-    .bind(from)
-    .bind(to)
-    .bind(cause.trigger)
-    .bind(cause.notification_id)
-    .bind(cause.at)
-    .execute(conn)
-    .await?;
-    Ok(())
+    let mut batch = Batch::new();
+    add_event(&mut batch, order_no, entity, entity_id, from, to, cause);
+    batch.run_checked(conn).await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

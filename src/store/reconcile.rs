@@ -142,25 +142,31 @@ pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
 
 /// When to look at an attempt again (`Millis::MAX`: settled, never again).
 pub async fn reschedule_attempt(db: &Db, attempt_ref: &str, tries: i64, next_at: Millis) -> Result<()> {
-    crate::write_tx!(db, |tx| {
-        sqlx::query("UPDATE payment_attempts SET query_tries = $1, next_query_at = $2 WHERE attempt_ref = $3")
-            .bind(tries)
-            .bind(next_at)
-            .bind(attempt_ref)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
-    })
+    reschedule(
+        db,
+        "UPDATE payment_attempts SET query_tries = $1, next_query_at = $2 WHERE attempt_ref = $3",
+        attempt_ref,
+        tries,
+        next_at,
+    )
+    .await
 }
 
+/// When to look at a refund again.
 pub async fn reschedule_refund(db: &Db, refund_no: &str, tries: i64, next_at: Millis) -> Result<()> {
+    reschedule(
+        db,
+        "UPDATE refunds SET query_tries = $1, next_query_at = $2 WHERE refund_no = $3",
+        refund_no,
+        tries,
+        next_at,
+    )
+    .await
+}
+
+async fn reschedule(db: &Db, sql: &str, key: &str, tries: i64, next_at: Millis) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query("UPDATE refunds SET query_tries = $1, next_query_at = $2 WHERE refund_no = $3")
-            .bind(tries)
-            .bind(next_at)
-            .bind(refund_no)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(sql).bind(tries).bind(next_at).bind(key).execute(&mut **tx).await?;
         Ok(())
     })
 }

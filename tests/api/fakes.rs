@@ -633,8 +633,22 @@ struct StripeState {
     idempotency: Arc<Mutex<HashMap<String, Value>>>,
 }
 
-fn stripe_authorized(headers: &HeaderMap) -> bool {
-    headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {STRIPE_SECRET_KEY}"))
+/// The provider's first checks: the secret key (a failure is counted), then, for a request with an
+/// `Idempotency-Key` seen before, the stored answer. `Ok(key)` lets the request go on.
+fn stripe_preamble(s: &StripeState, headers: &HeaderMap) -> Result<Option<String>, Box<Response>> {
+    let authorized =
+        headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {STRIPE_SECRET_KEY}"));
+    if !authorized {
+        lock(&s.ledger).bad_signatures += 1;
+        return Err(Box::new(stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided")));
+    }
+    let idem = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(k) = &idem
+        && let Some(v) = s.idempotency.lock().expect("idem").get(k)
+    {
+        return Err(Box::new(Json(v.clone()).into_response()));
+    }
+    Ok(idem)
 }
 
 fn stripe_error(status: StatusCode, message: &str) -> Response {
@@ -655,16 +669,10 @@ fn session_json(t: &Trade) -> Value {
 }
 
 async fn stripe_create_session(State(s): State<StripeState>, headers: HeaderMap, body: String) -> Response {
-    if !stripe_authorized(&headers) {
-        lock(&s.ledger).bad_signatures += 1;
-        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
-    }
-    let idem = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
-    if let Some(k) = &idem
-        && let Some(v) = s.idempotency.lock().expect("idem").get(k)
-    {
-        return Json(v.clone()).into_response();
-    }
+    let idem = match stripe_preamble(&s, &headers) {
+        Ok(idem) => idem,
+        Err(answer) => return *answer,
+    };
     let f: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap_or_default();
     let get = |k: &str| f.get(k).cloned().unwrap_or_default();
     let expires_at: i64 = get("expires_at").parse().unwrap_or(0);
@@ -701,8 +709,8 @@ async fn stripe_get_session(
     UrlPath(id): UrlPath<String>,
     headers: HeaderMap,
 ) -> Response {
-    if !stripe_authorized(&headers) {
-        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
     }
     match lock(&s.ledger).trades.get(&id) {
         Some(t) => Json(session_json(t)).into_response(),
@@ -711,8 +719,8 @@ async fn stripe_get_session(
 }
 
 async fn stripe_expire(State(s): State<StripeState>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
-    if !stripe_authorized(&headers) {
-        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
     }
     let mut l = lock(&s.ledger);
     match l.trades.get_mut(&id) {
@@ -731,15 +739,10 @@ fn refund_json(id: &str, t: &Trade, refund_no: &str, amount: i64, status: &str) 
 }
 
 async fn stripe_refund(State(s): State<StripeState>, headers: HeaderMap, body: String) -> Response {
-    if !stripe_authorized(&headers) {
-        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
-    }
-    let idem = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
-    if let Some(k) = &idem
-        && let Some(v) = s.idempotency.lock().expect("idem").get(k)
-    {
-        return Json(v.clone()).into_response();
-    }
+    let idem = match stripe_preamble(&s, &headers) {
+        Ok(idem) => idem,
+        Err(answer) => return *answer,
+    };
     let f: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap_or_default();
     let intent = f.get("payment_intent").cloned().unwrap_or_default();
     let amount: i64 = f.get("amount").and_then(|a| a.parse().ok()).unwrap_or(0);
@@ -762,8 +765,8 @@ async fn stripe_refund(State(s): State<StripeState>, headers: HeaderMap, body: S
 }
 
 async fn stripe_get_refund(State(s): State<StripeState>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
-    if !stripe_authorized(&headers) {
-        return stripe_error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
     }
     let l = lock(&s.ledger);
     let refund_no = id.trim_start_matches("re_");
