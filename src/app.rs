@@ -102,7 +102,8 @@ pub async fn mount_gateways(
 ) -> anyhow::Result<(Gateways, Option<Arc<Sandbox>>)> {
     let mut gateways = Gateways::default();
     let sandbox = if settings.sandbox {
-        let sandbox = Sandbox::init(db.clone(), clock.clone(), settings.sandbox_ignore_close).await?;
+        let records = db.open_sandbox(&settings.database_url).await?;
+        let sandbox = Sandbox::init(db, records, clock.clone(), settings.sandbox_ignore_close).await?;
         gateways.add(Arc::new(SandboxGateway::new(sandbox.clone(), public_url)));
         Some(sandbox)
     } else {

@@ -199,9 +199,13 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
         .env("KASSA_ADMIN_TOKEN", &admin)
         .arg("--data-dir")
         .arg(&dir.0)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", std::env::var("KASSA_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(if std::env::var("KASSA_BENCH_STDERR").is_ok() {
+            std::process::Stdio::inherit()
+        } else {
+            std::process::Stdio::null()
+        })
         .spawn()
         .context("starting kassa serve")?;
     let base = format!("http://127.0.0.1:{port}");

@@ -1,5 +1,6 @@
 //! The built-in sandbox gateway: a real form-based gateway simulator living in the same binary.
-//! It keeps its own records (`sandbox_*` tables), signs its notifications with its own Ed25519 key,
+//! It keeps its own records (`sandbox_*` tables; on SQLite in a file of their own, see
+//! [`Db::open_sandbox`]), signs its notifications with its own Ed25519 key,
 //! verifies the merchant's HMAC-signed requests, delivers notifications with retries and backoff
 //! until acknowledged, and has a fault switch that ignores merchant closes.
 //!
@@ -103,10 +104,11 @@ pub struct Completed {
 }
 
 impl Sandbox {
-    /// Loads the sandbox's keys from the database, creating them on first start (shared by every
-    /// instance of a fleet).
-    pub async fn init(db: Db, clock: SharedClock, ignore_close: bool) -> Result<Arc<Sandbox>> {
-        let pkcs8 = settings::get_or_init(&db, "sandbox.signing_key_pkcs8", || {
+    /// Loads the sandbox's keys from kassa's database, creating them on first start (shared by
+    /// every instance of a fleet); the sandbox keeps its records in `records`
+    /// ([`Db::open_sandbox`]).
+    pub async fn init(keys: &Db, records: Db, clock: SharedClock, ignore_close: bool) -> Result<Arc<Sandbox>> {
+        let pkcs8 = settings::get_or_init(keys, "sandbox.signing_key_pkcs8", || {
             Ed25519KeyPair::generate_pkcs8(&aws_lc_rs::rand::SystemRandom::new())
                 .map(|doc| B64.encode(doc.as_ref()))
                 .unwrap_or_default()
@@ -118,13 +120,13 @@ impl Sandbox {
             .and_then(|der| Ed25519KeyPair::from_pkcs8(&der).ok())
             .ok_or_else(|| Error::internal("sandbox signing key is unreadable"))?;
         let secret =
-            settings::get_or_init(&db, "sandbox.merchant_secret", crate::domain::ids::new_secret_token).await?;
+            settings::get_or_init(keys, "sandbox.merchant_secret", crate::domain::ids::new_secret_token).await?;
         let http = reqwest::Client::builder()
             .timeout(DELIVERY_TIMEOUT)
             .build()
             .map_err(|e| Error::internal(format!("http client: {e}")))?;
         Ok(Arc::new(Sandbox {
-            db,
+            db: records,
             clock,
             merchant_id: "kassa-demo-merchant".to_string(),
             merchant_secret: secret.into_bytes(),
@@ -522,6 +524,11 @@ impl Sandbox {
             }
         }
         Ok(ids.len())
+    }
+
+    /// The database holding the sandbox's records (for tests and tools).
+    pub fn records(&self) -> &Db {
+        &self.db
     }
 
     /// Deliveries not yet acknowledged (for tests and the operator).

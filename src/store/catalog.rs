@@ -240,23 +240,21 @@ pub async fn set_basket_line(
     if !(0..=LINE_QUANTITY_MAX).contains(&quantity) {
         return Err(Error::api(422, "invalid_quantity", format!("quantity must be between 0 and {LINE_QUANTITY_MAX}")));
     }
-    let lock = db.for_update();
+    let lock = db.for_update_of("b");
     crate::write_tx!(db, |tx| {
-        let status: Option<String> =
-            sqlx::query_scalar(&format!("SELECT status FROM baskets WHERE id = $1 AND session_id = $2{lock}"))
-                .bind(basket_id)
-                .bind(session_id)
-                .fetch_optional(&mut **tx)
-                .await?;
-        match status.as_deref() {
-            None => return Err(Error::not_found("basket")),
-            Some("open") => {}
-            Some(_) => {
-                return Err(Error::conflict(
-                    "basket_frozen",
-                    "the basket has been checked out and can no longer change",
-                ));
-            }
+        // The basket (locked on PostgreSQL) and today's price of the SKU, in one read.
+        let row = sqlx::query(&format!(
+            "SELECT b.status, s.price_minor, s.currency FROM baskets b LEFT JOIN skus s ON s.sku = $3 \
+             WHERE b.id = $1 AND b.session_id = $2{lock}"
+        ))
+        .bind(basket_id)
+        .bind(session_id)
+        .bind(sku)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some(row) = row else { return Err(Error::not_found("basket")) };
+        if col::<String>(&row, "status")? != "open" {
+            return Err(Error::conflict("basket_frozen", "the basket has been checked out and can no longer change"));
         }
         if quantity == 0 {
             sqlx::query("DELETE FROM basket_lines WHERE basket_id = $1 AND sku = $2")
@@ -266,13 +264,11 @@ pub async fn set_basket_line(
                 .await?;
             return Ok(());
         }
-        let row = sqlx::query("SELECT price_minor, currency FROM skus WHERE sku = $1")
-            .bind(sku)
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| Error::not_found("SKU"))?;
-        let price: i64 = col(&row, "price_minor")?;
-        let currency: String = col(&row, "currency")?;
+        let (Some(price), Some(currency)) =
+            (col::<Option<i64>>(&row, "price_minor")?, col::<Option<String>>(&row, "currency")?)
+        else {
+            return Err(Error::not_found("SKU"));
+        };
         // The basket's other lines, read once: one currency, a representable total, a bounded size.
         let others = sqlx::query(
             "SELECT quoted_unit_minor, quantity, currency FROM basket_lines WHERE basket_id = $1 AND sku <> $2",

@@ -132,6 +132,24 @@ pub fn normalize_url(url: &str) -> anyhow::Result<(DbKind, String)> {
     Ok((DbKind::Sqlite, url))
 }
 
+/// For a SQLite database file, the URL of the sandbox gateway's file beside it (`shop.db` →
+/// `shop-sandbox.db`, same query options) and the path of the file itself; `None` for PostgreSQL
+/// and for an in-memory SQLite database.
+pub fn sandbox_url(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let slashes = if rest.starts_with("//") { "//" } else { "" };
+    let (path, query) = rest.trim_start_matches("//").split_once('?').unwrap_or((rest.trim_start_matches("//"), ""));
+    if path.is_empty() || path.contains(":memory:") || query.contains("mode=memory") {
+        return None;
+    }
+    let sandbox = match path.strip_suffix(".db") {
+        Some(stem) => format!("{stem}-sandbox.db"),
+        None => format!("{path}-sandbox"),
+    };
+    let query = if query.is_empty() { String::new() } else { format!("?{query}") };
+    Some((format!("sqlite:{slashes}{sandbox}{query}"), path.to_string()))
+}
+
 impl Db {
     /// Opens the database. `max_connections` bounds the PostgreSQL pool.
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
@@ -177,6 +195,14 @@ impl Db {
         match self.kind {
             DbKind::Sqlite => "",
             DbKind::Postgres => " FOR UPDATE",
+        }
+    }
+
+    /// [`Db::for_update`] for a join: locks the rows of `alias` only.
+    pub fn for_update_of(&self, alias: &str) -> String {
+        match self.kind {
+            DbKind::Sqlite => String::new(),
+            DbKind::Postgres => format!(" FOR UPDATE OF {alias}"),
         }
     }
 
@@ -255,43 +281,67 @@ impl Db {
             // One migrator at a time across the fleet; released at the end of the session.
             conn.execute("SELECT pg_advisory_lock(7285937001)").await?;
         }
-        let result = async {
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-            )
-            .await?;
-            for (version, sql) in migrations {
-                // SQLite: take the write lock before looking, so two processes starting on one file
-                // cannot both decide to apply the same migration.
-                let mut tx = match self.kind {
-                    DbKind::Sqlite => sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?,
-                    DbKind::Postgres => sqlx::Connection::begin(&mut *conn).await?,
-                };
-                let applied: Option<i64> =
-                    sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
-                        .bind(*version)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                if applied.is_some() {
-                    tx.rollback().await?;
-                    continue;
-                }
-                sqlx::raw_sql(sql).execute(&mut *tx).await.with_context(|| format!("applying migration {version}"))?;
-                sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-                    .bind(*version)
-                    .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                tracing::info!(version, "applied migration");
-            }
-            anyhow::Ok(())
-        }
-        .await;
+        let result = self.apply(&mut conn, migrations).await;
         if self.kind == DbKind::Postgres {
             conn.execute("SELECT pg_advisory_unlock(7285937001)").await?;
         }
         result
+    }
+
+    /// Applies, on `conn`, the listed migrations it has not applied yet, each in a transaction of
+    /// its own with its `schema_migrations` row.
+    async fn apply(&self, conn: &mut sqlx::AnyConnection, migrations: &[(i64, &str)]) -> anyhow::Result<()> {
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )
+        .await?;
+        for (version, sql) in migrations {
+            // SQLite: take the write lock before looking, so two processes starting on one file
+            // cannot both decide to apply the same migration.
+            let mut tx = match self.kind {
+                DbKind::Sqlite => sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?,
+                DbKind::Postgres => sqlx::Connection::begin(&mut *conn).await?,
+            };
+            let applied: Option<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+                .bind(*version)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if applied.is_some() {
+                tx.rollback().await?;
+                continue;
+            }
+            sqlx::raw_sql(sql).execute(&mut *tx).await.with_context(|| format!("applying migration {version}"))?;
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                .bind(*version)
+                .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            tracing::info!(version, "applied migration");
+        }
+        Ok(())
+    }
+
+    /// The database the built-in sandbox gateway keeps its records in. On PostgreSQL that is
+    /// kassa's own (many writers; every instance of a fleet must see the sandbox's records). On
+    /// SQLite it is a file of its own beside kassa's ([`sandbox_url`]): the sandbox stands in for
+    /// a remote gateway, and on one shared file its writes — about as many as kassa's own per
+    /// purchase — would queue on kassa's single writer. Opening it the first time copies the
+    /// records an older version kept in kassa's file. `main_url` is the URL `self` was opened with.
+    pub async fn open_sandbox(&self, main_url: &str) -> anyhow::Result<Db> {
+        let Some((url, main_path)) = sandbox_url(main_url) else {
+            return Ok(self.clone());
+        };
+        let db = Db::connect(&url, 1).await?;
+        let mut conn = db.write.acquire().await?;
+        sqlx::query("ATTACH DATABASE $1 AS kassa_main").bind(&main_path).execute(&mut *conn).await?;
+        let result =
+            db.apply(&mut conn, &[(1, include_str!("../../migrations/sqlite-sandbox/0001_sandbox.sql"))]).await;
+        let detached = conn.execute("DETACH DATABASE kassa_main").await;
+        result.context("preparing the sandbox's database")?;
+        detached?;
+        drop(conn);
+        Ok(db)
     }
 
     pub async fn close(&self) {
@@ -334,4 +384,25 @@ where
 
 pub(crate) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sandbox_url;
+
+    #[test]
+    fn sandbox_file_sits_beside_the_database() {
+        assert_eq!(
+            sandbox_url("sqlite://data/kassa.db?mode=rwc"),
+            Some(("sqlite://data/kassa-sandbox.db?mode=rwc".to_string(), "data/kassa.db".to_string()))
+        );
+        assert_eq!(
+            sandbox_url("sqlite:///var/lib/kassa/shop"),
+            Some(("sqlite:///var/lib/kassa/shop-sandbox".to_string(), "/var/lib/kassa/shop".to_string()))
+        );
+        assert_eq!(sandbox_url("sqlite:shop.db"), Some(("sqlite:shop-sandbox.db".to_string(), "shop.db".to_string())));
+        assert_eq!(sandbox_url("sqlite::memory:"), None);
+        assert_eq!(sandbox_url("sqlite://x.db?mode=memory"), None);
+        assert_eq!(sandbox_url("postgres://postgres@127.0.0.1/test"), None);
+    }
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::events::{self, Cause, Severity};
 use crate::store::refunds::{self, RefundKind};
-use crate::store::{Db, Tx, col, fulfilment, new_id};
+use crate::store::{Db, DbKind, Tx, col, fulfilment, new_id};
 
 /// What a gateway said happened to one attempt, after its signature was verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub enum Applied {
 
 /// Applies a verified event exactly once.
 pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
-    let lock = db.for_update();
+    let lock_order = db.for_update_of("o");
     let skip = db.skip_locked();
     let applied = crate::write_tx!(db, |tx| {
         let id = new_id();
@@ -82,25 +82,30 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
             record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
             return Ok(Applied::Duplicate);
         }
-        let Some(attempt) =
-            sqlx::query("SELECT order_no, status, amount_minor, currency FROM payment_attempts WHERE attempt_ref = $1")
-                .bind(&ev.attempt_ref)
-                .fetch_optional(&mut **tx)
-                .await?
+        // The attempt with its order's status, in one read. PostgreSQL locks the order row here and
+        // then re-reads the attempt, which may have moved while it waited for the lock; SQLite's
+        // write transaction already excludes every other writer, so what it read is current.
+        let Some(attempt) = sqlx::query(&format!(
+            "SELECT a.order_no, a.status, a.amount_minor, a.currency, o.status AS order_status \
+             FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1{lock_order}"
+        ))
+        .bind(&ev.attempt_ref)
+        .fetch_optional(&mut **tx)
+        .await?
         else {
             return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
         };
         let order_no: String = col(&attempt, "order_no")?;
-        let order = sqlx::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
-            .bind(&order_no)
-            .fetch_one(&mut **tx)
-            .await?;
-        let order_status = parse_order_status(&col::<String>(&order, "status")?)?;
-        // Re-read the attempt under the order lock: it may have moved while we waited.
-        let attempt_status: String = sqlx::query_scalar("SELECT status FROM payment_attempts WHERE attempt_ref = $1")
-            .bind(&ev.attempt_ref)
-            .fetch_one(&mut **tx)
-            .await?;
+        let order_status = parse_order_status(&col::<String>(&attempt, "order_status")?)?;
+        let attempt_status: String = match db.kind() {
+            DbKind::Sqlite => col(&attempt, "status")?,
+            DbKind::Postgres => {
+                sqlx::query_scalar("SELECT status FROM payment_attempts WHERE attempt_ref = $1")
+                    .bind(&ev.attempt_ref)
+                    .fetch_one(&mut **tx)
+                    .await?
+            }
+        };
         let attempt_status = parse_attempt_status(&attempt_status)?;
         let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
         let effect = match &ev.outcome {

@@ -276,7 +276,7 @@ impl TestApp {
         }
         let stuck: Vec<(String, Option<String>)> =
             sqlx::query_as("SELECT body, last_error FROM sandbox_deliveries WHERE status = 'pending'")
-                .fetch_all(self.app.state.db.read_pool())
+                .fetch_all(sandbox.records().read_pool())
                 .await
                 .unwrap_or_default();
         panic!("sandbox deliveries did not settle: {stuck:?}");
@@ -293,6 +293,16 @@ impl TestApp {
 
     pub async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(self.app.state.db.read_pool()).await.expect("count query")
+    }
+
+    /// The sandbox gateway's records (a file of their own on SQLite, kassa's database on PostgreSQL).
+    pub fn sandbox_records(&self) -> &kassa::store::Db {
+        self.app.sandbox.as_ref().expect("sandbox").records()
+    }
+
+    /// A count over the sandbox gateway's records.
+    pub async fn sandbox_count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql).fetch_one(self.sandbox_records().read_pool()).await.expect("count query")
     }
 }
 

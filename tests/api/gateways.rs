@@ -827,7 +827,7 @@ async fn reconcile_late_payments(backend: Backend) {
     // The gateway "loses" the second payment (as a forged or reversed one would look).
     sqlx::query("UPDATE sandbox_payments SET status = 'open' WHERE attempt_ref = $1")
         .bind(&late[1].1)
-        .execute(t.app.state.db.read_pool())
+        .execute(t.sandbox_records().read_pool())
         .await
         .unwrap();
     t.clock.as_ref().unwrap().advance_ms(61_000);

@@ -333,11 +333,14 @@ async fn refunds(backend: Backend) {
         assert_eq!(body["amount_minor"], 100);
     }
     t.settle().await;
-    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_refunds WHERE refund_no = 'R-LAST'").await, 1);
+    assert_eq!(
+        t.sandbox_count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_refunds WHERE refund_no = 'R-LAST'").await,
+        1
+    );
     assert_eq!(t.status(&order_no).await, "refunded");
     // A duplicated refund notification changes nothing.
     let body: String = sqlx::query_scalar("SELECT body FROM sandbox_deliveries WHERE body LIKE '%R-LAST%'")
-        .fetch_one(t.app.state.db.read_pool())
+        .fetch_one(t.sandbox_records().read_pool())
         .await
         .unwrap();
     let sig = t.app.sandbox.as_ref().unwrap().sign_notification(body.as_bytes());

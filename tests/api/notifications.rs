@@ -219,7 +219,8 @@ async fn retried(backend: Backend) {
     // First try happens right away (spawned); then the worker step retries after the backoff.
     for _ in 0..3_000 {
         if tries.load(Ordering::SeqCst) >= 1 && sandbox.pending_deliveries().await.unwrap() == 1 {
-            let leased = t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE lease_until > 0").await;
+            let leased =
+                t.sandbox_count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE lease_until > 0").await;
             if leased == 0 {
                 break;
             }

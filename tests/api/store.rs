@@ -119,3 +119,58 @@ async fn group_commit_isolates_failed_and_cancelled_commands() {
     expected.sort();
     assert_eq!(names, expected);
 }
+
+/// On SQLite the sandbox gateway keeps its records in a file of its own beside kassa's; the first
+/// open copies what an older version kept in kassa's file, and the copy happens once.
+#[tokio::test]
+async fn sandbox_records_move_to_their_own_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shop.db").display());
+    let main = kassa::store::Db::connect(&url, 2).await.unwrap();
+    main.migrate().await.unwrap();
+    // What an older kassa left in its own file: a payment and its pending notification.
+    sqlx::query(
+        "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
+         expires_at, status, created_at, updated_at) VALUES ('A-1', 'm', 500, 'CNY', 's', 'http://n', 'http://r', 9, 'succeeded', 1, 1)",
+    )
+    .execute(main.read_pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, lease_until, created_at) \
+         VALUES ('D-1', 'A-1', 'E-1', '{}', 'http://n', 'pending', 2, 5, 77, 1)",
+    )
+    .execute(main.read_pool())
+    .await
+    .unwrap();
+
+    let records = main.open_sandbox(&url).await.unwrap();
+    assert!(dir.path().join("shop-sandbox.db").exists());
+    let count = |sql: &'static str| {
+        let pool = records.read_pool().clone();
+        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
+    };
+    assert_eq!(count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments WHERE attempt_ref = 'A-1'").await, 1);
+    // Copied pending, with its tries, and free to be sent at once (no lease of a dead process).
+    assert_eq!(
+        count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending' AND tries = 2 AND lease_until = 0").await,
+        1
+    );
+    // A second open (the next start) copies nothing again.
+    records.close().await;
+    let records = main.open_sandbox(&url).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries")
+        .fetch_one(records.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    // A running kassa writes the sandbox's records to that file, none to its own.
+    let t = TestApp::spawn(Backend::Sqlite).await;
+    t.create_sku("S", "S", 500, 5).await;
+    let (_, order_no, attempt_ref) = t.pending_order(&[("S", 1)]).await;
+    t.complete(&attempt_ref, "succeeded", 1).await;
+    t.settle().await;
+    assert_eq!(t.status(&order_no).await, "paid");
+    assert_eq!(t.sandbox_count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments").await, 1);
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments").await, 0);
+}
