@@ -121,6 +121,11 @@ impl Batch {
         self.statements.is_empty()
     }
 
+    /// Statements added so far.
+    pub fn len(&self) -> usize {
+        self.statements.len()
+    }
+
     /// Runs the statements in order; returns the rows they changed, summed.
     pub async fn run(self, conn: &mut AnyConnection) -> Result<u64> {
         Ok(self.run_each(conn).await?.iter().sum())

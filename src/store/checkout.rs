@@ -179,8 +179,12 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             "UPDATE baskets SET status = 'frozen', order_no = $1, updated_at = $2 WHERE id = $3 AND status = 'open'",
             args![&order_no, req.now, req.basket_id],
         );
-        // Each hold, insert and the basket freeze changes exactly one row.
-        let changed = batch.run_each(tx).await?;
+        let checked = batch.len();
+        add_remember_key(&mut batch, req, &order_no);
+        // Each hold, insert and the basket freeze changes exactly one row (the idempotency key's
+        // insert, last, may find it recorded already).
+        let mut changed = batch.run_each(tx).await?;
+        changed.truncate(checked);
         if let Some(line) = lines.iter().zip(&changed).find(|(_, n)| **n != 1).map(|(l, _)| l) {
             // Its hold changed nothing, so the row shows what was available.
             let available: i64 = sqlx::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
@@ -193,7 +197,6 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         if changed.iter().any(|n| *n != 1) {
             return Err(Error::internal("basket changed under its lock"));
         }
-        remember_key(tx, req, &order_no).await?;
         Ok(Placed {
             subject: subject(&lines),
             order_no,
@@ -215,20 +218,20 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
 }
 
 async fn remember_key(tx: &mut Tx<'_>, req: &ConfirmRequest<'_>, order_no: &str) -> Result<()> {
+    let mut batch = Batch::new();
+    add_remember_key(&mut batch, req, order_no);
+    batch.run(tx).await.map(drop)
+}
+
+/// Records the request's idempotency key (if any) for `order_no`; a key recorded already stays.
+fn add_remember_key(batch: &mut Batch, req: &ConfirmRequest<'_>, order_no: &str) {
     if let Some(key) = req.idempotency_key {
-        sqlx::query(
+        batch.add(
             "INSERT INTO idempotency_keys (session_id, idem_key, basket_id, order_no, created_at) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (session_id, idem_key) DO NOTHING",
-        )
-        .bind(req.session_id)
-        .bind(key)
-        .bind(req.basket_id)
-        .bind(order_no)
-        .bind(req.now)
-        .execute(&mut **tx)
-        .await?;
+            args![req.session_id, key, req.basket_id, order_no, req.now],
+        );
     }
-    Ok(())
 }
 
 async fn price_lines(tx: &mut Tx<'_>, basket_id: &str) -> Result<Vec<PricedLine>> {

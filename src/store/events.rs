@@ -54,6 +54,33 @@ pub async fn add_order_status(
     to: OrderStatus,
     cause: Cause<'_>,
 ) -> Result<()> {
+    add_order_update(batch, order_no, from, to, cause)?;
+    // The shop's own systems hear about it through the outbox, in this same transaction.
+    super::outbox::add_order_event(conn, batch, order_no, to, cause.at).await
+}
+
+/// [`add_order_status`] when the caller already knows what the outbox message carries.
+pub fn add_order_status_with(
+    batch: &mut Batch,
+    order_no: &str,
+    from: OrderStatus,
+    to: OrderStatus,
+    cause: Cause<'_>,
+    facts: &super::outbox::OrderFacts<'_>,
+) -> Result<()> {
+    add_order_update(batch, order_no, from, to, cause)?;
+    super::outbox::add_order_event_with(batch, order_no, to, facts, cause.at);
+    Ok(())
+}
+
+/// The checked transition, the status update and its log row.
+fn add_order_update(
+    batch: &mut Batch,
+    order_no: &str,
+    from: OrderStatus,
+    to: OrderStatus,
+    cause: Cause<'_>,
+) -> Result<()> {
     from.transition(to)?;
     batch.expect(
         "UPDATE orders SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = $4",
@@ -62,8 +89,7 @@ pub async fn add_order_status(
         format!("order {order_no} was not in {from} when moving to {to}"),
     );
     add_event(batch, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause);
-    // The shop's own systems hear about it through the outbox, in this same transaction.
-    super::outbox::add_order_event(conn, batch, order_no, to, cause.at).await
+    Ok(())
 }
 
 pub async fn log_refund_created(

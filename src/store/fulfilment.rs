@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col, new_id};
 use crate::vault::{KEY_LEN_MAX, Vault};
+use sqlx::AnyConnection;
 
 /// Keys written per import transaction: bounds the transaction and lets a progress display move.
 pub const IMPORT_BATCH_MAX: usize = 500;
@@ -79,24 +80,58 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
     Ok(count)
 }
 
+/// One line of an order, as fulfilment and the outbox need it.
+#[derive(Debug, Clone)]
+pub struct OrderLine {
+    pub line_no: i64,
+    pub sku: String,
+    pub name: String,
+    pub kind: String,
+    pub quantity: i64,
+}
+
+/// An order's lines, in line order.
+pub async fn order_lines(conn: &mut AnyConnection, order_no: &str) -> Result<Vec<OrderLine>> {
+    sqlx::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+        .bind(order_no)
+        .fetch_all(conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(OrderLine {
+                line_no: col(r, "line_no")?,
+                sku: col(r, "sku")?,
+                name: col(r, "name")?,
+                kind: col(r, "kind")?,
+                quantity: col(r, "quantity")?,
+            })
+        })
+        .collect()
+}
+
 /// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
 /// from available to this order line under the order lock) and, when nothing physical remains to
 /// ship, moves the order on to `delivered`.
 pub async fn after_paid(tx: &mut Tx<'_>, skip_locked: &str, order_no: &str, cause: Cause<'_>) -> Result<()> {
-    let lines =
-        sqlx::query("SELECT line_no, sku, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
-            .bind(order_no)
-            .fetch_all(&mut **tx)
-            .await?;
+    let lines = order_lines(tx, order_no).await?;
+    deliver_keys(tx, skip_locked, order_no, &lines, cause).await
+}
+
+/// [`after_paid`] with the order's lines already read.
+pub async fn deliver_keys(
+    tx: &mut Tx<'_>,
+    skip_locked: &str,
+    order_no: &str,
+    lines: &[OrderLine],
+    cause: Cause<'_>,
+) -> Result<()> {
     let mut physical = false;
-    for line in &lines {
-        let kind: String = col(line, "kind")?;
-        if kind != "digital" {
+    for line in lines {
+        if line.kind != "digital" {
             physical = true;
             continue;
         }
-        let (line_no, sku, quantity): (i64, String, i64) =
-            (col(line, "line_no")?, col(line, "sku")?, col(line, "quantity")?);
+        let (line_no, sku, quantity) = (line.line_no, &line.sku, line.quantity);
         let already: i64 =
             sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM card_keys WHERE order_no = $1 AND line_no = $2")
                 .bind(order_no)
@@ -109,7 +144,7 @@ pub async fn after_paid(tx: &mut Tx<'_>, skip_locked: &str, order_no: &str, caus
         let ids: Vec<String> = sqlx::query_scalar(&format!(
             "SELECT id FROM card_keys WHERE sku = $1 AND status = 'available' ORDER BY created_at, id LIMIT $2{skip_locked}"
         ))
-        .bind(&sku)
+        .bind(sku.as_str())
         .bind(quantity)
         .fetch_all(&mut **tx)
         .await?;

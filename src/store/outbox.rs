@@ -9,6 +9,7 @@ use crate::clock::{Millis, rfc3339};
 use crate::domain::OrderStatus;
 use crate::error::Result;
 use crate::store::batch::Batch;
+use crate::store::fulfilment::OrderLine;
 use crate::store::{Db, col, new_id};
 
 /// Adds `order.<status>` for an order that is changing status to `batch` (and
@@ -25,31 +26,57 @@ pub async fn add_order_event(
         .bind(order_no)
         .fetch_one(&mut *conn)
         .await?;
+    let lines =
+        if status == OrderStatus::Paid { super::fulfilment::order_lines(conn, order_no).await? } else { Vec::new() };
+    let facts = OrderFacts {
+        total_minor: col(&row, "total_minor")?,
+        currency: &col::<String>(&row, "currency")?,
+        captured_minor: col(&row, "captured_minor")?,
+        lines: &lines,
+    };
+    add_order_event_with(batch, order_no, status, &facts, now);
+    Ok(())
+}
+
+/// What an order's messages carry, when the caller has read it already.
+#[derive(Debug)]
+pub struct OrderFacts<'a> {
+    pub total_minor: i64,
+    pub currency: &'a str,
+    pub captured_minor: Option<i64>,
+    /// The order's lines (only a paid order's are used: its physical ones are to be shipped).
+    pub lines: &'a [OrderLine],
+}
+
+/// [`add_order_event`] from facts the caller read (or is writing in the same batch).
+pub fn add_order_event_with(
+    batch: &mut Batch,
+    order_no: &str,
+    status: OrderStatus,
+    facts: &OrderFacts<'_>,
+    now: Millis,
+) {
     let data = json!({
         "order_no": order_no,
         "status": status.as_str(),
-        "total_minor": col::<i64>(&row, "total_minor")?,
-        "currency": col::<String>(&row, "currency")?,
-        "captured_minor": col::<Option<i64>>(&row, "captured_minor")?,
+        "total_minor": facts.total_minor,
+        "currency": facts.currency,
+        "captured_minor": facts.captured_minor,
         "at": rfc3339(now),
     });
     add(batch, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now);
     if status == OrderStatus::Paid {
-        let lines: Vec<serde_json::Value> = sqlx::query(
-            "SELECT sku, name, quantity FROM order_lines WHERE order_no = $1 AND kind = 'physical' ORDER BY line_no",
-        )
-        .bind(order_no)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|r| Ok(json!({"sku": col::<String>(r, "sku")?, "name": col::<String>(r, "name")?, "quantity": col::<i64>(r, "quantity")?})))
-        .collect::<Result<_>>()?;
+        let lines: Vec<serde_json::Value> = facts
+            .lines
+            .iter()
+            .filter(|l| l.kind == "physical")
+            .map(|l| json!({"sku": l.sku, "name": l.name, "quantity": l.quantity}))
+            .collect();
         if !lines.is_empty() {
             let data = json!({"order_no": order_no, "lines": lines, "at": rfc3339(now)});
             add(batch, order_no, "fulfilment.requested", &data.to_string(), now);
         }
     }
-    Ok(())
 }
 
 fn add(batch: &mut Batch, order_no: &str, topic: &str, payload: &str, now: Millis) {

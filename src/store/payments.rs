@@ -10,6 +10,7 @@ use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::events::{self, Cause, Severity};
+use crate::store::outbox::OrderFacts;
 use crate::store::refunds::{self, RefundKind};
 use crate::store::{Db, DbKind, Tx, col, fulfilment, new_id};
 
@@ -82,36 +83,59 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
             record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
             return Ok(Applied::Duplicate);
         }
-        // The attempt with its order's status, in one read. PostgreSQL locks the order row here and
-        // then re-reads the attempt, which may have moved while it waited for the lock; SQLite's
-        // write transaction already excludes every other writer, so what it read is current.
-        let Some(attempt) = sqlx::query(&format!(
-            "SELECT a.order_no, a.status, a.amount_minor, a.currency, o.status AS order_status \
-             FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1{lock_order}"
+        // Every attempt of the order with the order's status and total, in one read. PostgreSQL
+        // locks the order row here and then re-reads the attempts, which may have moved while it
+        // waited for the lock; SQLite's write transaction already excludes every other writer, so
+        // what it read is current.
+        let rows = sqlx::query(&format!(
+            "SELECT a.attempt_ref, a.order_no, a.status, a.amount_minor, a.currency, \
+             o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
+             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no \
+             JOIN payment_attempts a ON a.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
         ))
         .bind(&ev.attempt_ref)
-        .fetch_optional(&mut **tx)
-        .await?
+        .fetch_all(&mut **tx)
+        .await?;
+        let Some(attempt) = rows.iter().find(|r| col::<String>(r, "attempt_ref").is_ok_and(|a| a == ev.attempt_ref))
         else {
             return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
         };
-        let order_no: String = col(&attempt, "order_no")?;
-        let order_status = parse_order_status(&col::<String>(&attempt, "order_status")?)?;
-        let attempt_status: String = match db.kind() {
-            DbKind::Sqlite => col(&attempt, "status")?,
-            DbKind::Postgres => {
-                sqlx::query_scalar("SELECT status FROM payment_attempts WHERE attempt_ref = $1")
-                    .bind(&ev.attempt_ref)
-                    .fetch_one(&mut **tx)
-                    .await?
+        let order_no: String = col(attempt, "order_no")?;
+        let order_status = parse_order_status(&col::<String>(attempt, "order_status")?)?;
+        let order_total = (col::<i64>(attempt, "order_total_minor")?, col::<String>(attempt, "order_currency")?);
+        let mut statuses = Vec::with_capacity(rows.len());
+        match db.kind() {
+            DbKind::Sqlite => {
+                for r in &rows {
+                    statuses.push((col::<String>(r, "attempt_ref")?, col::<String>(r, "status")?));
+                }
             }
-        };
-        let attempt_status = parse_attempt_status(&attempt_status)?;
+            DbKind::Postgres => {
+                for r in sqlx::query("SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1")
+                    .bind(&order_no)
+                    .fetch_all(&mut **tx)
+                    .await?
+                {
+                    statuses.push((col::<String>(&r, "attempt_ref")?, col::<String>(&r, "status")?));
+                }
+            }
+        }
+        let mut attempt_status = None;
+        let mut others = Vec::new();
+        for (attempt_ref, status) in statuses {
+            let status = parse_attempt_status(&status)?;
+            if attempt_ref == ev.attempt_ref {
+                attempt_status = Some(status);
+            } else if status.is_active() {
+                others.push((attempt_ref, status));
+            }
+        }
+        let attempt_status = attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?;
         let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
         let effect = match &ev.outcome {
             Outcome::Succeeded { gateway_txn_id, amount } => {
-                let expected_minor: i64 = col(&attempt, "amount_minor")?;
-                let expected_currency: String = col(&attempt, "currency")?;
+                let expected_minor: i64 = col(attempt, "amount_minor")?;
+                let expected_currency: String = col(attempt, "currency")?;
                 if amount.currency().code() != expected_currency {
                     let reason = format!("currency {} but attempt is in {expected_currency}", amount.currency());
                     return reject_mismatch(tx, &id, ev, &order_no, "currency_mismatch", reason, now).await;
@@ -120,8 +144,14 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                     let reason = format!("amount {} but attempt is {expected_minor}", amount.amount_minor());
                     return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
                 }
-                let success =
-                    Success { order_no: &order_no, attempt_ref: &ev.attempt_ref, gateway_txn_id, amount: *amount };
+                let success = Success {
+                    order_no: &order_no,
+                    attempt_ref: &ev.attempt_ref,
+                    gateway_txn_id,
+                    amount: *amount,
+                    order_total: &order_total,
+                    others: &others,
+                };
                 apply_success(tx, skip, &success, order_status, attempt_status, policy, cause).await?
             }
             Outcome::RefundSucceeded { refund_no, .. } | Outcome::RefundFailed { refund_no } => {
@@ -168,13 +198,12 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                 }
             }
         };
-        let status = if effect.is_some() { "applied" } else { "ignored" };
-        sqlx::query("UPDATE notifications SET status = $1, order_no = $2 WHERE id = $3")
-            .bind(status)
-            .bind(&order_no)
-            .bind(&id)
-            .execute(&mut **tx)
-            .await?;
+        // A payment of a pending order recorded its notification's outcome in its own batch.
+        if effect != Some(PAID) {
+            let mut batch = Batch::new();
+            add_notification_outcome(&mut batch, &id, if effect.is_some() { "applied" } else { "ignored" }, &order_no);
+            batch.run_checked(tx).await?;
+        }
         Ok(match effect {
             Some(effect) => Applied::Changed { order_no, effect },
             None => Applied::Ignored { order_no },
@@ -191,12 +220,29 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
     applied
 }
 
+/// The effect of a notification that paid a pending order.
+const PAID: &str = "paid";
+
+/// The notification's outcome, on the row that claimed its event id.
+fn add_notification_outcome(batch: &mut Batch, id: &str, status: &str, order_no: &str) {
+    batch.expect(
+        "UPDATE notifications SET status = $1, order_no = $2 WHERE id = $3",
+        args![status, order_no, id],
+        1,
+        "notification outcome update",
+    );
+}
+
 /// A verified success, as checked against the attempt.
 struct Success<'a> {
     order_no: &'a str,
     attempt_ref: &'a str,
     gateway_txn_id: &'a str,
     amount: Money,
+    /// The order's total and currency (they never change).
+    order_total: &'a (i64, String),
+    /// The order's other active attempts, with their status, read under the order lock.
+    others: &'a [(String, AttemptStatus)],
 }
 
 async fn apply_success(
@@ -229,26 +275,28 @@ async fn apply_success(
     match decision {
         SuccessDecision::Pay => {
             // Another attempt still open on this order must not be paid too (I5 on a paid order).
-            let others = sqlx::query(&format!(
-                "SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1 AND attempt_ref <> $2 AND status IN {}",
-                AttemptStatus::ACTIVE_SQL
-            ))
-            .bind(order_no)
-            .bind(attempt_ref)
-            .fetch_all(&mut **tx)
-            .await?;
-            for other in &others {
-                let other_ref: String = col(other, "attempt_ref")?;
-                let from = parse_attempt_status(&col::<String>(other, "status")?)?;
+            for (other_ref, from) in s.others {
                 let cause = Cause { notification_id: None, ..cause };
-                events::add_attempt_status(&mut batch, order_no, &other_ref, from, AttemptStatus::Superseded, cause)?;
+                events::add_attempt_status(&mut batch, order_no, other_ref, *from, AttemptStatus::Superseded, cause)?;
             }
             add_move_reservations(tx, &mut batch, order_no, ReservationStatus::Consumed, cause.at).await?;
             add_captured(&mut batch, order_no, attempt_ref, amount);
+            // `-> paid` in the same batch: what its outbox messages carry is known here (the
+            // capture was just added), and the lines serve the fulfilment after it too.
+            let lines = fulfilment::order_lines(tx, order_no).await?;
+            let facts = OrderFacts {
+                total_minor: s.order_total.0,
+                currency: &s.order_total.1,
+                captured_minor: Some(amount.amount_minor()),
+                lines: &lines,
+            };
+            events::add_order_status_with(&mut batch, order_no, order_status, OrderStatus::Paid, cause, &facts)?;
+            let id =
+                cause.notification_id.ok_or_else(|| Error::internal("a payment applied without its notification"))?;
+            add_notification_outcome(&mut batch, id, "applied", order_no);
             batch.run_checked(tx).await?;
-            events::set_order_status(tx, order_no, order_status, OrderStatus::Paid, cause).await?;
-            fulfilment::after_paid(tx, skip_locked, order_no, cause).await?;
-            Ok(Some("paid"))
+            fulfilment::deliver_keys(tx, skip_locked, order_no, &lines, cause).await?;
+            Ok(Some(PAID))
         }
         SuccessDecision::LatePayment => {
             set_captured(tx, order_no, attempt_ref, amount).await?;
