@@ -213,6 +213,11 @@ pub async fn session_by_token(db: &Db, token: &str) -> Result<Option<Session>> {
 }
 
 pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<String> {
+    let (on, session_id) = (db.clone(), session_id.to_string());
+    db.on_writer(async move { create_basket_here(&on, &session_id, now).await }).await?
+}
+
+async fn create_basket_here(db: &Db, session_id: &str, now: Millis) -> Result<String> {
     let id = new_id();
     crate::write_tx!(db, |tx| {
         sqlx::query(
@@ -230,6 +235,18 @@ pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<Str
 
 /// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price.
 pub async fn set_basket_line(
+    db: &Db,
+    session_id: &str,
+    basket_id: &str,
+    sku: &str,
+    quantity: i64,
+    now: Millis,
+) -> Result<()> {
+    let (on, session_id, basket_id, sku) = (db.clone(), session_id.to_string(), basket_id.to_string(), sku.to_string());
+    db.on_writer(async move { set_basket_line_here(&on, &session_id, &basket_id, &sku, quantity, now).await }).await?
+}
+
+async fn set_basket_line_here(
     db: &Db,
     session_id: &str,
     basket_id: &str,

@@ -54,6 +54,28 @@ struct PricedLine {
 /// its line snapshot, reservations with `expires_at`, and the first payment attempt. Nothing remote
 /// happens here; the hand-off is built by the caller after commit.
 pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
+    let on = db.clone();
+    let (session_id, basket_id, gateway, channel) =
+        (req.session_id.to_string(), req.basket_id.to_string(), req.gateway.to_string(), req.channel.to_string());
+    let (key, currencies) = (req.idempotency_key.map(str::to_string), req.currencies.map(<[Currency]>::to_vec));
+    let (hold_ms, now) = (req.hold_ms, req.now);
+    db.on_writer(async move {
+        let req = ConfirmRequest {
+            session_id: &session_id,
+            basket_id: &basket_id,
+            gateway: &gateway,
+            channel: &channel,
+            idempotency_key: key.as_deref(),
+            hold_ms,
+            now,
+            currencies: currencies.as_deref(),
+        };
+        confirm_here(&on, &req).await
+    })
+    .await?
+}
+
+async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     if let Some(key) = req.idempotency_key
         && (key.is_empty() || key.len() > IDEMPOTENCY_KEY_LEN_MAX || key.chars().any(char::is_control))
     {

@@ -16,6 +16,7 @@ pub mod payments;
 pub mod reconcile;
 pub mod refunds;
 pub mod settings;
+pub mod writer;
 
 use std::time::Duration;
 
@@ -105,6 +106,8 @@ pub struct Db {
     read: AnyPool,
     /// SQLite: the group-commit writer over `write`.
     group: Option<std::sync::Arc<group::GroupCommit>>,
+    /// SQLite: the thread that runs the hot write commands ([`Db::on_writer`]).
+    writer: Option<writer::WriterThread>,
 }
 
 /// Turns the configured URL into one sqlx can open, creating the SQLite file when missing.
@@ -157,12 +160,19 @@ impl Db {
         let (kind, url) = normalize_url(url)?;
         match kind {
             DbKind::Sqlite => {
-                let write = sqlite_pool(&url, 1).await?;
-                let read = sqlite_pool(&url, SQLITE_READERS_MAX).await?;
+                let writer = writer::WriterThread::start()?;
+                // Opened from the writer thread, so the driver's thread for this connection shares
+                // its CPU (see `store::writer`); kept open for good, so it is never re-opened
+                // elsewhere.
+                let write = {
+                    let url = url.clone();
+                    writer.run(async move { sqlite_pool(&url, 1, true).await }).await??
+                };
+                let read = sqlite_pool(&url, SQLITE_READERS_MAX, false).await?;
                 // `KASSA_SQLITE_GROUP_COMMIT=0` turns group commit off, for benchmarking its effect.
                 let grouped = std::env::var("KASSA_SQLITE_GROUP_COMMIT").map_or(true, |v| v != "0");
                 let group = grouped.then(|| std::sync::Arc::new(group::GroupCommit::new(write.clone())));
-                Ok(Db { kind, write, read, group })
+                Ok(Db { kind, write, read, group, writer: Some(writer) })
             }
             DbKind::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -171,8 +181,20 @@ impl Db {
                     .connect(&url)
                     .await
                     .context("connecting to PostgreSQL")?;
-                Ok(Db { kind, write: pool.clone(), read: pool, group: None })
+                Ok(Db { kind, write: pool.clone(), read: pool, group: None, writer: None })
             }
+        }
+    }
+
+    /// Runs a write command on SQLite's writer thread ([`writer`]); elsewhere, here.
+    pub async fn on_writer<F>(&self, command: F) -> Result<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.writer {
+            Some(w) => w.run(command).await,
+            None => Ok(command.await),
         }
     }
 
@@ -350,8 +372,10 @@ impl Db {
     }
 }
 
-async fn sqlite_pool(url: &str, max: u32) -> anyhow::Result<AnyPool> {
-    AnyPoolOptions::new()
+async fn sqlite_pool(url: &str, max: u32, for_good: bool) -> anyhow::Result<AnyPool> {
+    let options = AnyPoolOptions::new();
+    let options = if for_good { options.min_connections(max).idle_timeout(None).max_lifetime(None) } else { options };
+    options
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(30))
         .after_connect(|conn, _meta| {

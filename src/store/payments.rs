@@ -62,6 +62,11 @@ pub enum Applied {
 
 /// Applies a verified event exactly once.
 pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
+    let (on, ev) = (db.clone(), ev.clone());
+    db.on_writer(async move { apply_event_here(&on, &ev, policy, now).await }).await?
+}
+
+async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
     let lock_order = db.for_update_of("o");
     let skip = db.skip_locked();
     let applied = crate::write_tx!(db, |tx| {

@@ -174,3 +174,25 @@ async fn sandbox_records_move_to_their_own_sqlite_file() {
     assert_eq!(t.sandbox_count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments").await, 1);
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments").await, 0);
 }
+
+/// SQLite's hot write commands run on the writer thread (whose CPU the write connection's driver
+/// thread shares); PostgreSQL runs them where they are called.
+#[tokio::test]
+async fn write_commands_run_on_the_sqlite_writer_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = kassa::store::Db::connect(&format!("sqlite://{}", dir.path().join("w.db").display()), 2).await.unwrap();
+    db.migrate().await.unwrap();
+    let name = db.on_writer(async { std::thread::current().name().map(str::to_string) }).await.unwrap();
+    assert_eq!(name.as_deref(), Some("kassa-sqlite-writer"));
+    // A command on it commits like any other, and a failing one reports its own error.
+    let session = kassa::store::catalog::create_session(&db, 1).await.unwrap().1.id;
+    let basket = kassa::store::catalog::create_basket(&db, &session, 1).await.unwrap();
+    let e = kassa::store::catalog::set_basket_line(&db, &session, &basket, "NOPE", 1, 1).await.unwrap_err();
+    assert_eq!(e.code(), "not_found");
+    if let Some(backend @ Backend::Postgres(_)) = Backend::postgres() {
+        let t = TestApp::spawn(backend).await;
+        let here = std::thread::current().id();
+        let ran = t.app.state.db.on_writer(async move { std::thread::current().id() == here }).await.unwrap();
+        assert!(ran, "PostgreSQL commands run in place");
+    }
+}

@@ -1,0 +1,62 @@
+//! SQLite's writer thread. The SQLite driver runs each connection on a thread of its own, and
+//! every statement is a hand-off to it and back. Between two CPUs such a hand-off wakes an idle
+//! CPU each way, which on a virtual machine costs tens of microseconds; measured on the 2-vCPU
+//! development machine, the store's write commands ran about twice as fast with the process held
+//! on one CPU (BENCHMARKS.md). So the hot write commands (confirm, basket lines, notifications)
+//! run on this thread — a single-threaded runtime of their own — and the write connection's
+//! driver thread is started from it, so both share one CPU: a hand-off is then a plain switch
+//! on that CPU, while the HTTP layer and the readers use all the others.
+//!
+//! The CPU is the first the process may use; `KASSA_SQLITE_PIN=0` leaves both threads unpinned
+//! (for measuring the effect, or where another process owns that CPU).
+
+use std::future::Future;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+
+/// A current-thread runtime on a thread of its own, ended when the last [`Db`](super::Db)
+/// clone holding it is dropped.
+#[derive(Debug, Clone)]
+pub struct WriterThread {
+    handle: Handle,
+    _stop: std::sync::Arc<oneshot::Sender<()>>,
+}
+
+impl WriterThread {
+    pub fn start() -> anyhow::Result<WriterThread> {
+        let pin = std::env::var("KASSA_SQLITE_PIN").map_or(true, |v| v != "0");
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        std::thread::Builder::new().name("kassa-sqlite-writer".into()).spawn(move || {
+            if pin && let Some(core) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().next()) {
+                // Best effort: an unpinned writer is slower, not wrong.
+                let _ = core_affinity::set_for_current(core);
+            }
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => {
+                    let _ = ready_tx.send(Ok(runtime.handle().clone()));
+                    // Runs until every holder is gone (the sender dropped).
+                    let _ = runtime.block_on(stop_rx);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        })?;
+        let handle = ready_rx.recv()??;
+        Ok(WriterThread { handle, _stop: std::sync::Arc::new(stop_tx) })
+    }
+
+    /// Runs `command` on the writer thread and waits for it. The command runs to its end even if
+    /// the caller stops waiting (a cancelled request), like a command already inside a transaction.
+    pub async fn run<F>(&self, command: F) -> Result<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(command).await.map_err(|e| Error::internal(format!("writer thread: {e}")))
+    }
+}
