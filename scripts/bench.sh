@@ -30,6 +30,8 @@ run engine-sqlite-hot --engine --scenario hot
 run engine-sqlite-confirm --engine --scenario confirm
 KASSA_SQLITE_GROUP_COMMIT=0 run sqlite-spread-no-group-commit --scenario spread
 KASSA_SQLITE_GROUP_COMMIT=0 run engine-sqlite-spread-no-group-commit --engine --scenario spread
+KASSA_SQLITE_PIN=0 run sqlite-spread-writer-unpinned --scenario spread
+KASSA_SQLITE_PIN=0 run engine-sqlite-spread-writer-unpinned --engine --scenario spread
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
