@@ -166,25 +166,32 @@ impl Sandbox {
         let expires_at: i64 =
             get("expires_at")?.parse().map_err(|_| Error::invalid("invalid_request", "bad expires_at"))?;
         let now = self.clock.now_ms();
-        crate::write_tx!(self.db, |tx| {
-            sqlx::query(
-                    "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
-                     expires_at, status, closed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'open', 0, $9, $9) \
-                     ON CONFLICT (attempt_ref) DO NOTHING",
-                )
-                .bind(&attempt_ref)
-                .bind(&self.merchant_id)
-                .bind(amount.amount_minor())
-                .bind(amount.currency().code())
-                .bind(get("subject")?)
-                .bind(get("notify_url")?)
-                .bind(get("return_url")?)
-                .bind(expires_at.saturating_mul(1000))
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-            Ok(())
-        })?;
+        let (subject, notify_url, return_url) = (get("subject")?, get("notify_url")?, get("return_url")?);
+        let (db, merchant_id, reference) = (self.db.clone(), self.merchant_id.clone(), attempt_ref.clone());
+        // On the sandbox database's writer thread, like kassa's own hot commands (store::writer).
+        self.db
+            .on_writer(async move {
+                crate::write_tx!(db, |tx| {
+                    sqlx::query(
+                        "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
+                         expires_at, status, closed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'open', 0, $9, $9) \
+                         ON CONFLICT (attempt_ref) DO NOTHING",
+                    )
+                    .bind(&reference)
+                    .bind(&merchant_id)
+                    .bind(amount.amount_minor())
+                    .bind(amount.currency().code())
+                    .bind(&subject)
+                    .bind(&notify_url)
+                    .bind(&return_url)
+                    .bind(expires_at.saturating_mul(1000))
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await??;
         Ok(attempt_ref)
     }
 
@@ -224,54 +231,59 @@ impl Sandbox {
         let now = self.clock.now_ms();
         let lock = self.db.for_update();
         let delay = i64::try_from(delay_ms).unwrap_or(0);
-        let (event_id, ids) = crate::write_tx!(self.db, |tx| {
-            let p = sqlx::query(&format!(
-                    "SELECT status, closed, event_id, txn_id, amount_minor, currency, notify_url FROM sandbox_payments WHERE attempt_ref = $1{lock}"
-                ))
-                .bind(attempt_ref)
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| Error::not_found("sandbox payment"))?;
-            let status: String = col(&p, "status")?;
-            let closed = col::<i64>(&p, "closed")? != 0;
-            let (event_id, txn_id) = if status == "open" {
-                if closed && !self.ignore_close {
-                    return Err(Error::conflict("payment_closed", "the merchant closed this payment"));
-                }
-                let event_id = format!("evt_{}", uuid::Uuid::now_v7().simple());
-                let txn_id =
-                    (outcome == SandboxOutcome::Succeeded).then(|| format!("txn_{}", uuid::Uuid::now_v7().simple()));
-                sqlx::query("UPDATE sandbox_payments SET status = $1, event_id = $2, txn_id = $3, updated_at = $4 WHERE attempt_ref = $5")
-                        .bind(outcome.status())
-                        .bind(&event_id)
-                        .bind(&txn_id)
-                        .bind(now)
-                        .bind(attempt_ref)
-                        .execute(&mut **tx)
-                        .await?;
-                (event_id, txn_id)
-            } else if status == outcome.status() {
-                // Same outcome again: send the same event again (a duplicate, as gateways do).
-                (col::<Option<String>>(&p, "event_id")?.unwrap_or_default(), col(&p, "txn_id")?)
-            } else {
-                return Err(Error::conflict("payment_final", format!("the payment already {status}")));
-            };
-            let body = json!({
-                "event_id": event_id,
-                "event_type": outcome.event_type(),
-                "merchant_id": self.merchant_id,
-                "attempt_ref": attempt_ref,
-                "txn_id": txn_id,
-                "amount_minor": col::<i64>(&p, "amount_minor")?,
-                "currency": col::<String>(&p, "currency")?,
-                "created_at": now / 1000,
+        let (me, reference) = (Arc::clone(self), attempt_ref.to_string());
+        let (event_id, ids) = self.db.on_writer(async move {
+            let (me, attempt_ref) = (&me, reference.as_str());
+            crate::write_tx!(me.db, |tx| {
+                let p = sqlx::query(&format!(
+                        "SELECT status, closed, event_id, txn_id, amount_minor, currency, notify_url FROM sandbox_payments WHERE attempt_ref = $1{lock}"
+                    ))
+                    .bind(attempt_ref)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .ok_or_else(|| Error::not_found("sandbox payment"))?;
+                let status: String = col(&p, "status")?;
+                let closed = col::<i64>(&p, "closed")? != 0;
+                let (event_id, txn_id) = if status == "open" {
+                    if closed && !me.ignore_close {
+                        return Err(Error::conflict("payment_closed", "the merchant closed this payment"));
+                    }
+                    let event_id = format!("evt_{}", uuid::Uuid::now_v7().simple());
+                    let txn_id =
+                        (outcome == SandboxOutcome::Succeeded).then(|| format!("txn_{}", uuid::Uuid::now_v7().simple()));
+                    sqlx::query("UPDATE sandbox_payments SET status = $1, event_id = $2, txn_id = $3, updated_at = $4 WHERE attempt_ref = $5")
+                            .bind(outcome.status())
+                            .bind(&event_id)
+                            .bind(&txn_id)
+                            .bind(now)
+                            .bind(attempt_ref)
+                            .execute(&mut **tx)
+                            .await?;
+                    (event_id, txn_id)
+                } else if status == outcome.status() {
+                    // Same outcome again: send the same event again (a duplicate, as gateways do).
+                    (col::<Option<String>>(&p, "event_id")?.unwrap_or_default(), col(&p, "txn_id")?)
+                } else {
+                    return Err(Error::conflict("payment_final", format!("the payment already {status}")));
+                };
+                let body = json!({
+                    "event_id": event_id,
+                    "event_type": outcome.event_type(),
+                    "merchant_id": me.merchant_id,
+                    "attempt_ref": attempt_ref,
+                    "txn_id": txn_id,
+                    "amount_minor": col::<i64>(&p, "amount_minor")?,
+                    "currency": col::<String>(&p, "currency")?,
+                    "created_at": now / 1000,
+                })
+                .to_string();
+                let notify_url: String = col(&p, "notify_url")?;
+                let ids =
+                    enqueue(tx, attempt_ref, &event_id, &body, &notify_url, copies, now.saturating_add(delay), now).await?;
+                Ok((event_id, ids))
             })
-            .to_string();
-            let notify_url: String = col(&p, "notify_url")?;
-            let ids =
-                enqueue(tx, attempt_ref, &event_id, &body, &notify_url, copies, now.saturating_add(delay), now).await?;
-            Ok((event_id, ids))
-        })?;
+        })
+        .await??;
         self.send_soon(ids, delay_ms);
         Ok(Completed { attempt_ref: attempt_ref.to_string(), status: outcome.status().to_string(), event_id, copies })
     }
@@ -465,19 +477,24 @@ impl Sandbox {
             Err(e) if tries >= DELIVERY_TRIES_MAX => ("dead", now, Some(e.clone())),
             Err(e) => ("pending", now.saturating_add(backoff_ms(tries)), Some(e.clone())),
         };
-        crate::write_tx!(self.db, |tx| {
-            sqlx::query(
-                    "UPDATE sandbox_deliveries SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4 WHERE id = $5",
-                )
-                .bind(status)
-                .bind(tries)
-                .bind(next_at)
-                .bind(&error)
-                .bind(id)
-                .execute(&mut **tx)
-                .await?;
-            Ok(())
-        })?;
+        let (db, id) = (self.db.clone(), id.to_string());
+        self.db
+            .on_writer(async move {
+                crate::write_tx!(db, |tx| {
+                    sqlx::query(
+                        "UPDATE sandbox_deliveries SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4 WHERE id = $5",
+                    )
+                    .bind(status)
+                    .bind(tries)
+                    .bind(next_at)
+                    .bind(&error)
+                    .bind(&id)
+                    .execute(&mut **tx)
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await??;
         result.map_err(|e| Error::internal(format!("notification not acknowledged: {e}")))
     }
 

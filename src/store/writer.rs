@@ -2,8 +2,8 @@
 //! every statement is a hand-off to it and back. Between two CPUs such a hand-off wakes an idle
 //! CPU each way, which on a virtual machine costs tens of microseconds; measured on the 2-vCPU
 //! development machine, the store's write commands ran about twice as fast with the process held
-//! on one CPU (BENCHMARKS.md). So the hot write commands (confirm, basket lines, notifications)
-//! run on this thread — a single-threaded runtime of their own — and the write connection's
+//! on one CPU (BENCHMARKS.md). So the hot write commands (confirm, basket lines, notifications,
+//! and the sandbox's on its own database) run on this thread — a single-threaded runtime of their own — and the write connection's
 //! driver thread is started from it, so both share one CPU: a hand-off is then a plain switch
 //! on that CPU, while the HTTP layer and the readers use all the others.
 //!
