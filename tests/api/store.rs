@@ -196,3 +196,82 @@ async fn write_commands_run_on_the_sqlite_writer_thread() {
         assert!(ran, "PostgreSQL commands run in place");
     }
 }
+
+/// A gateway flooding a slow shop with notifications keeps a bounded number of POSTs in flight
+/// (each would hold a connection of its own) and still delivers every one.
+#[tokio::test]
+async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicUsize;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("flood.db").display());
+    let main = kassa::store::Db::connect(&url, 2).await.unwrap();
+    main.migrate().await.unwrap();
+    let records = main.open_sandbox(&url).await.unwrap();
+    let clock: kassa::clock::SharedClock = Arc::new(kassa::clock::SystemClock);
+    let sandbox = kassa::sandbox::Sandbox::init(&main, records, clock, false).await.unwrap();
+
+    // A shop that takes 20 ms over each notification, counting how many it holds at once.
+    #[derive(Clone, Default)]
+    struct Shop {
+        now: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+        seen: Arc<AtomicUsize>,
+    }
+    let shop = Shop::default();
+    let app = axum::Router::new()
+        .route(
+            "/notify",
+            axum::routing::post(|axum::extract::State(s): axum::extract::State<Shop>| async move {
+                let n = s.now.fetch_add(1, Ordering::SeqCst) + 1;
+                s.most.fetch_max(n, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                s.now.fetch_sub(1, Ordering::SeqCst);
+                s.seen.fetch_add(1, Ordering::SeqCst);
+                "ok"
+            }),
+        )
+        .with_state(shop.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let notify_url = format!("http://{}/notify", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let payments = 2 * kassa::sandbox::SENDS_MAX;
+    let mut done = tokio::task::JoinSet::new();
+    for i in 0..payments {
+        let (sandbox, notify_url) = (sandbox.clone(), notify_url.clone());
+        done.spawn(async move {
+            let mut fields = BTreeMap::new();
+            for (k, v) in [
+                ("merchant_id", sandbox.merchant_id().to_string()),
+                ("attempt_ref", format!("FLOOD-{i}")),
+                ("amount_minor", "100".to_string()),
+                ("currency", "CNY".to_string()),
+                ("expires_at", "99999999999".to_string()),
+                ("subject", "flood".to_string()),
+                ("notify_url", notify_url),
+                ("return_url", "http://shop/return".to_string()),
+            ] {
+                fields.insert(k.to_string(), v);
+            }
+            let sign = kassa::gateway::sandbox::sign_fields(&sandbox.merchant_key(), &fields);
+            fields.insert("sign".to_string(), sign);
+            let attempt_ref = sandbox.register(&fields).await.unwrap();
+            sandbox.complete(&attempt_ref, kassa::sandbox::SandboxOutcome::Succeeded, 2, 0).await.unwrap();
+        });
+    }
+    while let Some(r) = done.join_next().await {
+        r.unwrap();
+    }
+    // Every copy arrives (polled, bounded: a slow machine only waits longer).
+    for _ in 0..3000 {
+        if shop.seen.load(Ordering::SeqCst) >= 2 * payments {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(shop.seen.load(Ordering::SeqCst), 2 * payments);
+    let most = shop.most.load(Ordering::SeqCst);
+    assert!(most <= kassa::sandbox::SENDS_MAX, "{most} notification POSTs were in flight at once");
+    assert!(most > 1, "the POSTs still run in parallel");
+}
