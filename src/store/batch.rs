@@ -5,7 +5,7 @@
 //! (its protocol prepares one statement per query). Either way the statements run in order inside
 //! the caller's transaction, and the caller gets the total of rows changed to check.
 
-use sqlx::AnyConnection;
+use crate::store::Conn;
 
 use crate::error::Result;
 
@@ -104,7 +104,7 @@ impl Batch {
 
     /// Runs the statements; fails (the caller's transaction then rolls back) on the first one
     /// that did not change the rows it had to.
-    pub async fn run_checked(mut self, conn: &mut AnyConnection) -> Result<()> {
+    pub async fn run_checked(mut self, conn: &mut Conn) -> Result<()> {
         let expected = std::mem::take(&mut self.expected);
         let changed = self.run_each(conn).await?;
         for (n, e) in changed.iter().zip(expected) {
@@ -127,12 +127,12 @@ impl Batch {
     }
 
     /// Runs the statements in order; returns the rows they changed, summed.
-    pub async fn run(self, conn: &mut AnyConnection) -> Result<u64> {
+    pub async fn run(self, conn: &mut Conn) -> Result<u64> {
         Ok(self.run_each(conn).await?.iter().sum())
     }
 
     /// Runs the statements in order; returns the rows each one changed.
-    pub async fn run_each(self, conn: &mut AnyConnection) -> Result<Vec<u64>> {
+    pub async fn run_each(self, conn: &mut Conn) -> Result<Vec<u64>> {
         fn bind<'q>(
             mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
             args: Vec<Arg>,

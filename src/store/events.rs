@@ -1,7 +1,7 @@
 //! Status changes and alerts. The only place that writes `status` columns of orders and attempts:
 //! each change is checked against the transition table and logged in the same transaction.
 
-use sqlx::AnyConnection;
+use crate::store::Conn;
 
 use crate::args;
 use crate::clock::Millis;
@@ -18,22 +18,17 @@ pub struct Cause<'a> {
     pub at: Millis,
 }
 
-pub async fn log_order_created(conn: &mut AnyConnection, order_no: &str, cause: Cause<'_>) -> Result<()> {
+pub async fn log_order_created(conn: &mut Conn, order_no: &str, cause: Cause<'_>) -> Result<()> {
     insert_event(conn, order_no, "order", order_no, None, OrderStatus::PendingPayment.as_str(), cause).await
 }
 
-pub async fn log_attempt_created(
-    conn: &mut AnyConnection,
-    order_no: &str,
-    attempt_ref: &str,
-    cause: Cause<'_>,
-) -> Result<()> {
+pub async fn log_attempt_created(conn: &mut Conn, order_no: &str, attempt_ref: &str, cause: Cause<'_>) -> Result<()> {
     insert_event(conn, order_no, "attempt", attempt_ref, None, AttemptStatus::Created.as_str(), cause).await
 }
 
 /// Moves an order `from -> to`; fails if the table forbids it or the row is not in `from` any more.
 pub async fn set_order_status(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     order_no: &str,
     from: OrderStatus,
     to: OrderStatus,
@@ -47,7 +42,7 @@ pub async fn set_order_status(
 /// [`set_order_status`] as part of a batch: checks the transition, reads what the outbox message
 /// carries, and adds the update, its log row and the message.
 pub async fn add_order_status(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     batch: &mut Batch,
     order_no: &str,
     from: OrderStatus,
@@ -92,17 +87,12 @@ fn add_order_update(
     Ok(())
 }
 
-pub async fn log_refund_created(
-    conn: &mut AnyConnection,
-    order_no: &str,
-    refund_no: &str,
-    cause: Cause<'_>,
-) -> Result<()> {
+pub async fn log_refund_created(conn: &mut Conn, order_no: &str, refund_no: &str, cause: Cause<'_>) -> Result<()> {
     insert_event(conn, order_no, "refund", refund_no, None, RefundStatus::Requested.as_str(), cause).await
 }
 
 pub async fn set_refund_status(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     order_no: &str,
     refund_no: &str,
     from: RefundStatus,
@@ -123,7 +113,7 @@ pub async fn set_refund_status(
 }
 
 pub async fn set_attempt_status(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     order_no: &str,
     attempt_ref: &str,
     from: AttemptStatus,
@@ -175,7 +165,7 @@ pub fn add_event(
 }
 
 async fn insert_event(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     order_no: &str,
     entity: &str,
     entity_id: &str,
@@ -197,7 +187,7 @@ pub enum Severity {
 /// Records (or bumps) a de-duplicated alert and counts it. Alerts about money (late and duplicate
 /// payments, mismatches) are written in the same transaction as the fact they describe.
 pub async fn raise_alert(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     kind: &'static str,
     severity: Severity,
     dedupe_key: &str,

@@ -5,10 +5,10 @@ use serde::Serialize;
 use crate::clock::Millis;
 use crate::domain::OrderStatus;
 use crate::error::{Error, Result};
+use crate::store::Conn;
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col, new_id};
 use crate::vault::{KEY_LEN_MAX, Vault};
-use sqlx::AnyConnection;
 
 /// Keys written per import transaction: bounds the transaction and lets a progress display move.
 pub const IMPORT_BATCH_MAX: usize = 500;
@@ -91,7 +91,7 @@ pub struct OrderLine {
 }
 
 /// An order's lines, in line order.
-pub async fn order_lines(conn: &mut AnyConnection, order_no: &str) -> Result<Vec<OrderLine>> {
+pub async fn order_lines(conn: &mut Conn, order_no: &str) -> Result<Vec<OrderLine>> {
     sqlx::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
         .bind(order_no)
         .fetch_all(conn)

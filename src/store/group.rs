@@ -18,10 +18,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sqlx::{Any, AnyPool, Transaction};
+use sqlx::AnyPool;
 use tokio::sync::{Mutex, MutexGuard, watch};
 
 use crate::error::{Error, Result};
+use crate::store::Tx;
+use crate::store::native::NativeConn;
 
 /// Most commands in one batch: bounds how long the first one waits for its commit.
 pub const BATCH_MAX: usize = 64;
@@ -34,7 +36,7 @@ struct Batch {
 
 #[derive(Default)]
 struct State {
-    tx: Option<Transaction<'static, Any>>,
+    tx: Option<Tx<'static>>,
     batch: Option<Arc<Batch>>,
     members: usize,
     /// A member was abandoned mid-command: its writes are rolled back before the connection is
@@ -55,8 +57,16 @@ async fn undo_abandoned(state: &mut State) -> Result<()> {
     Ok(())
 }
 
+/// The connection batches run on.
+enum Writer {
+    /// sqlx's write pool (one connection, on a driver thread of its own).
+    Pool(AnyPool),
+    /// The native writer ([`crate::store::native`]): statements run where the command runs.
+    Native(Arc<Mutex<NativeConn>>),
+}
+
 pub struct GroupCommit {
-    pool: AnyPool,
+    writer: Writer,
     state: Mutex<State>,
     /// Commands waiting for the writer: while there are any, the current batch stays open.
     waiting: AtomicUsize,
@@ -86,8 +96,23 @@ pub struct Member<'g> {
 }
 
 impl GroupCommit {
+    /// Batches on sqlx's write pool.
     pub fn new(pool: AnyPool) -> GroupCommit {
-        GroupCommit { pool, state: Mutex::new(State::default()), waiting: AtomicUsize::new(0) }
+        GroupCommit { writer: Writer::Pool(pool), state: Mutex::new(State::default()), waiting: AtomicUsize::new(0) }
+    }
+
+    /// Batches on the native SQLite writer.
+    pub fn native(conn: NativeConn) -> GroupCommit {
+        GroupCommit {
+            writer: Writer::Native(Arc::new(Mutex::new(conn))),
+            state: Mutex::new(State::default()),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether batches run on the native writer.
+    pub fn is_native(&self) -> bool {
+        matches!(self.writer, Writer::Native(_))
     }
 
     /// Waits for the writer (fair, first come first served).
@@ -109,11 +134,14 @@ fn publish(batch: Option<Arc<Batch>>, result: std::result::Result<(), String>) {
 impl<'g> Member<'g> {
     /// Opens the batch transaction if needed and a savepoint for this command; the command runs
     /// on the batch transaction.
-    pub async fn savepoint(&mut self) -> Result<&mut Transaction<'static, Any>> {
+    pub async fn savepoint(&mut self) -> Result<&mut Tx<'static>> {
         let state = self.guard.as_mut().ok_or_else(|| Error::internal("writer turn already finished"))?;
         undo_abandoned(state).await?;
         if state.tx.is_none() {
-            state.tx = Some(self.group.pool.begin_with("BEGIN IMMEDIATE").await?);
+            state.tx = Some(match &self.group.writer {
+                Writer::Pool(pool) => pool.begin_with("BEGIN IMMEDIATE").await?.into(),
+                Writer::Native(conn) => Tx::begin_native(conn).await?,
+            });
             state.batch = Some(Arc::new(Batch { done: watch::channel(None).0 }));
             state.members = 0;
             state.open_savepoint = false;
@@ -152,6 +180,11 @@ impl<'g> Member<'g> {
         let Some(mut state) = self.guard.take() else {
             return Err(Error::internal("writer turn already finished"));
         };
+        if self.group.waiting.load(Ordering::SeqCst) == 0 && self.group.is_native() {
+            // The native writer ran this command without yielding, so commands ready to join
+            // have had no chance to; let them, before deciding this one ends the batch.
+            tokio::task::yield_now().await;
+        }
         let last = self.group.waiting.load(Ordering::SeqCst) == 0 || state.members >= BATCH_MAX;
         if last {
             if let Err(e) = undo_abandoned(&mut state).await {

@@ -10,6 +10,7 @@ pub mod checkout;
 pub mod events;
 pub mod fulfilment;
 pub mod group;
+pub mod native;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
@@ -26,7 +27,183 @@ use sqlx::{Any, AnyPool, Executor as _};
 
 use crate::error::{Error, Result};
 
-pub type Tx<'c> = sqlx::Transaction<'c, Any>;
+/// A transaction the store's commands run on: sqlx's (PostgreSQL, reads, SQLite without group
+/// commit) or SQLite's native writer ([`native`]). `&mut **tx` is a [`Conn`], which sqlx queries
+/// run on like on any connection (`.execute(&mut **tx)`).
+#[derive(Debug)]
+pub struct Tx<'c> {
+    conn: Conn,
+    _borrow: std::marker::PhantomData<&'c mut ()>,
+}
+
+/// The connection of a [`Tx`].
+#[derive(Debug)]
+pub enum Conn {
+    Sqlx(sqlx::Transaction<'static, Any>),
+    Native(NativeTx),
+}
+
+/// The native SQLite writer, held for the length of one transaction; rolled back if dropped open.
+#[derive(Debug)]
+pub struct NativeTx(tokio::sync::OwnedMutexGuard<native::NativeConn>);
+
+impl Drop for NativeTx {
+    fn drop(&mut self) {
+        if self.0.in_transaction() {
+            // Best effort: the next BEGIN would fail on a connection left in a transaction.
+            if let Err(e) = self.0.exec("ROLLBACK") {
+                tracing::error!(error = %e, "rolling back an abandoned SQLite write transaction failed");
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for Tx<'_> {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.conn
+    }
+}
+
+impl From<sqlx::Transaction<'static, Any>> for Tx<'static> {
+    fn from(tx: sqlx::Transaction<'static, Any>) -> Self {
+        Tx { conn: Conn::Sqlx(tx), _borrow: std::marker::PhantomData }
+    }
+}
+
+impl Tx<'static> {
+    /// Opens a write transaction (`BEGIN IMMEDIATE`) on the native SQLite writer, waiting for it.
+    pub async fn begin_native(writer: &std::sync::Arc<tokio::sync::Mutex<native::NativeConn>>) -> Result<Self> {
+        let mut guard = std::sync::Arc::clone(writer).lock_owned().await;
+        guard.exec("BEGIN IMMEDIATE")?;
+        Ok(Tx { conn: Conn::Native(NativeTx(guard)), _borrow: std::marker::PhantomData })
+    }
+}
+
+impl Tx<'_> {
+    pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
+        match self.conn {
+            Conn::Sqlx(tx) => tx.commit().await,
+            // The commit waits for the disk; on a thread of its own, so the commands behind it
+            // keep running up to their turn (and gather into the next batch) meanwhile.
+            Conn::Native(mut n) => tokio::task::spawn_blocking(move || n.0.exec("COMMIT"))
+                .await
+                .map_err(|e| sqlx::Error::Protocol(format!("commit thread: {e}")))?,
+        }
+    }
+
+    pub async fn rollback(self) -> std::result::Result<(), sqlx::Error> {
+        match self.conn {
+            Conn::Sqlx(tx) => tx.rollback().await,
+            Conn::Native(mut n) => n.0.exec("ROLLBACK"),
+        }
+    }
+}
+
+impl Conn {
+    /// `"SQLite"` or `"PostgreSQL"`, as sqlx names them.
+    pub fn backend_name(&self) -> &str {
+        match self {
+            Conn::Sqlx(tx) => tx.backend_name(),
+            Conn::Native(_) => "SQLite",
+        }
+    }
+}
+
+impl<'c> sqlx::Executor<'c> for &'c mut Conn {
+    type Database = Any;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        mut query: E,
+    ) -> futures_util::stream::BoxStream<
+        'e,
+        std::result::Result<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>, sqlx::Error>,
+    >
+    where
+        'c: 'e,
+        E: 'q + sqlx::Execute<'q, Any>,
+    {
+        use futures_util::StreamExt as _;
+        match self {
+            Conn::Sqlx(tx) => (&mut **tx).fetch_many(query),
+            Conn::Native(n) => {
+                let out =
+                    query.take_arguments().map_err(sqlx::Error::Encode).and_then(|a| n.0.run(query.sql(), a, None));
+                match out {
+                    Ok(items) => futures_util::stream::iter(items.into_iter().map(Ok)).boxed(),
+                    Err(e) => futures_util::stream::once(std::future::ready(Err(e))).boxed(),
+                }
+            }
+        }
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        mut query: E,
+    ) -> futures_util::future::BoxFuture<'e, std::result::Result<Option<sqlx::any::AnyRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + sqlx::Execute<'q, Any>,
+    {
+        use futures_util::FutureExt as _;
+        match self {
+            Conn::Sqlx(tx) => (&mut **tx).fetch_optional(query),
+            Conn::Native(n) => {
+                let out =
+                    query.take_arguments().map_err(sqlx::Error::Encode).and_then(|a| n.0.run(query.sql(), a, Some(1)));
+                let row = out.map(|items| {
+                    items.into_iter().find_map(|i| match i {
+                        sqlx::Either::Right(row) => Some(row),
+                        sqlx::Either::Left(_) => None,
+                    })
+                });
+                std::future::ready(row).boxed()
+            }
+        }
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [sqlx::any::AnyTypeInfo],
+    ) -> futures_util::future::BoxFuture<'e, std::result::Result<sqlx::any::AnyStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        use futures_util::FutureExt as _;
+        match self {
+            Conn::Sqlx(tx) => (&mut **tx).prepare_with(sql, parameters),
+            Conn::Native(_) => {
+                std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer prepares by itself".into())))
+                    .boxed()
+            }
+        }
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> futures_util::future::BoxFuture<'e, std::result::Result<sqlx::Describe<Any>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        use futures_util::FutureExt as _;
+        match self {
+            Conn::Sqlx(tx) => (&mut **tx).describe(sql),
+            Conn::Native(_) => {
+                std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer does not describe".into())))
+                    .boxed()
+            }
+        }
+    }
+}
 
 /// Runs one command in one write transaction: `write_tx!(db, |tx| { ...; Ok(value) })`.
 /// Commits on `Ok`, rolls back on `Err`; serialization failures and deadlocks re-run the whole
@@ -135,6 +312,14 @@ pub fn normalize_url(url: &str) -> anyhow::Result<(DbKind, String)> {
     Ok((DbKind::Sqlite, url))
 }
 
+/// The file of a SQLite URL; `None` for an in-memory database (which only sqlx's own connections
+/// can share).
+fn sqlite_file(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let (path, query) = rest.trim_start_matches("//").split_once('?').unwrap_or((rest.trim_start_matches("//"), ""));
+    (!path.is_empty() && !path.contains(":memory:") && !query.contains("mode=memory")).then(|| path.to_string())
+}
+
 /// For a SQLite database file, the URL of the sandbox gateway's file beside it (`shop.db` →
 /// `shop-sandbox.db`, same query options) and the path of the file itself; `None` for PostgreSQL
 /// and for an in-memory SQLite database.
@@ -171,7 +356,18 @@ impl Db {
                 let read = sqlite_pool(&url, SQLITE_READERS_MAX, false).await?;
                 // `KASSA_SQLITE_GROUP_COMMIT=0` turns group commit off, for benchmarking its effect.
                 let grouped = std::env::var("KASSA_SQLITE_GROUP_COMMIT").map_or(true, |v| v != "0");
-                let group = grouped.then(|| std::sync::Arc::new(group::GroupCommit::new(write.clone())));
+                // The native writer (`store::native`) for a database file; `KASSA_SQLITE_NATIVE=0`
+                // keeps batches on sqlx's write connection, for benchmarking its effect.
+                let native = std::env::var("KASSA_SQLITE_NATIVE").map_or(true, |v| v != "0");
+                let group = match (grouped, native, sqlite_file(&url)) {
+                    (false, _, _) => None,
+                    (true, true, Some(path)) => Some(group::GroupCommit::native(
+                        native::NativeConn::open(&path, SQLITE_BUSY_TIMEOUT_MS)
+                            .with_context(|| format!("opening SQLite database {path} for writing"))?,
+                    )),
+                    (true, _, _) => Some(group::GroupCommit::new(write.clone())),
+                }
+                .map(std::sync::Arc::new);
                 Ok(Db { kind, write, read, group, writer: Some(writer) })
             }
             DbKind::Postgres => {
@@ -243,7 +439,7 @@ impl Db {
             DbKind::Sqlite => self.write.begin_with("BEGIN IMMEDIATE").await?,
             DbKind::Postgres => self.write.begin().await?,
         };
-        Ok(tx)
+        Ok(tx.into())
     }
 
     /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
@@ -252,7 +448,7 @@ impl Db {
             DbKind::Sqlite => self.read.begin().await?,
             DbKind::Postgres => self.read.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?,
         };
-        Ok(tx)
+        Ok(tx.into())
     }
 
     /// Commits on `Ok`, rolls back on `Err`; used by [`write_tx!`].

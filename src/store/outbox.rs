@@ -1,8 +1,8 @@
 //! The transactional outbox: order events for the shop's own systems, written in the same
 //! transaction as the change they describe, relayed at least once by [`crate::workers::outbox`].
 
+use crate::store::Conn;
 use serde_json::json;
-use sqlx::AnyConnection;
 
 use crate::args;
 use crate::clock::{Millis, rfc3339};
@@ -16,7 +16,7 @@ use crate::store::{Db, col, new_id};
 /// `fulfilment.requested` when a paid order has physical goods to ship). Reads what the messages
 /// carry now, so the batch must not change those columns before it.
 pub async fn add_order_event(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     batch: &mut Batch,
     order_no: &str,
     status: OrderStatus,

@@ -184,6 +184,8 @@ async fn write_commands_run_on_the_sqlite_writer_thread() {
     db.migrate().await.unwrap();
     let name = db.on_writer(async { std::thread::current().name().map(str::to_string) }).await.unwrap();
     assert_eq!(name.as_deref(), Some("kassa-sqlite-writer"));
+    // Its batches run on the native writer, with no driver thread between (store::native).
+    assert!(db.group().is_some_and(|g| g.is_native()));
     // A command on it commits like any other, and a failing one reports its own error.
     let session = kassa::store::catalog::create_session(&db, 1).await.unwrap().1.id;
     let basket = kassa::store::catalog::create_basket(&db, &session, 1).await.unwrap();
