@@ -32,13 +32,16 @@ KASSA_SQLITE_GROUP_COMMIT=0 run sqlite-spread-no-group-commit --scenario spread
 KASSA_SQLITE_GROUP_COMMIT=0 run engine-sqlite-spread-no-group-commit --engine --scenario spread
 KASSA_SQLITE_PIN=0 run sqlite-spread-writer-unpinned --scenario spread
 KASSA_SQLITE_PIN=0 run engine-sqlite-spread-writer-unpinned --engine --scenario spread
+KASSA_SQLITE_NATIVE=0 run sqlite-spread-sqlx-writer --scenario spread
+KASSA_SQLITE_NATIVE=0 run engine-sqlite-spread-sqlx-writer --engine --scenario spread
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
-    for s in spread hot notify; do
+    for s in spread hot notify engine-spread; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
-      "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" --scenario "$s" --database-url "$PG_URL/$db" \
+      case "$s" in engine-*) mode=(--engine --scenario "${s#engine-}");; *) mode=(--scenario "$s");; esac
+      "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$PG_URL/$db" \
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
     done

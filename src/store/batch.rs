@@ -146,7 +146,7 @@ impl Batch {
             q
         }
         let count = self.statements.len();
-        if conn.backend_name() == "SQLite" {
+        if matches!(conn, Conn::Sqlx(_)) && conn.backend_name() == "SQLite" {
             use futures_util::TryStreamExt as _;
             let sql = self.statements.iter().map(|s| s.1.as_str()).collect::<Vec<_>>().join(";\n");
             let args: Vec<Arg> = self.statements.into_iter().flat_map(|s| s.2).collect();
@@ -166,12 +166,97 @@ impl Batch {
             }
             return Ok(rows);
         }
+        if conn.backend_name() == "PostgreSQL" && count > 1 && pg_one_trip() {
+            use futures_util::TryStreamExt as _;
+            // One round trip: the simple-query protocol runs several statements in one message,
+            // in order, inside the open transaction (the first failure aborts it). It takes no
+            // bound values, so each is written as a literal (see `literal`).
+            let mut sql = String::new();
+            for (plain, _, args) in &self.statements {
+                sql.push_str(&inline(plain, args)?);
+                sql.push_str(";\n");
+            }
+            let mut results = sqlx::raw_sql(&sql).fetch_many(conn);
+            let mut rows = Vec::with_capacity(count);
+            while let Some(item) = results.try_next().await? {
+                if let sqlx::Either::Left(done) = item {
+                    rows.push(done.rows_affected());
+                }
+            }
+            if rows.len() != count {
+                return Err(crate::error::Error::internal("a batch statement gave no result"));
+            }
+            return Ok(rows);
+        }
+        // The native SQLite writer (no round trips to save) and single statements: one by one.
         let mut rows = Vec::with_capacity(count);
         for (sql, _, args) in self.statements {
             rows.push(bind(sqlx::query(&sql), args).execute(&mut *conn).await?.rows_affected());
         }
         Ok(rows)
     }
+}
+
+/// Whether PostgreSQL batches go in one round trip (`KASSA_PG_BATCH_ONE_TRIP=0` sends them
+/// statement by statement, for benchmarking the difference).
+fn pg_one_trip() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KASSA_PG_BATCH_ONE_TRIP").map_or(true, |v| v != "0"))
+}
+
+/// A value as a PostgreSQL literal. Text is an escape-string constant (`E'…'`, backslash and
+/// quote escaped), whose meaning does not depend on `standard_conforming_strings`; PostgreSQL
+/// text cannot hold NUL, so a value with one is refused as it would be when bound.
+fn literal(a: &Arg) -> Result<String> {
+    Ok(match a {
+        Arg::Int(Some(v)) => v.to_string(),
+        Arg::Text(Some(v)) => {
+            if v.contains('\0') {
+                return Err(crate::error::Error::invalid("invalid_text", "text may not contain NUL characters"));
+            }
+            let mut out = String::with_capacity(v.len() + 4);
+            out.push_str("E'");
+            for c in v.chars() {
+                match c {
+                    '\'' => out.push_str("''"),
+                    '\\' => out.push_str("\\\\"),
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
+            out
+        }
+        Arg::Int(None) | Arg::Text(None) => "NULL".to_string(),
+    })
+}
+
+/// `sql` with every `$N` replaced by the literal of `args[N-1]`. The SQL kassa writes has no `$`
+/// in literals.
+fn inline(sql: &str, args: &[Arg]) -> Result<String> {
+    let mut out = String::with_capacity(sql.len() + 16 * args.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '$' {
+            out.push(c);
+            continue;
+        }
+        let mut n = 0_usize;
+        let mut digits = false;
+        while let Some(v) = chars.peek().and_then(|d| d.to_digit(10)) {
+            n = n * 10 + v as usize;
+            digits = true;
+            chars.next();
+        }
+        if !digits {
+            out.push('$');
+            continue;
+        }
+        let arg = args
+            .get(n.wrapping_sub(1))
+            .ok_or_else(|| crate::error::Error::internal(format!("batch statement has no value for ${n}")))?;
+        out.push_str(&literal(arg)?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -186,5 +271,29 @@ mod tests {
         );
         assert_eq!(renumber("SELECT 1", 5), "SELECT 1");
         assert_eq!(renumber("x $ y", 2), "x $ y");
+    }
+
+    #[test]
+    fn inlines_values_as_literals() {
+        let sql = inline(
+            "UPDATE t SET a = $1, b = $2, c = $3 WHERE d = $10 AND e = $4",
+            &[
+                Arg::Int(Some(-5)),
+                Arg::Text(Some("it's \\' OR 1=1 --".into())),
+                Arg::Text(None),
+                Arg::Text(Some("茶".into())),
+                Arg::Int(None),
+                Arg::Int(None),
+                Arg::Int(None),
+                Arg::Int(None),
+                Arg::Int(None),
+                Arg::Int(Some(42)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(sql, "UPDATE t SET a = -5, b = E'it''s \\\\'' OR 1=1 --', c = NULL WHERE d = 42 AND e = E'茶'");
+        assert!(inline("x = $2", &[Arg::Int(Some(1))]).is_err());
+        assert!(literal(&Arg::Text(Some("a\0b".into()))).is_err());
+        assert_eq!(inline("x $ y", &[]).unwrap(), "x $ y");
     }
 }

@@ -12,6 +12,11 @@
 //! per command and keeps the savepoint stack one deep. A command abandoned midway (its request
 //! cancelled) is rolled back to its savepoint before anything else runs on the connection.
 //!
+//! On a database file the batch runs on the native writer (`store::native`): a command's body then
+//! runs without yielding, so before a command decides it is the last of its batch it yields once,
+//! letting commands that are ready to join do so; and the commit waits for the disk on a blocking
+//! thread, so the commands behind it keep running up to their turn meanwhile.
+//!
 //! PostgreSQL needs none of this: its WAL writer already flushes concurrent commits together, and
 //! sharing one transaction would serialise its row locks.
 

@@ -1,13 +1,13 @@
-//! SQLite's writer thread. The SQLite driver runs each connection on a thread of its own, and
-//! every statement is a hand-off to it and back. Between two CPUs such a hand-off wakes an idle
-//! CPU each way, which on a virtual machine costs tens of microseconds; measured on the 2-vCPU
-//! development machine, the store's write commands ran about twice as fast with the process held
-//! on one CPU (BENCHMARKS.md). So the hot write commands (confirm, basket lines, notifications,
-//! and the sandbox's on its own database) run on this thread — a single-threaded runtime of their own — and the write connection's
-//! driver thread is started from it, so both share one CPU: a hand-off is then a plain switch
-//! on that CPU, while the HTTP layer and the readers use all the others.
+//! SQLite's writer thread. The hot write commands (confirm, basket lines, notifications, and the
+//! sandbox's on its own database) run on this thread — a single-threaded runtime of their own,
+//! held on one CPU — and with the native write connection (`store::native`) their statements run
+//! right here, with no hand-off to another thread; the HTTP layer and the readers use all the
+//! other CPUs. (Before the native connection, sqlx's driver thread for the write connection was
+//! started from here so that both shared this CPU: between two CPUs every statement's hand-off
+//! woke an idle one, and holding both on one CPU doubled the engine's throughput, BENCHMARKS.md.
+//! With `KASSA_SQLITE_NATIVE=0` that is still how it runs.)
 //!
-//! The CPU is the first the process may use; `KASSA_SQLITE_PIN=0` leaves both threads unpinned
+//! The CPU is the first the process may use; `KASSA_SQLITE_PIN=0` leaves the thread unpinned
 //! (for measuring the effect, or where another process owns that CPU).
 
 use std::future::Future;
