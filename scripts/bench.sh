@@ -24,6 +24,7 @@ run sqlite-commit-limit --scenario commit-limit
 run sqlite-spread --scenario spread
 run sqlite-hot --scenario hot
 run sqlite-notify --scenario notify
+run sqlite-notify-direct --scenario notify-direct
 run sqlite-mixed --scenario mixed
 run engine-sqlite-spread --engine --scenario spread
 run engine-sqlite-hot --engine --scenario hot
@@ -37,7 +38,7 @@ KASSA_SQLITE_NATIVE=0 run engine-sqlite-spread-sqlx-writer --engine --scenario s
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
-    for s in spread hot notify engine-spread; do
+    for s in spread hot notify notify-direct engine-spread; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
       case "$s" in engine-*) mode=(--engine --scenario "${s#engine-}");; *) mode=(--scenario "$s");; esac

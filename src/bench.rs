@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -38,7 +40,8 @@ const HOT_STOCK: i64 = 5_000;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// spread | hot | notify | mixed | commit-limit | confirm (engine only: confirms alone)
+    /// spread | hot | notify | notify-direct | mixed | commit-limit | confirm (engine only: confirms
+    /// alone)
     #[arg(long, default_value = "spread")]
     pub scenario: String,
     /// Concurrent simulated buyers
@@ -95,6 +98,8 @@ struct Tally {
     last_confirm: Option<Instant>,
     errors: BTreeMap<String, u64>,
     placed: Vec<String>,
+    /// Attempt reference, amount and currency of each order placed (HTTP scenarios).
+    attempts: Vec<(String, i64, String)>,
 }
 
 /// The seconds confirms are counted over: the whole run, or for a flash sale that sold out, up to
@@ -226,6 +231,23 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
     anyhow::bail!("the spawned kassa did not become healthy")
 }
 
+/// The merchant the built-in sandbox gateway knows kassa as.
+const SANDBOX_MERCHANT: &str = "kassa-demo-merchant";
+
+/// The sandbox gateway's signing key, read from the database of the kassa under test (where the
+/// sandbox keeps it), so the load generator can sign notifications as the gateway.
+async fn sandbox_signer(server: &Server) -> anyhow::Result<aws_lc_rs::signature::Ed25519KeyPair> {
+    let url = server.database_url.as_deref().context("notify-direct needs the server's --database-url")?;
+    let db = Db::connect(url, 2).await?;
+    let pkcs8: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.signing_key_pkcs8'")
+        .fetch_one(db.read_pool())
+        .await
+        .context("reading the sandbox's signing key")?;
+    db.close().await;
+    let der = B64.decode(pkcs8).context("the sandbox's signing key is not base64")?;
+    aws_lc_rs::signature::Ed25519KeyPair::from_pkcs8(&der).map_err(|e| anyhow::anyhow!("sandbox signing key: {e}"))
+}
+
 async fn metric(http: &reqwest::Client, base: &str, name: &str, label: &str) -> u64 {
     let Ok(r) = http.get(format!("{base}/metrics")).send().await else { return 0 };
     let text = r.text().await.unwrap_or_default();
@@ -305,6 +327,11 @@ async fn buyer(
             t.last_confirm = Some(Instant::now());
             let attempt_ref = body["attempt_ref"].as_str().unwrap_or_default().to_string();
             t.placed.push(body["order_no"].as_str().unwrap_or_default().to_string());
+            t.attempts.push((
+                attempt_ref.clone(),
+                body["total_minor"].as_i64().unwrap_or_default(),
+                body["currency"].as_str().unwrap_or_default().to_string(),
+            ));
             drop(t);
             if pay_every > 0 && n.is_multiple_of(pay_every) {
                 let url = format!("{base}/sandbox/api/payments/{attempt_ref}/complete");
@@ -329,7 +356,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let server = start_server(args, hold).await?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.buyers * 2).build()?;
     let skus: Vec<String> = match scenario {
-        "hot" | "notify" => vec!["HOT".to_string()],
+        "hot" | "notify" | "notify-direct" => vec!["HOT".to_string()],
         _ => (0..SPREAD_SKUS).map(|i| format!("BENCH-{i:04}")).collect(),
     };
     let stock = if scenario == "hot" { HOT_STOCK } else { SPREAD_STOCK };
@@ -339,7 +366,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let applied_before = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await;
     let tally = Arc::new(Mutex::new(Tally::default()));
     let started = Instant::now();
-    if scenario == "notify" {
+    if scenario == "notify" || scenario == "notify-direct" {
         // Place the orders first (not timed), then time the notifications alone.
         let stop = Arc::new(AtomicBool::new(false));
         let mut set = tokio::task::JoinSet::new();
@@ -351,16 +378,47 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         stop.store(true, Ordering::Relaxed);
         while set.join_next().await.is_some() {}
         let orders = tally.lock().await.placed.clone();
+        // notify-direct: the load generator sends the gateway's signed notifications itself, as a
+        // gateway does from its own machines; `notify` has the built-in sandbox send them, so its
+        // bookkeeping (three writes and two signatures per notification) runs in the server too.
+        let signer = if scenario == "notify-direct" { Some(Arc::new(sandbox_signer(&server).await?)) } else { None };
+        let attempts = tally.lock().await.attempts.clone();
         let timer = Instant::now();
-        let queue = Arc::new(Mutex::new(orders.clone()));
+        let queue = Arc::new(Mutex::new(attempts));
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..args.buyers {
-            let (http, base, queue) = (http.clone(), server.base.clone(), queue.clone());
+            let (http, base, queue, signer) = (http.clone(), server.base.clone(), queue.clone(), signer.clone());
             set.spawn(async move {
                 loop {
-                    let Some(order_no) = queue.lock().await.pop() else { return };
-                    let url = format!("{base}/sandbox/api/payments/{order_no}_1/complete");
-                    let _ = http.post(url).json(&json!({"outcome": "succeeded", "copies": 2})).send().await;
+                    let Some((attempt_ref, amount_minor, currency)) = queue.lock().await.pop() else { return };
+                    let Some(key) = &signer else {
+                        let url = format!("{base}/sandbox/api/payments/{attempt_ref}/complete");
+                        let _ = http.post(url).json(&json!({"outcome": "succeeded", "copies": 2})).send().await;
+                        continue;
+                    };
+                    let body = json!({
+                        "event_id": format!("evt_{}", uuid::Uuid::now_v7().simple()),
+                        "event_type": "payment.succeeded",
+                        "merchant_id": SANDBOX_MERCHANT,
+                        "attempt_ref": attempt_ref,
+                        "txn_id": format!("txn_{}", uuid::Uuid::now_v7().simple()),
+                        "amount_minor": amount_minor,
+                        "currency": currency,
+                        "created_at": SystemClock.now_ms() / 1000,
+                    })
+                    .to_string();
+                    // Two copies of each, as gateways send them: one applied, one a duplicate.
+                    for _ in 0..2 {
+                        let t = SystemClock.now_ms() / 1000;
+                        let sig = B64.encode(key.sign(format!("{t}.{body}").as_bytes()).as_ref());
+                        let _ = http
+                            .post(format!("{base}/notify/sandbox"))
+                            .header("content-type", "application/json")
+                            .header(crate::gateway::sandbox::SIGNATURE_HEADER, format!("t={t},v1={sig}"))
+                            .body(body.clone())
+                            .send()
+                            .await;
+                    }
                 }
             });
         }
@@ -625,8 +683,13 @@ async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
 }
 
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
-    if !matches!(args.scenario.as_str(), "spread" | "hot" | "notify" | "mixed" | "commit-limit" | "confirm") {
-        anyhow::bail!("--scenario must be spread, hot, notify, mixed, commit-limit or (with --engine) confirm");
+    if !matches!(
+        args.scenario.as_str(),
+        "spread" | "hot" | "notify" | "notify-direct" | "mixed" | "commit-limit" | "confirm"
+    ) {
+        anyhow::bail!(
+            "--scenario must be spread, hot, notify, notify-direct, mixed, commit-limit or (with --engine) confirm"
+        );
     }
     if args.scenario == "confirm" && !args.engine {
         anyhow::bail!("--scenario confirm is an engine scenario: add --engine");

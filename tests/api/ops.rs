@@ -254,6 +254,7 @@ async fn bench_tool_runs_each_mode() {
         vec!["--scenario", "hot", "--buyers", "4", "--seconds", "1"],
         vec!["--engine", "--scenario", "confirm", "--buyers", "2", "--seconds", "1"],
         vec!["--scenario", "commit-limit", "--seconds", "1"],
+        vec!["--scenario", "notify-direct", "--buyers", "4", "--seconds", "2"],
     ]
     .into_iter()
     .enumerate()
@@ -276,6 +277,11 @@ async fn bench_tool_runs_each_mode() {
         let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
         if args.contains(&"commit-limit") {
             assert!(report["commits_per_s"].as_f64().unwrap() > 0.0);
+        } else if args.contains(&"notify-direct") {
+            // Every order placed was paid by a notification the load generator signed itself.
+            assert!(report["notifications_applied"].as_u64().unwrap() > 0, "{report}");
+            assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+            assert_eq!(report["check_violations"], 0);
         } else {
             assert!(report["confirms"].as_u64().unwrap() > 0, "{report}");
             assert_eq!(report["oversold"], 0);
