@@ -201,15 +201,50 @@ pub async fn create_session(db: &Db, now: Millis) -> Result<(String, Session)> {
     Ok((token, session))
 }
 
+/// Sessions most kept in memory; past it the cache starts over (a miss only costs a read).
+const SESSION_CACHE_MAX: usize = 50_000;
+
+/// Buyer sessions already read, by token hash. A buyer session never changes and is never deleted
+/// once created, so a session found stays valid for good (whichever instance created it); only
+/// finds are kept, never "no such session". Every request of a buyer looks its session up, so
+/// this saves a read per request (three per purchase). A feature that deletes or changes buyer
+/// sessions must drop them from here on every instance.
+#[derive(Debug, Default)]
+pub struct SessionCache(std::sync::Mutex<std::collections::HashMap<String, Session>>);
+
+impl SessionCache {
+    fn get(&self, hash: &str) -> Option<Session> {
+        self.0.lock().ok()?.get(hash).cloned()
+    }
+
+    fn put(&self, hash: String, session: Session) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= SESSION_CACHE_MAX {
+                map.clear();
+            }
+            map.insert(hash, session);
+        }
+    }
+}
+
 pub async fn session_by_token(db: &Db, token: &str) -> Result<Option<Session>> {
     if token.is_empty() || token.len() > 128 {
         return Ok(None);
     }
+    let hash = token_hash(token);
+    if let Some(found) = db.sessions().get(&hash) {
+        return Ok(Some(found));
+    }
     let row = sqlx::query("SELECT id, csrf_token FROM sessions WHERE token_hash = $1")
-        .bind(token_hash(token))
+        .bind(&hash)
         .fetch_optional(db.read_pool())
         .await?;
-    row.map(|r| Ok(Session { id: col(&r, "id")?, csrf_token: col(&r, "csrf_token")? })).transpose()
+    let session =
+        row.map(|r| Ok::<_, Error>(Session { id: col(&r, "id")?, csrf_token: col(&r, "csrf_token")? })).transpose()?;
+    if let Some(s) = &session {
+        db.sessions().put(hash, s.clone());
+    }
+    Ok(session)
 }
 
 pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<String> {

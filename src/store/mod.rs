@@ -285,6 +285,8 @@ pub struct Db {
     group: Option<std::sync::Arc<group::GroupCommit>>,
     /// SQLite: the thread that runs the hot write commands ([`Db::on_writer`]).
     writer: Option<writer::WriterThread>,
+    /// Buyer sessions already read ([`catalog::session_by_token`]).
+    sessions: std::sync::Arc<catalog::SessionCache>,
 }
 
 /// Turns the configured URL into one sqlx can open, creating the SQLite file when missing.
@@ -368,7 +370,7 @@ impl Db {
                     (true, _, _) => Some(group::GroupCommit::new(write.clone())),
                 }
                 .map(std::sync::Arc::new);
-                Ok(Db { kind, write, read, group, writer: Some(writer) })
+                Ok(Db { kind, write, read, group, writer: Some(writer), sessions: Default::default() })
             }
             DbKind::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -377,7 +379,14 @@ impl Db {
                     .connect(&url)
                     .await
                     .context("connecting to PostgreSQL")?;
-                Ok(Db { kind, write: pool.clone(), read: pool, group: None, writer: None })
+                Ok(Db {
+                    kind,
+                    write: pool.clone(),
+                    read: pool,
+                    group: None,
+                    writer: None,
+                    sessions: Default::default(),
+                })
             }
         }
     }
@@ -392,6 +401,10 @@ impl Db {
             Some(w) => w.run(command).await,
             None => Ok(command.await),
         }
+    }
+
+    pub(crate) fn sessions(&self) -> &catalog::SessionCache {
+        &self.sessions
     }
 
     /// The group-commit writer (SQLite only).

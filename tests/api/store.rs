@@ -277,3 +277,27 @@ async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
     assert!(most <= kassa::sandbox::SENDS_MAX, "{most} notification POSTs were in flight at once");
     assert!(most > 1, "the POSTs still run in parallel");
 }
+
+/// A buyer session, once found, is served from memory (sessions never change); a token that
+/// names no session is looked up every time, so a session created later is found.
+#[tokio::test]
+async fn found_buyer_sessions_are_kept_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = kassa::store::Db::connect(&format!("sqlite://{}", dir.path().join("s.db").display()), 2).await.unwrap();
+    db.migrate().await.unwrap();
+    let (token, session) = kassa::store::catalog::create_session(&db, 1).await.unwrap();
+    let found = kassa::store::catalog::session_by_token(&db, &token).await.unwrap().expect("the session");
+    assert_eq!((found.id.as_str(), found.csrf_token.as_str()), (session.id.as_str(), session.csrf_token.as_str()));
+    // Gone from the table behind kassa's back: still served, from memory.
+    sqlx::query("DELETE FROM sessions").execute(db.read_pool()).await.unwrap();
+    assert_eq!(kassa::store::catalog::session_by_token(&db, &token).await.unwrap().map(|s| s.id), Some(session.id));
+    // Not found is not remembered: the session appears (created by another instance), and is found.
+    assert!(kassa::store::catalog::session_by_token(&db, "tok-late").await.unwrap().is_none());
+    sqlx::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('S-LATE', $1, 'c', 2)")
+        .bind(kassa::store::catalog::token_hash("tok-late"))
+        .execute(db.read_pool())
+        .await
+        .unwrap();
+    let late = kassa::store::catalog::session_by_token(&db, "tok-late").await.unwrap();
+    assert_eq!(late.map(|s| s.id).as_deref(), Some("S-LATE"));
+}
