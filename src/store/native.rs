@@ -266,6 +266,14 @@ mod tests {
         use sqlx_core::any::AnyValueKind as V;
         let dir = tempfile::tempdir().unwrap();
         let mut c = NativeConn::open(dir.path().join("n.db").to_str().unwrap(), 1000).unwrap();
+        // Durable as the sqlx pools are: WAL with synchronous=FULL (2), foreign keys on.
+        for (pragma, want) in [("synchronous", 2), ("foreign_keys", 1)] {
+            let rows = c.run(&format!("PRAGMA {pragma}"), None, None).unwrap();
+            let row = rows.into_iter().find_map(|e| e.right()).unwrap();
+            assert_eq!(row.try_get::<i64, _>(0).unwrap(), want, "{pragma}");
+        }
+        let mode = c.run("PRAGMA journal_mode", None, None).unwrap().into_iter().find_map(|e| e.right()).unwrap();
+        assert_eq!(mode.try_get::<String, _>(0).unwrap(), "wal");
         c.exec("CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT NOT NULL, note TEXT)").unwrap();
         let out = c
             .run(
