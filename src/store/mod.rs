@@ -267,6 +267,31 @@ const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
 /// SQLite: concurrent readers (the writer is a pool of one, see [`Db::connect`]).
 const SQLITE_READERS_MAX: u32 = 4;
 
+/// How SQLite's write commands reach the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqliteWriter {
+    /// Group commit on the native writer ([`native`]): the default.
+    Native,
+    /// Group commit on sqlx's write connection (`KASSA_SQLITE_NATIVE=0`, for benchmarking).
+    Sqlx,
+    /// One transaction and one durable commit per command, on sqlx's write connection
+    /// (`KASSA_SQLITE_GROUP_COMMIT=0`, for benchmarking group commit's effect).
+    Single,
+}
+
+impl SqliteWriter {
+    pub fn from_env() -> SqliteWriter {
+        let off = |name: &str| std::env::var(name).is_ok_and(|v| v == "0");
+        if off("KASSA_SQLITE_GROUP_COMMIT") {
+            SqliteWriter::Single
+        } else if off("KASSA_SQLITE_NATIVE") {
+            SqliteWriter::Sqlx
+        } else {
+            SqliteWriter::Native
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DbKind {
     Sqlite,
@@ -343,6 +368,11 @@ pub fn sandbox_url(url: &str) -> Option<(String, String)> {
 impl Db {
     /// Opens the database. `max_connections` bounds the PostgreSQL pool.
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
+        Db::connect_with(url, max_connections, SqliteWriter::from_env()).await
+    }
+
+    /// [`Db::connect`] with SQLite's writer chosen (tests reach every kind; ignored for PostgreSQL).
+    pub async fn connect_with(url: &str, max_connections: u32, sqlite_writer: SqliteWriter) -> anyhow::Result<Db> {
         install_default_drivers();
         let (kind, url) = normalize_url(url)?;
         match kind {
@@ -356,18 +386,14 @@ impl Db {
                     writer.run(async move { sqlite_pool(&url, 1, true).await }).await??
                 };
                 let read = sqlite_pool(&url, SQLITE_READERS_MAX, false).await?;
-                // `KASSA_SQLITE_GROUP_COMMIT=0` turns group commit off, for benchmarking its effect.
-                let grouped = std::env::var("KASSA_SQLITE_GROUP_COMMIT").map_or(true, |v| v != "0");
-                // The native writer (`store::native`) for a database file; `KASSA_SQLITE_NATIVE=0`
-                // keeps batches on sqlx's write connection, for benchmarking its effect.
-                let native = std::env::var("KASSA_SQLITE_NATIVE").map_or(true, |v| v != "0");
-                let group = match (grouped, native, sqlite_file(&url)) {
-                    (false, _, _) => None,
-                    (true, true, Some(path)) => Some(group::GroupCommit::native(
+                let group = match (sqlite_writer, sqlite_file(&url)) {
+                    (SqliteWriter::Single, _) => None,
+                    (SqliteWriter::Native, Some(path)) => Some(group::GroupCommit::native(
                         native::NativeConn::open(&path, SQLITE_BUSY_TIMEOUT_MS)
                             .with_context(|| format!("opening SQLite database {path} for writing"))?,
                     )),
-                    (true, _, _) => Some(group::GroupCommit::new(write.clone())),
+                    // An in-memory database is shared only by sqlx's own connections.
+                    (SqliteWriter::Native | SqliteWriter::Sqlx, _) => Some(group::GroupCommit::new(write.clone())),
                 }
                 .map(std::sync::Arc::new);
                 Ok(Db { kind, write, read, group, writer: Some(writer), sessions: Default::default() })

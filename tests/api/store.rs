@@ -301,3 +301,70 @@ async fn found_buyer_sessions_are_kept_in_memory() {
     let late = kassa::store::catalog::session_by_token(&db, "tok-late").await.unwrap();
     assert_eq!(late.map(|s| s.id).as_deref(), Some("S-LATE"));
 }
+
+/// Every way SQLite's writes can reach the database (the native writer, the default; group commit
+/// on sqlx's connection; one commit per command) places orders the same way: concurrent
+/// confirms, one failing command among them undoing only itself, invariants intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sqlite_writer_commits_the_same_way() {
+    use kassa::domain::{Currency, Money};
+    use kassa::store::catalog::{self, NewSku, SkuKind};
+    use kassa::store::{Db, SqliteWriter};
+    for writer in [SqliteWriter::Native, SqliteWriter::Sqlx, SqliteWriter::Single] {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        let db = Db::connect_with(&url, 2, writer).await.unwrap();
+        db.migrate().await.unwrap();
+        assert_eq!(db.group().is_some_and(|g| g.is_native()), writer == SqliteWriter::Native);
+        let price = Money::new(250, Currency::parse("CNY").unwrap()).unwrap();
+        let sku = NewSku { sku: "W".into(), name: "W".into(), kind: SkuKind::Physical, price, stock: 10 };
+        catalog::create_sku(&db, &sku, false, 1).await.unwrap();
+        let mut buyers = tokio::task::JoinSet::new();
+        for i in 0..12 {
+            let db = db.clone();
+            buyers.spawn(async move {
+                let session = catalog::create_session(&db, 1).await.unwrap().1.id;
+                let basket = catalog::create_basket(&db, &session, 1).await.unwrap();
+                // Every third buyer also asks for a SKU that does not exist: that command fails alone.
+                if i % 3 == 0 {
+                    let e = catalog::set_basket_line(&db, &session, &basket, "NOPE", 1, 1).await.unwrap_err();
+                    assert_eq!(e.code(), "not_found");
+                }
+                catalog::set_basket_line(&db, &session, &basket, "W", 1, 1).await.unwrap();
+                let req = kassa::store::checkout::ConfirmRequest {
+                    session_id: &session,
+                    basket_id: &basket,
+                    gateway: "sandbox",
+                    channel: "web",
+                    idempotency_key: None,
+                    hold_ms: 60_000,
+                    now: 2,
+                    currencies: None,
+                };
+                kassa::store::checkout::confirm(&db, &req).await.map(|p| p.order_no).map_err(|e| e.code().to_string())
+            });
+        }
+        let mut placed = 0;
+        let mut sold_out = 0;
+        while let Some(r) = buyers.join_next().await {
+            match r.unwrap() {
+                Ok(_) => placed += 1,
+                Err(code) => {
+                    assert_eq!(code, "out_of_stock", "{writer:?}");
+                    sold_out += 1;
+                }
+            }
+        }
+        assert_eq!((placed, sold_out), (10, 2), "{writer:?}: ten units, twelve buyers");
+        let orders: i64 =
+            sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").fetch_one(db.read_pool()).await.unwrap();
+        assert_eq!(orders, 10, "{writer:?}");
+        let lines: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM basket_lines WHERE sku = 'NOPE'")
+            .fetch_one(db.read_pool())
+            .await
+            .unwrap();
+        assert_eq!(lines, 0, "{writer:?}");
+        assert!(kassa::store::check::run(&db).await.unwrap().is_empty(), "{writer:?}");
+        db.close().await;
+    }
+}
