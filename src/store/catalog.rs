@@ -294,18 +294,21 @@ async fn set_basket_line_here(
     }
     let lock = db.for_update_of("b");
     crate::write_tx!(db, |tx| {
-        // The basket (locked on PostgreSQL) and today's price of the SKU, in one read.
-        let row = sqlx::query(&format!(
-            "SELECT b.status, s.price_minor, s.currency FROM baskets b LEFT JOIN skus s ON s.sku = $3 \
+        // The basket (locked on PostgreSQL), today's price of the SKU and the basket's other lines
+        // (one currency, a representable total, a bounded size), in one read: a row per other
+        // line, or one row with null line columns.
+        let rows = sqlx::query(&format!(
+            "SELECT b.status, s.price_minor, s.currency, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
+             FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
              WHERE b.id = $1 AND b.session_id = $2{lock}"
         ))
         .bind(basket_id)
         .bind(session_id)
         .bind(sku)
-        .fetch_optional(&mut **tx)
+        .fetch_all(&mut **tx)
         .await?;
-        let Some(row) = row else { return Err(Error::not_found("basket")) };
-        if col::<String>(&row, "status")? != "open" {
+        let Some(row) = rows.first() else { return Err(Error::not_found("basket")) };
+        if col::<String>(row, "status")? != "open" {
             return Err(Error::conflict("basket_frozen", "the basket has been checked out and can no longer change"));
         }
         if quantity == 0 {
@@ -317,28 +320,27 @@ async fn set_basket_line_here(
             return Ok(());
         }
         let (Some(price), Some(currency)) =
-            (col::<Option<i64>>(&row, "price_minor")?, col::<Option<String>>(&row, "currency")?)
+            (col::<Option<i64>>(row, "price_minor")?, col::<Option<String>>(row, "currency")?)
         else {
             return Err(Error::not_found("SKU"));
         };
-        // The basket's other lines, read once: one currency, a representable total, a bounded size.
-        let others = sqlx::query(
-            "SELECT quoted_unit_minor, quantity, currency FROM basket_lines WHERE basket_id = $1 AND sku <> $2",
-        )
-        .bind(basket_id)
-        .bind(sku)
-        .fetch_all(&mut **tx)
-        .await?;
-        for r in &others {
-            if col::<String>(r, "currency")? != currency {
-                return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
+        let mut others = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if let (Some(quoted), Some(qty), Some(line_currency)) = (
+                col::<Option<i64>>(r, "quoted_unit_minor")?,
+                col::<Option<i64>>(r, "quantity")?,
+                col::<Option<String>>(r, "line_currency")?,
+            ) {
+                if line_currency != currency {
+                    return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
+                }
+                others.push((quoted, qty));
             }
         }
         let overflow = || Error::api(422, "amount_overflow", "the basket total would overflow");
         let mut total = price.checked_mul(quantity).ok_or_else(overflow)?;
-        for r in &others {
-            let line =
-                col::<i64>(r, "quoted_unit_minor")?.checked_mul(col::<i64>(r, "quantity")?).ok_or_else(overflow)?;
+        for (quoted, qty) in &others {
+            let line = quoted.checked_mul(*qty).ok_or_else(overflow)?;
             total = total.checked_add(line).ok_or_else(overflow)?;
         }
         let lines = i64::try_from(others.len()).unwrap_or(i64::MAX);
@@ -392,23 +394,24 @@ impl BasketView {
 }
 
 pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<BasketView> {
-    let basket = sqlx::query("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2")
-        .bind(basket_id)
-        .bind(session_id)
-        .fetch_optional(db.read_pool())
-        .await?
-        .ok_or_else(|| Error::not_found("basket"))?;
+    // The basket and its lines in one read (one consistent view); a basket without lines is one
+    // row whose line columns are null.
     let rows = sqlx::query(
-        "SELECT l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
-         FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku",
+        "SELECT b.status, b.order_no, l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
+         FROM baskets b LEFT JOIN (basket_lines l JOIN skus s ON s.sku = l.sku) ON l.basket_id = b.id \
+         WHERE b.id = $1 AND b.session_id = $2 ORDER BY l.sku",
     )
     .bind(basket_id)
+    .bind(session_id)
     .fetch_all(db.read_pool())
     .await?;
+    let basket = rows.first().ok_or_else(|| Error::not_found("basket"))?;
+    let (status, order_no): (String, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
+    let rows: Vec<_> = rows.iter().filter(|r| col::<Option<String>>(r, "sku").is_ok_and(|s| s.is_some())).collect();
     let mut lines = Vec::with_capacity(rows.len());
     let mut total: i64 = 0;
     let mut currency = None;
-    for r in &rows {
+    for r in rows {
         let quantity: i64 = col(r, "quantity")?;
         let quoted: i64 = col(r, "quoted_unit_minor")?;
         let current: i64 = col(r, "price_minor")?;
@@ -428,14 +431,7 @@ pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<Ba
             price_changed: quoted != current,
         });
     }
-    Ok(BasketView {
-        basket_id: basket_id.to_string(),
-        status: col(&basket, "status")?,
-        lines,
-        total_minor: total,
-        currency,
-        order_no: col(&basket, "order_no")?,
-    })
+    Ok(BasketView { basket_id: basket_id.to_string(), status, lines, total_minor: total, currency, order_no })
 }
 
 /// After a `price_changed` refusal: quote today's prices so the buyer can review and confirm again.

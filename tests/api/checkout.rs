@@ -309,3 +309,54 @@ async fn hostile_input(backend: Backend) {
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 1);
     t.assert_clean().await;
 }
+
+on_both!(basket_lines_keep_one_currency_and_a_representable_total, basket_lines);
+async fn basket_lines(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("A", "Apple", 300, 9).await;
+    t.create_sku("B", "Bread", 150, 9).await;
+    t.create_sku("BIG", "Big", i64::MAX / 2, 9).await;
+    let (status, body) = t
+        .admin_post(
+            "/api/v1/admin/skus",
+            json!({"sku": "U", "name": "Dollar", "price_minor": 100, "currency": "USD", "stock": 9}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let buyer = t.buyer().await;
+    let put = |basket: String, sku: &'static str, quantity: i64| {
+        let (http, url, buyer) =
+            (t.http.clone(), t.url(&format!("/api/v1/baskets/{basket}/lines/{sku}")), buyer.clone());
+        async move {
+            let r = http.put(url).bearer_auth(&buyer).json(&json!({"quantity": quantity})).send().await.unwrap();
+            (r.status(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    // An empty basket reads as one with no lines.
+    let basket = t.basket(&buyer, &[]).await;
+    let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&buyer).send().await.unwrap();
+    let view: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((view["status"].as_str(), view["lines"].as_array().map(Vec::len)), (Some("open"), Some(0)));
+    // Two lines, answered in SKU order with their total.
+    put(basket.clone(), "B", 2).await;
+    let (status, view) = put(basket.clone(), "A", 1).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    let skus: Vec<&str> = view["lines"].as_array().unwrap().iter().map(|l| l["sku"].as_str().unwrap()).collect();
+    assert_eq!(skus, ["A", "B"]);
+    assert_eq!(view["total_minor"], 600);
+    // Another currency beside them is refused; so is a total past i64.
+    let (status, body) = put(basket.clone(), "U", 1).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("currency_mismatch")));
+    let (status, body) = put(basket.clone(), "BIG", 2).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("amount_overflow")));
+    // Changing a line replaces it (the other lines count once), and quantity 0 removes it.
+    let (status, view) = put(basket.clone(), "B", 5).await;
+    assert_eq!((status, view["total_minor"].as_i64()), (StatusCode::OK, Some(300 + 750)));
+    let (status, view) = put(basket.clone(), "A", 0).await;
+    assert_eq!((status, view["total_minor"].as_i64()), (StatusCode::OK, Some(750)));
+    assert_eq!(view["lines"].as_array().map(Vec::len), Some(1));
+    // Someone else's basket is not found.
+    let other = t.buyer().await;
+    let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&other).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
