@@ -147,27 +147,15 @@ impl Batch {
         }
         let count = self.statements.len();
         if matches!(conn, Conn::Sqlx(_)) && conn.backend_name() == "SQLite" {
-            use futures_util::TryStreamExt as _;
             let sql = self.statements.iter().map(|s| s.1.as_str()).collect::<Vec<_>>().join(";\n");
             let args: Vec<Arg> = self.statements.into_iter().flat_map(|s| s.2).collect();
             // One result per statement, in order (these statements return no rows). sqlx 0.8
             // deprecates multi-statement queries in favour of `raw_sql`, which cannot bind values;
             // the SQLite driver still runs them, and this is the one place that relies on it.
             #[allow(deprecated)]
-            let mut results = bind(sqlx::query(&sql), args).fetch_many(conn);
-            let mut rows = Vec::with_capacity(count);
-            while let Some(item) = results.try_next().await? {
-                if let sqlx::Either::Left(done) = item {
-                    rows.push(done.rows_affected());
-                }
-            }
-            if rows.len() != count {
-                return Err(crate::error::Error::internal("a batch statement gave no result"));
-            }
-            return Ok(rows);
+            return rows_changed(bind(sqlx::query(&sql), args).fetch_many(conn), count).await;
         }
         if conn.backend_name() == "PostgreSQL" && count > 1 && pg_one_trip() {
-            use futures_util::TryStreamExt as _;
             // One round trip: the simple-query protocol runs several statements in one message,
             // in order, inside the open transaction (the first failure aborts it). It takes no
             // bound values, so each is written as a literal (see `literal`).
@@ -176,17 +164,7 @@ impl Batch {
                 sql.push_str(&inline(plain, args)?);
                 sql.push_str(";\n");
             }
-            let mut results = sqlx::raw_sql(&sql).fetch_many(conn);
-            let mut rows = Vec::with_capacity(count);
-            while let Some(item) = results.try_next().await? {
-                if let sqlx::Either::Left(done) = item {
-                    rows.push(done.rows_affected());
-                }
-            }
-            if rows.len() != count {
-                return Err(crate::error::Error::internal("a batch statement gave no result"));
-            }
-            return Ok(rows);
+            return rows_changed(sqlx::raw_sql(&sql).fetch_many(conn), count).await;
         }
         // The native SQLite writer (no round trips to save) and single statements: one by one.
         let mut rows = Vec::with_capacity(count);
@@ -195,6 +173,28 @@ impl Batch {
         }
         Ok(rows)
     }
+}
+
+/// The rows each statement of a multi-statement query changed, from its results in order; there
+/// must be one per statement (batch statements return no rows).
+async fn rows_changed(
+    mut results: futures_util::stream::BoxStream<
+        '_,
+        std::result::Result<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>, sqlx::Error>,
+    >,
+    count: usize,
+) -> Result<Vec<u64>> {
+    use futures_util::TryStreamExt as _;
+    let mut rows = Vec::with_capacity(count);
+    while let Some(item) = results.try_next().await? {
+        if let sqlx::Either::Left(done) = item {
+            rows.push(done.rows_affected());
+        }
+    }
+    if rows.len() != count {
+        return Err(crate::error::Error::internal("a batch statement gave no result"));
+    }
+    Ok(rows)
 }
 
 /// Whether PostgreSQL batches go in one round trip (`KASSA_PG_BATCH_ONE_TRIP=0` sends them

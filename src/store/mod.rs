@@ -116,12 +116,22 @@ impl Conn {
     }
 }
 
+/// Runs a sqlx query on the native writer: its SQL and arguments, at most `limit` rows.
+fn run_native<'q, E: sqlx::Execute<'q, Any>>(
+    n: &mut NativeTx,
+    mut query: E,
+    limit: Option<usize>,
+) -> std::result::Result<Vec<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>>, sqlx::Error> {
+    let arguments = query.take_arguments().map_err(sqlx::Error::Encode)?;
+    n.0.run(query.sql(), arguments, limit)
+}
+
 impl<'c> sqlx::Executor<'c> for &'c mut Conn {
     type Database = Any;
 
     fn fetch_many<'e, 'q: 'e, E>(
         self,
-        mut query: E,
+        query: E,
     ) -> futures_util::stream::BoxStream<
         'e,
         std::result::Result<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>, sqlx::Error>,
@@ -133,20 +143,16 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::StreamExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).fetch_many(query),
-            Conn::Native(n) => {
-                let out =
-                    query.take_arguments().map_err(sqlx::Error::Encode).and_then(|a| n.0.run(query.sql(), a, None));
-                match out {
-                    Ok(items) => futures_util::stream::iter(items.into_iter().map(Ok)).boxed(),
-                    Err(e) => futures_util::stream::once(std::future::ready(Err(e))).boxed(),
-                }
-            }
+            Conn::Native(n) => match run_native(n, query, None) {
+                Ok(items) => futures_util::stream::iter(items.into_iter().map(Ok)).boxed(),
+                Err(e) => futures_util::stream::once(std::future::ready(Err(e))).boxed(),
+            },
         }
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(
         self,
-        mut query: E,
+        query: E,
     ) -> futures_util::future::BoxFuture<'e, std::result::Result<Option<sqlx::any::AnyRow>, sqlx::Error>>
     where
         'c: 'e,
@@ -156,9 +162,7 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         match self {
             Conn::Sqlx(tx) => (&mut **tx).fetch_optional(query),
             Conn::Native(n) => {
-                let out =
-                    query.take_arguments().map_err(sqlx::Error::Encode).and_then(|a| n.0.run(query.sql(), a, Some(1)));
-                let row = out.map(|items| {
+                let row = run_native(n, query, Some(1)).map(|items| {
                     items.into_iter().find_map(|i| match i {
                         sqlx::Either::Right(row) => Some(row),
                         sqlx::Either::Left(_) => None,
