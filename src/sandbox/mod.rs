@@ -318,20 +318,18 @@ impl Sandbox {
     /// notification). Should a queue outlast the lease, the worker may send one again: a
     /// duplicate, which gateways send anyway and kassa ignores.
     fn send_soon(self: &Arc<Self>, deliveries: Vec<Delivery>, delay_ms: u64) {
-        if delay_ms == 0 {
-            for d in deliveries {
-                // Fails only once the sandbox is being dropped; the worker of the next start sends it.
-                let _ = self.outbound.send(d);
-            }
-            return;
-        }
         let outbound = self.outbound.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            for d in deliveries {
-                let _ = outbound.send(d);
-            }
-        });
+        // Sending fails only once the sandbox is being dropped; the delivery worker of the next
+        // start sends what was left.
+        let queue = move || deliveries.into_iter().for_each(|d| drop(outbound.send(d)));
+        if delay_ms == 0 {
+            queue();
+        } else {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                queue();
+            });
+        }
     }
 
     /// The merchant refunds (part of) a paid payment. Idempotent on `refund_no`; never more than

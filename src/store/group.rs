@@ -103,16 +103,16 @@ pub struct Member<'g> {
 impl GroupCommit {
     /// Batches on sqlx's write pool.
     pub fn new(pool: AnyPool) -> GroupCommit {
-        GroupCommit { writer: Writer::Pool(pool), state: Mutex::new(State::default()), waiting: AtomicUsize::new(0) }
+        GroupCommit::on(Writer::Pool(pool))
     }
 
     /// Batches on the native SQLite writer.
     pub fn native(conn: NativeConn) -> GroupCommit {
-        GroupCommit {
-            writer: Writer::Native(Arc::new(Mutex::new(conn))),
-            state: Mutex::new(State::default()),
-            waiting: AtomicUsize::new(0),
-        }
+        GroupCommit::on(Writer::Native(Arc::new(Mutex::new(conn))))
+    }
+
+    fn on(writer: Writer) -> GroupCommit {
+        GroupCommit { writer, state: Mutex::new(State::default()), waiting: AtomicUsize::new(0) }
     }
 
     /// Whether batches run on the native writer.

@@ -346,21 +346,23 @@ pub fn normalize_url(url: &str) -> anyhow::Result<(DbKind, String)> {
 /// The file of a SQLite URL; `None` for an in-memory database (which only sqlx's own connections
 /// can share).
 fn sqlite_file(url: &str) -> Option<String> {
+    sqlite_file_parts(url).map(|(_, path, _)| path.to_string())
+}
+
+/// A SQLite file URL's parts: the slashes after `sqlite:`, the file's path, the query (without
+/// `?`); `None` for PostgreSQL and for an in-memory database.
+fn sqlite_file_parts(url: &str) -> Option<(&str, &str, &str)> {
     let rest = url.strip_prefix("sqlite:")?;
-    let (path, query) = rest.trim_start_matches("//").split_once('?').unwrap_or((rest.trim_start_matches("//"), ""));
-    (!path.is_empty() && !path.contains(":memory:") && !query.contains("mode=memory")).then(|| path.to_string())
+    let slashes = if rest.starts_with("//") { "//" } else { "" };
+    let (path, query) = rest[slashes.len()..].split_once('?').unwrap_or((&rest[slashes.len()..], ""));
+    (!path.is_empty() && !path.contains(":memory:") && !query.contains("mode=memory")).then_some((slashes, path, query))
 }
 
 /// For a SQLite database file, the URL of the sandbox gateway's file beside it (`shop.db` →
 /// `shop-sandbox.db`, same query options) and the path of the file itself; `None` for PostgreSQL
 /// and for an in-memory SQLite database.
 pub fn sandbox_url(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("sqlite:")?;
-    let slashes = if rest.starts_with("//") { "//" } else { "" };
-    let (path, query) = rest.trim_start_matches("//").split_once('?').unwrap_or((rest.trim_start_matches("//"), ""));
-    if path.is_empty() || path.contains(":memory:") || query.contains("mode=memory") {
-        return None;
-    }
+    let (slashes, path, query) = sqlite_file_parts(url)?;
     let sandbox = match path.strip_suffix(".db") {
         Some(stem) => format!("{stem}-sandbox.db"),
         None => format!("{path}-sandbox"),

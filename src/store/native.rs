@@ -216,6 +216,10 @@ impl NativeConn {
                         .collect();
                     let positions = names.into_iter().enumerate().map(|(i, n)| (UStr::from(n), i)).collect();
                     let s = Arc::new(Shape { columns, names: Arc::new(positions) });
+                    if self.shapes.len() >= STATEMENT_CACHE {
+                        // Bounded like the statement cache; rebuilt on the next use.
+                        self.shapes.clear();
+                    }
                     self.shapes.insert(one.to_string(), Arc::clone(&s));
                     s
                 }

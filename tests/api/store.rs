@@ -4,6 +4,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::common::{Backend, TestApp};
 use kassa::error::Error;
 
+/// A fresh, migrated SQLite database in a temporary directory: the directory (deleted when
+/// dropped), the database's URL and the handle, with SQLite's writer as given.
+async fn fresh_sqlite(writer: kassa::store::SqliteWriter) -> (tempfile::TempDir, String, kassa::store::Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shop.db").display());
+    let db = kassa::store::Db::connect_with(&url, 2, writer).await.unwrap();
+    db.migrate().await.unwrap();
+    (dir, url, db)
+}
+
 /// Two commands that lock the same rows in opposite order deadlock on PostgreSQL; the one the
 /// database aborts (40P01) is re-run by `write_tx!` and both commit. (PostgreSQL only: SQLite has
 /// a single writer, so the two could not even interleave.)
@@ -124,10 +134,7 @@ async fn group_commit_isolates_failed_and_cancelled_commands() {
 /// open copies what an older version kept in kassa's file, and the copy happens once.
 #[tokio::test]
 async fn sandbox_records_move_to_their_own_sqlite_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("shop.db").display());
-    let main = kassa::store::Db::connect(&url, 2).await.unwrap();
-    main.migrate().await.unwrap();
+    let (dir, url, main) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
     // What an older kassa left in its own file: a payment and its pending notification.
     sqlx::query(
         "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
@@ -179,9 +186,7 @@ async fn sandbox_records_move_to_their_own_sqlite_file() {
 /// thread shares); PostgreSQL runs them where they are called.
 #[tokio::test]
 async fn write_commands_run_on_the_sqlite_writer_thread() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = kassa::store::Db::connect(&format!("sqlite://{}", dir.path().join("w.db").display()), 2).await.unwrap();
-    db.migrate().await.unwrap();
+    let (_dir, _, db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
     let name = db.on_writer(async { std::thread::current().name().map(str::to_string) }).await.unwrap();
     assert_eq!(name.as_deref(), Some("kassa-sqlite-writer"));
     // Its batches run on the native writer, with no driver thread between (store::native).
@@ -205,10 +210,7 @@ async fn write_commands_run_on_the_sqlite_writer_thread() {
 async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
     use std::collections::BTreeMap;
     use std::sync::atomic::AtomicUsize;
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("flood.db").display());
-    let main = kassa::store::Db::connect(&url, 2).await.unwrap();
-    main.migrate().await.unwrap();
+    let (_dir, url, main) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
     let records = main.open_sandbox(&url).await.unwrap();
     let clock: kassa::clock::SharedClock = Arc::new(kassa::clock::SystemClock);
     let sandbox = kassa::sandbox::Sandbox::init(&main, records, clock, false).await.unwrap();
@@ -282,9 +284,7 @@ async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
 /// names no session is looked up every time, so a session created later is found.
 #[tokio::test]
 async fn found_buyer_sessions_are_kept_in_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = kassa::store::Db::connect(&format!("sqlite://{}", dir.path().join("s.db").display()), 2).await.unwrap();
-    db.migrate().await.unwrap();
+    let (_dir, _, db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
     let (token, session) = kassa::store::catalog::create_session(&db, 1).await.unwrap();
     let found = kassa::store::catalog::session_by_token(&db, &token).await.unwrap().expect("the session");
     assert_eq!((found.id.as_str(), found.csrf_token.as_str()), (session.id.as_str(), session.csrf_token.as_str()));
@@ -309,12 +309,9 @@ async fn found_buyer_sessions_are_kept_in_memory() {
 async fn every_sqlite_writer_commits_the_same_way() {
     use kassa::domain::{Currency, Money};
     use kassa::store::catalog::{self, NewSku, SkuKind};
-    use kassa::store::{Db, SqliteWriter};
+    use kassa::store::SqliteWriter;
     for writer in [SqliteWriter::Native, SqliteWriter::Sqlx, SqliteWriter::Single] {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("w.db").display());
-        let db = Db::connect_with(&url, 2, writer).await.unwrap();
-        db.migrate().await.unwrap();
+        let (_dir, _, db) = fresh_sqlite(writer).await;
         assert_eq!(db.group().is_some_and(|g| g.is_native()), writer == SqliteWriter::Native);
         let price = Money::new(250, Currency::parse("CNY").unwrap()).unwrap();
         let sku = NewSku { sku: "W".into(), name: "W".into(), kind: SkuKind::Physical, price, stock: 10 };
