@@ -308,8 +308,8 @@ async fn found_buyer_sessions_are_kept_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_sqlite_writer_commits_the_same_way() {
     use kassa::domain::{Currency, Money};
-    use kassa::store::catalog::{self, NewSku, SkuKind};
     use kassa::store::SqliteWriter;
+    use kassa::store::catalog::{self, NewSku, SkuKind};
     for writer in [SqliteWriter::Native, SqliteWriter::Sqlx, SqliteWriter::Single] {
         let (_dir, _, db) = fresh_sqlite(writer).await;
         assert_eq!(db.group().is_some_and(|g| g.is_native()), writer == SqliteWriter::Native);
