@@ -393,18 +393,18 @@ impl BasketView {
     }
 }
 
+/// The basket view's one read. Every join goes by key: a line always has its SKU (foreign key), so
+/// the second join is left only to keep a basket without lines. (A parenthesised `lines JOIN skus`
+/// made SQLite materialise every basket's lines on each view: a scan that grew with the shop's
+/// history. `tests/api/store.rs` checks the plan.)
+pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
+     FROM baskets b LEFT JOIN basket_lines l ON l.basket_id = b.id LEFT JOIN skus s ON s.sku = l.sku \
+     WHERE b.id = $1 AND b.session_id = $2 ORDER BY l.sku";
+
 pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<BasketView> {
     // The basket and its lines in one read (one consistent view); a basket without lines is one
     // row whose line columns are null.
-    let rows = sqlx::query(
-        "SELECT b.status, b.order_no, l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
-         FROM baskets b LEFT JOIN (basket_lines l JOIN skus s ON s.sku = l.sku) ON l.basket_id = b.id \
-         WHERE b.id = $1 AND b.session_id = $2 ORDER BY l.sku",
-    )
-    .bind(basket_id)
-    .bind(session_id)
-    .fetch_all(db.read_pool())
-    .await?;
+    let rows = sqlx::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id).fetch_all(db.read_pool()).await?;
     let basket = rows.first().ok_or_else(|| Error::not_found("basket"))?;
     let (status, order_no): (String, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
     let rows: Vec<_> = rows.iter().filter(|r| col::<Option<String>>(r, "sku").is_ok_and(|s| s.is_some())).collect();

@@ -365,3 +365,25 @@ async fn every_sqlite_writer_commits_the_same_way() {
         db.close().await;
     }
 }
+
+/// The basket view is read on every basket change and checkout page: its plan must reach the
+/// basket, its lines and their SKUs by key, never by scanning a table that grows with the shop's
+/// history (a scan here once cut the HTTP benchmark's throughput by two thirds).
+#[tokio::test]
+async fn the_basket_view_reads_by_key() {
+    let (_dir, url, _db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await.unwrap();
+    let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {}", kassa::store::catalog::BASKET_VIEW_SQL))
+        .bind("b")
+        .bind("s")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| sqlx::Row::get::<String, _>(r, "detail"))
+        .collect();
+    assert!(!plan.is_empty());
+    for step in &plan {
+        assert!(!step.starts_with("SCAN") && !step.starts_with("MATERIALIZE"), "basket view plan: {plan:?}");
+    }
+}
