@@ -15,9 +15,26 @@ fn random_base32(len: usize) -> String {
     (0..len).map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())])).collect()
 }
 
-/// A fresh order number such as `KS7F3K9QXW2MAB`.
+/// Characters of the time prefix: 9 × 5 bits of milliseconds since the Unix epoch (good until
+/// the year 3085).
+const ORDER_NO_TIME_LEN: usize = 9;
+
+/// A fresh order number such as `KS1KQ2R3T4A7F3K9QXW2MAB`: the creation time in milliseconds, then
+/// 60 random bits. The time prefix makes numbers of one moment sort together, so the indexes keyed
+/// by order number take new orders at their right edge instead of on a random page each (one
+/// purchase touches nine such indexes: random keys cost a page write per index per order); the
+/// random part keeps numbers unguessable and says nothing about how many orders there are.
 pub fn new_order_no() -> String {
-    format!("KS{}", random_base32(ORDER_NO_RANDOM_LEN))
+    let ms = u64::try_from(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis(),
+    )
+    .unwrap_or(u64::MAX);
+    format!("KS{}{}", base32_fixed(ms, ORDER_NO_TIME_LEN), random_base32(ORDER_NO_RANDOM_LEN))
+}
+
+/// `n` in `len` base32 characters, most significant first (sorts as the number does).
+fn base32_fixed(n: u64, len: usize) -> String {
+    (0..len).rev().map(|i| char::from(ALPHABET[((n >> (5 * i)) & 31) as usize])).collect()
 }
 
 /// The merchant reference of the `seq`-th payment attempt of an order: `out_trade_no` at the
@@ -57,9 +74,23 @@ mod tests {
         let a = new_order_no();
         let b = new_order_no();
         assert_ne!(a, b);
-        assert!(is_plain_id(&a) && a.len() == 14);
+        assert!(is_plain_id(&a) && a.len() == 23);
         let r = attempt_ref(&a, 3);
         assert!(is_plain_id(&r) && r.len() <= 32 && r.ends_with("_3"));
+    }
+
+    #[test]
+    fn order_numbers_sort_by_creation_time() {
+        let mut last = base32_fixed(0, ORDER_NO_TIME_LEN);
+        for n in [1_u64, 31, 32, 1_000, 1_764_000_000_000, 1_764_000_000_001, (1 << 45) - 1] {
+            let next = base32_fixed(n, ORDER_NO_TIME_LEN);
+            assert!(next > last && next.len() == ORDER_NO_TIME_LEN, "{last} then {next}");
+            last = next;
+        }
+        let a = new_order_no();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = new_order_no();
+        assert!(a[..2 + ORDER_NO_TIME_LEN] < b[..2 + ORDER_NO_TIME_LEN], "{a} then {b}");
     }
 
     #[test]

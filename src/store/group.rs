@@ -200,6 +200,8 @@ impl<'g> Member<'g> {
                 return Err(e);
             }
             let (tx, batch) = (state.tx.take(), state.batch.take());
+            metrics::counter!("kassa_sqlite_group_commits_total").increment(1);
+            metrics::counter!("kassa_sqlite_group_commit_commands_total").increment(state.members as u64);
             // Committed and published in a task of its own: if this request is cancelled while the
             // commit runs, the commit still completes and the batch still hears about it.
             let commit = tokio::spawn(async move {
