@@ -623,9 +623,10 @@ async fn sqlite_pool(url: &str, max: u32, for_good: bool) -> anyhow::Result<AnyP
             Box::pin(async move {
                 // WAL lets readers run beside the writer; synchronous=FULL makes every
                 // acknowledged commit survive a power loss (durability is not traded for speed).
+                // Temporary storage (a savepoint's sub-journal) in memory: see `native::open`.
                 conn.execute(
                     format!(
-                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS};"
+                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY; PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS};"
                     )
                     .as_str(),
                 )

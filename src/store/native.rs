@@ -165,7 +165,12 @@ impl NativeConn {
         conn.busy_timeout(Duration::from_millis(u64::from(busy_timeout_ms)))?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         anyhow::ensure!(mode.eq_ignore_ascii_case("wal"), "SQLite refused WAL mode (got {mode})");
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+        // Temporary storage in memory: every group-commit member runs in a savepoint, whose
+        // sub-journal (the first change of each page it touches) otherwise goes to a temporary
+        // file — a page write per touched page per command, a fifth of the writer's time. It
+        // only ever serves a rollback to the savepoint, so it needs no durability; the WAL
+        // still carries every commit.
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;")?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(NativeConn { conn, shapes: HashMap::new() })
     }
@@ -270,8 +275,9 @@ mod tests {
         use sqlx_core::any::AnyValueKind as V;
         let dir = tempfile::tempdir().unwrap();
         let mut c = NativeConn::open(dir.path().join("n.db").to_str().unwrap(), 1000).unwrap();
-        // Durable as the sqlx pools are: WAL with synchronous=FULL (2), foreign keys on.
-        for (pragma, want) in [("synchronous", 2), ("foreign_keys", 1)] {
+        // Durable as the sqlx pools are: WAL with synchronous=FULL (2), foreign keys on; savepoint
+        // journals in memory (temp_store 2).
+        for (pragma, want) in [("synchronous", 2), ("foreign_keys", 1), ("temp_store", 2)] {
             let rows = c.run(&format!("PRAGMA {pragma}"), None, None).unwrap();
             let row = rows.into_iter().find_map(|e| e.right()).unwrap();
             assert_eq!(row.try_get::<i64, _>(0).unwrap(), want, "{pragma}");
