@@ -528,6 +528,7 @@ impl Db {
                 (5, include_str!("../../migrations/sqlite/0005_event_index.sql")),
                 (6, include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
                 (7, include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
+                (8, include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
@@ -537,6 +538,7 @@ impl Db {
                 (5, include_str!("../../migrations/postgres/0005_event_index.sql")),
                 (6, include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
                 (7, include_str!("../../migrations/postgres/0007_reconciliation.sql")),
+                (8, include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;

@@ -51,17 +51,7 @@ pub struct Due {
 /// Claims attempts to query: active ones older than the threshold or in `unknown`, and the
 /// captured attempts of orders in `paid_after_expiry`.
 pub async fn claim_attempts(db: &Db, due: Due) -> Result<Vec<AttemptToQuery>> {
-    let skip = db.skip_locked();
-    let sql = format!(
-        "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref IN (\
-           SELECT attempt_ref FROM payment_attempts WHERE next_query_at <= $2 AND (\
-             (status IN {active} AND (status = 'unknown' OR created_at <= $3)) \
-             OR (status = 'succeeded' AND attempt_ref IN \
-                 (SELECT captured_attempt_ref FROM orders WHERE status = 'paid_after_expiry'))) \
-           ORDER BY next_query_at LIMIT $4{skip}) RETURNING attempt_ref",
-        active = AttemptStatus::ACTIVE_SQL
-    );
-    let refs = claim(db, &sql, due).await?;
+    let refs = claim(db, &claim_attempts_sql(db.skip_locked()), due).await?;
     let mut out = Vec::with_capacity(refs.len());
     for attempt_ref in refs {
         out.push(load_attempt(db, attempt_ref).await?);
@@ -104,15 +94,35 @@ async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
     })
 }
 
-/// Claims refunds still `processing` whose last change is older than the threshold.
-pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
-    let skip = db.skip_locked();
-    let sql = format!(
+/// The statement [`claim_attempts`] runs (`skip`: [`Db::skip_locked`]). Each half of the union
+/// reaches its rows by a partial index (`payment_attempts_open`, `orders_paid_after_expiry`), so a
+/// claim costs what is due, not the shop's history; the plan is checked in `tests/api/store.rs`.
+pub fn claim_attempts_sql(skip: &str) -> String {
+    format!(
+        "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref IN (\
+           SELECT attempt_ref FROM payment_attempts WHERE attempt_ref IN (\
+             SELECT attempt_ref FROM payment_attempts WHERE status IN {active} AND next_query_at <= $2 \
+               AND (status = 'unknown' OR created_at <= $3) \
+             UNION ALL \
+             SELECT a.attempt_ref FROM orders o JOIN payment_attempts a ON a.attempt_ref = o.captured_attempt_ref \
+               WHERE o.status = 'paid_after_expiry' AND a.status = 'succeeded' AND a.next_query_at <= $2) \
+           ORDER BY next_query_at LIMIT $4{skip}) RETURNING attempt_ref",
+        active = AttemptStatus::ACTIVE_SQL
+    )
+}
+
+/// The statement [`claim_refunds`] runs (`skip`: [`Db::skip_locked`]), by `refunds_processing`.
+pub fn claim_refunds_sql(skip: &str) -> String {
+    format!(
         "UPDATE refunds SET next_query_at = $1 WHERE refund_no IN (SELECT refund_no FROM refunds \
          WHERE status = 'processing' AND next_query_at <= $2 AND updated_at <= $3 ORDER BY next_query_at LIMIT $4{skip}) \
          RETURNING refund_no"
-    );
-    let numbers = claim(db, &sql, due).await?;
+    )
+}
+
+/// Claims refunds still `processing` whose last change is older than the threshold.
+pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
+    let numbers = claim(db, &claim_refunds_sql(db.skip_locked()), due).await?;
     let mut out = Vec::with_capacity(numbers.len());
     for refund_no in numbers {
         let r = sqlx::query(

@@ -20,6 +20,8 @@ pub const SWEEPER_BEHIND_MS: Millis = 2 * 60 * 1000;
 pub const UNKNOWN_ALERT_MS: Millis = 10 * 60 * 1000;
 /// Alerts raised or pushed per step.
 const MONITOR_BATCH_MAX: i64 = 100;
+/// Attempts left in `unknown` since before `$1`, oldest first (by `payment_attempts_unknown`).
+pub const UNKNOWN_ATTEMPTS_SQL: &str = "SELECT attempt_ref, order_no FROM payment_attempts WHERE status = 'unknown' AND updated_at < $1 ORDER BY updated_at LIMIT $2";
 
 pub struct Monitor {
     pub db: Db,
@@ -70,13 +72,11 @@ impl Monitor {
         .bind(MONITOR_BATCH_MAX)
         .fetch_all(pool)
         .await?;
-        let unknown = sqlx::query(
-            "SELECT attempt_ref, order_no FROM payment_attempts WHERE status = 'unknown' AND updated_at < $1 ORDER BY updated_at LIMIT $2",
-        )
-        .bind(now - UNKNOWN_ALERT_MS)
-        .bind(MONITOR_BATCH_MAX)
-        .fetch_all(pool)
-        .await?;
+        let unknown = sqlx::query(UNKNOWN_ATTEMPTS_SQL)
+            .bind(now - UNKNOWN_ALERT_MS)
+            .bind(MONITOR_BATCH_MAX)
+            .fetch_all(pool)
+            .await?;
         report.stuck_orders = stuck.len();
         report.unknown_attempts = unknown.len();
         let behind = report.sweeper_lag_ms > SWEEPER_BEHIND_MS;
