@@ -38,7 +38,7 @@ KASSA_SQLITE_NATIVE=0 run engine-sqlite-spread-sqlx-writer --engine --scenario s
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
-    for s in spread hot notify notify-direct engine-spread; do
+    for s in spread hot notify notify-direct engine-spread engine-confirm; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
       case "$s" in engine-*) mode=(--engine --scenario "${s#engine-}");; *) mode=(--scenario "$s");; esac
