@@ -353,8 +353,8 @@ async fn set_line(
 ) -> Result<Response> {
     plain(&basket_id, "basket")?;
     plain(&sku, "SKU")?;
-    catalog::set_basket_line(&state.db, &session.id, &basket_id, &sku, body.quantity, state.now_ms()).await?;
-    let basket = catalog::get_basket(&state.db, &session.id, &basket_id).await?;
+    let basket =
+        catalog::set_basket_line(&state.db, &session.id, &basket_id, &sku, body.quantity, state.now_ms()).await?;
     Ok(axum::Json(basket).into_response())
 }
 

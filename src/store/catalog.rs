@@ -268,7 +268,8 @@ async fn create_basket_here(db: &Db, session_id: &str, now: Millis) -> Result<St
     Ok(id)
 }
 
-/// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price.
+/// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price; returns
+/// the basket as this change left it (read in the change's own transaction, so no second read).
 pub async fn set_basket_line(
     db: &Db,
     session_id: &str,
@@ -276,7 +277,7 @@ pub async fn set_basket_line(
     sku: &str,
     quantity: i64,
     now: Millis,
-) -> Result<()> {
+) -> Result<BasketView> {
     let (on, session_id, basket_id, sku) = (db.clone(), session_id.to_string(), basket_id.to_string(), sku.to_string());
     db.on_writer(async move { set_basket_line_here(&on, &session_id, &basket_id, &sku, quantity, now).await }).await?
 }
@@ -288,18 +289,20 @@ async fn set_basket_line_here(
     sku: &str,
     quantity: i64,
     now: Millis,
-) -> Result<()> {
+) -> Result<BasketView> {
     if !(0..=LINE_QUANTITY_MAX).contains(&quantity) {
         return Err(Error::api(422, "invalid_quantity", format!("quantity must be between 0 and {LINE_QUANTITY_MAX}")));
     }
     let lock = db.for_update_of("b");
     crate::write_tx!(db, |tx| {
         // The basket (locked on PostgreSQL), today's price of the SKU and the basket's other lines
-        // (one currency, a representable total, a bounded size), in one read: a row per other
-        // line, or one row with null line columns.
+        // (one currency, a representable total, a bounded size; their names and today's prices
+        // for the answer), in one read: a row per other line, or one row with null line columns.
         let rows = sqlx::query(&format!(
-            "SELECT b.status, s.price_minor, s.currency, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
+            "SELECT b.status, s.name, s.price_minor, s.currency, l.sku AS line_sku, ls.name AS line_name, \
+             ls.price_minor AS line_price_minor, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
              FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
+             LEFT JOIN skus ls ON ls.sku = l.sku \
              WHERE b.id = $1 AND b.session_id = $2{lock}"
         ))
         .bind(basket_id)
@@ -311,36 +314,41 @@ async fn set_basket_line_here(
         if col::<String>(row, "status")? != "open" {
             return Err(Error::conflict("basket_frozen", "the basket has been checked out and can no longer change"));
         }
+        let mut others = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if let Some(line_sku) = col::<Option<String>>(r, "line_sku")? {
+                others.push(LineRow {
+                    sku: line_sku,
+                    name: col(r, "line_name")?,
+                    quantity: col(r, "quantity")?,
+                    quoted: col(r, "quoted_unit_minor")?,
+                    current: col(r, "line_price_minor")?,
+                    currency: col(r, "line_currency")?,
+                });
+            }
+        }
         if quantity == 0 {
             sqlx::query("DELETE FROM basket_lines WHERE basket_id = $1 AND sku = $2")
                 .bind(basket_id)
                 .bind(sku)
                 .execute(&mut **tx)
                 .await?;
-            return Ok(());
+            return basket_view(basket_id, "open".to_string(), None, others);
         }
-        let (Some(price), Some(currency)) =
-            (col::<Option<i64>>(row, "price_minor")?, col::<Option<String>>(row, "currency")?)
-        else {
+        let (Some(name), Some(price), Some(currency)) = (
+            col::<Option<String>>(row, "name")?,
+            col::<Option<i64>>(row, "price_minor")?,
+            col::<Option<String>>(row, "currency")?,
+        ) else {
             return Err(Error::not_found("SKU"));
         };
-        let mut others = Vec::with_capacity(rows.len());
-        for r in &rows {
-            if let (Some(quoted), Some(qty), Some(line_currency)) = (
-                col::<Option<i64>>(r, "quoted_unit_minor")?,
-                col::<Option<i64>>(r, "quantity")?,
-                col::<Option<String>>(r, "line_currency")?,
-            ) {
-                if line_currency != currency {
-                    return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
-                }
-                others.push((quoted, qty));
-            }
+        if others.iter().any(|l| l.currency != currency) {
+            return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
         }
         let overflow = || Error::api(422, "amount_overflow", "the basket total would overflow");
         let mut total = price.checked_mul(quantity).ok_or_else(overflow)?;
-        for (quoted, qty) in &others {
-            let line = quoted.checked_mul(*qty).ok_or_else(overflow)?;
+        for l in &others {
+            let line = l.quoted.checked_mul(l.quantity).ok_or_else(overflow)?;
             total = total.checked_add(line).ok_or_else(overflow)?;
         }
         let lines = i64::try_from(others.len()).unwrap_or(i64::MAX);
@@ -361,8 +369,50 @@ async fn set_basket_line_here(
             "basket line upsert",
         );
         batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
-        batch.run_checked(tx).await
+        batch.run_checked(tx).await?;
+        others.push(LineRow { sku: sku.to_string(), name, quantity, quoted: price, current: price, currency });
+        basket_view(basket_id, "open".to_string(), None, others)
     })
+}
+
+/// One line of a basket as read from the database: its SKU's name and today's price beside the
+/// quoted one.
+struct LineRow {
+    sku: String,
+    name: String,
+    quantity: i64,
+    quoted: i64,
+    current: i64,
+    currency: String,
+}
+
+/// The basket view from its lines, in SKU order, with the total at the quoted prices.
+fn basket_view(
+    basket_id: &str,
+    status: String,
+    order_no: Option<String>,
+    mut rows: Vec<LineRow>,
+) -> Result<BasketView> {
+    rows.sort_by(|a, b| a.sku.cmp(&b.sku));
+    let overflow = || Error::api(422, "amount_overflow", "basket total overflows");
+    let mut lines = Vec::with_capacity(rows.len());
+    let mut total: i64 = 0;
+    let mut currency = None;
+    for r in rows {
+        let line_total = r.quoted.checked_mul(r.quantity).ok_or_else(overflow)?;
+        total = total.checked_add(line_total).ok_or_else(overflow)?;
+        currency = Some(r.currency);
+        lines.push(BasketLineView {
+            sku: r.sku,
+            name: r.name,
+            quantity: r.quantity,
+            unit_price_minor: r.quoted,
+            current_unit_price_minor: r.current,
+            line_total_minor: line_total,
+            price_changed: r.quoted != r.current,
+        });
+    }
+    Ok(BasketView { basket_id: basket_id.to_string(), status, lines, total_minor: total, currency, order_no })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -407,31 +457,20 @@ pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<Ba
     let rows = sqlx::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id).fetch_all(db.read_pool()).await?;
     let basket = rows.first().ok_or_else(|| Error::not_found("basket"))?;
     let (status, order_no): (String, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
-    let rows: Vec<_> = rows.iter().filter(|r| col::<Option<String>>(r, "sku").is_ok_and(|s| s.is_some())).collect();
     let mut lines = Vec::with_capacity(rows.len());
-    let mut total: i64 = 0;
-    let mut currency = None;
-    for r in rows {
-        let quantity: i64 = col(r, "quantity")?;
-        let quoted: i64 = col(r, "quoted_unit_minor")?;
-        let current: i64 = col(r, "price_minor")?;
-        let line_total =
-            quoted.checked_mul(quantity).ok_or_else(|| Error::api(422, "amount_overflow", "basket total overflows"))?;
-        total = total
-            .checked_add(line_total)
-            .ok_or_else(|| Error::api(422, "amount_overflow", "basket total overflows"))?;
-        currency = Some(col::<String>(r, "currency")?);
-        lines.push(BasketLineView {
-            sku: col(r, "sku")?,
-            name: col(r, "name")?,
-            quantity,
-            unit_price_minor: quoted,
-            current_unit_price_minor: current,
-            line_total_minor: line_total,
-            price_changed: quoted != current,
-        });
+    for r in &rows {
+        if let Some(sku) = col::<Option<String>>(r, "sku")? {
+            lines.push(LineRow {
+                sku,
+                name: col(r, "name")?,
+                quantity: col(r, "quantity")?,
+                quoted: col(r, "quoted_unit_minor")?,
+                current: col(r, "price_minor")?,
+                currency: col(r, "currency")?,
+            });
+        }
     }
-    Ok(BasketView { basket_id: basket_id.to_string(), status, lines, total_minor: total, currency, order_no })
+    basket_view(basket_id, status, order_no, lines)
 }
 
 /// After a `price_changed` refusal: quote today's prices so the buyer can review and confirm again.

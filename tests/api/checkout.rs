@@ -352,9 +352,33 @@ async fn basket_lines(backend: Backend) {
     // Changing a line replaces it (the other lines count once), and quantity 0 removes it.
     let (status, view) = put(basket.clone(), "B", 5).await;
     assert_eq!((status, view["total_minor"].as_i64()), (StatusCode::OK, Some(300 + 750)));
+    let get = |basket: String| {
+        let (http, url, buyer) = (t.http.clone(), t.url(&format!("/api/v1/baskets/{basket}")), buyer.clone());
+        async move { http.get(url).bearer_auth(&buyer).send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
+    };
+    // The answer is the basket as the change left it: what a read of it returns, field for field.
+    assert_eq!(view, get(basket.clone()).await);
+    // A price changed since a line was quoted shows in the answer to another line's change.
+    let r = t
+        .http
+        .patch(t.url("/api/v1/admin/skus/B"))
+        .bearer_auth(crate::common::ADMIN)
+        .json(&json!({"price_minor": 175}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let (status, view) = put(basket.clone(), "A", 2).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    let b = &view["lines"][1];
+    assert_eq!((b["sku"].as_str(), b["name"].as_str()), (Some("B"), Some("Bread")));
+    assert_eq!((b["unit_price_minor"].as_i64(), b["current_unit_price_minor"].as_i64()), (Some(150), Some(175)));
+    assert_eq!((b["price_changed"].as_bool(), view["total_minor"].as_i64()), (Some(true), Some(600 + 750)));
+    assert_eq!(view, get(basket.clone()).await);
     let (status, view) = put(basket.clone(), "A", 0).await;
     assert_eq!((status, view["total_minor"].as_i64()), (StatusCode::OK, Some(750)));
     assert_eq!(view["lines"].as_array().map(Vec::len), Some(1));
+    assert_eq!(view, get(basket.clone()).await);
     // Someone else's basket is not found.
     let other = t.buyer().await;
     let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&other).send().await.unwrap();
