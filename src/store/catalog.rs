@@ -293,18 +293,30 @@ async fn set_basket_line_here(
     if !(0..=LINE_QUANTITY_MAX).contains(&quantity) {
         return Err(Error::api(422, "invalid_quantity", format!("quantity must be between 0 and {LINE_QUANTITY_MAX}")));
     }
-    let lock = db.for_update_of("b");
     crate::write_tx!(db, |tx| {
-        // The basket (locked on PostgreSQL), today's price of the SKU and the basket's other lines
-        // (one currency, a representable total, a bounded size; their names and today's prices
-        // for the answer), in one read: a row per other line, or one row with null line columns.
-        let rows = sqlx::query(&format!(
+        // PostgreSQL: lock the basket first, in a statement of its own. A statement that waited
+        // for a row lock re-reads only the locked row, not the rows it joined, so reading the
+        // lines in the locking statement could miss a line a concurrent change just committed
+        // (and let two currencies in). The next statement reads everything committed. SQLite's
+        // write transaction already excludes every other writer: one read is enough.
+        if db.kind() == crate::store::DbKind::Postgres {
+            sqlx::query("SELECT id FROM baskets WHERE id = $1 AND session_id = $2 FOR UPDATE")
+                .bind(basket_id)
+                .bind(session_id)
+                .fetch_optional(&mut **tx)
+                .await?
+                .ok_or_else(|| Error::not_found("basket"))?;
+        }
+        // The basket, today's price of the SKU and the basket's other lines (one currency, a
+        // representable total, a bounded size; their names and today's prices for the answer),
+        // in one read: a row per other line, or one row with null line columns.
+        let rows = sqlx::query(
             "SELECT b.status, s.name, s.price_minor, s.currency, l.sku AS line_sku, ls.name AS line_name, \
              ls.price_minor AS line_price_minor, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
              FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
              LEFT JOIN skus ls ON ls.sku = l.sku \
-             WHERE b.id = $1 AND b.session_id = $2{lock}"
-        ))
+             WHERE b.id = $1 AND b.session_id = $2",
+        )
         .bind(basket_id)
         .bind(session_id)
         .bind(sku)

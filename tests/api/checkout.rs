@@ -384,3 +384,53 @@ async fn basket_lines(backend: Backend) {
     let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&other).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+// Concurrent line changes on one basket see each other: on PostgreSQL the second waits for the
+// basket's lock and must then read the lines the first committed (a row lock re-reads only the
+// locked row, so the lines are read after the lock, not in the same statement). Two changes in
+// different currencies racing on the same basket: one is refused, never both kept.
+on_both!(racing_line_changes_keep_one_currency, racing_lines);
+async fn racing_lines(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("A", "Apple", 300, 9).await;
+    let (status, body) = t
+        .admin_post(
+            "/api/v1/admin/skus",
+            json!({"sku": "U", "name": "Dollar", "price_minor": 100, "currency": "USD", "stock": 9}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let buyer = t.buyer().await;
+    let mut baskets = Vec::new();
+    for _ in 0..24 {
+        baskets.push(t.basket(&buyer, &[]).await);
+    }
+    let put = |basket: &str, sku: &str| {
+        t.http
+            .put(t.url(&format!("/api/v1/baskets/{basket}/lines/{sku}")))
+            .bearer_auth(&buyer)
+            .json(&json!({"quantity": 1}))
+            .send()
+    };
+    let mut races = Vec::new();
+    for basket in &baskets {
+        races.push(async move {
+            let (a, u) = tokio::join!(put(basket, "A"), put(basket, "U"));
+            (a.unwrap().status(), u.unwrap().status())
+        });
+    }
+    for (a, u) in futures_util::future::join_all(races).await {
+        assert!(
+            (a, u) == (StatusCode::OK, StatusCode::UNPROCESSABLE_ENTITY)
+                || (a, u) == (StatusCode::UNPROCESSABLE_ENTITY, StatusCode::OK),
+            "{a} / {u}"
+        );
+    }
+    let mixed = t
+        .count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT basket_id FROM basket_lines GROUP BY basket_id \
+             HAVING COUNT(DISTINCT currency) > 1) m",
+        )
+        .await;
+    assert_eq!(mixed, 0);
+}
