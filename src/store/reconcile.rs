@@ -95,8 +95,9 @@ async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
 }
 
 /// The statement [`claim_attempts`] runs (`skip`: [`Db::skip_locked`]). Each half of the union
-/// reaches its rows by a partial index (`payment_attempts_open`, `orders_paid_after_expiry`), so a
-/// claim costs what is due, not the shop's history; the plan is checked in `tests/api/store.rs`.
+/// reaches its rows by a partial index (`payment_attempts_one_active` — the open attempts, which
+/// also keeps one per order — and `orders_paid_after_expiry`), so a claim costs what is open or
+/// due, not the shop's history; the plan is checked in `tests/api/store.rs`.
 pub fn claim_attempts_sql(skip: &str) -> String {
     format!(
         "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref IN (\

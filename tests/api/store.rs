@@ -398,7 +398,7 @@ async fn hot_and_periodic_queries_read_by_index() {
     let (_dir, url, _db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
     let queries = [
         ("basket view", kassa::store::catalog::BASKET_VIEW_SQL.to_string(), None),
-        ("attempt claim", kassa::store::reconcile::claim_attempts_sql(""), Some("payment_attempts_open")),
+        ("attempt claim", kassa::store::reconcile::claim_attempts_sql(""), Some("payment_attempts_one_active")),
         ("refund claim", kassa::store::reconcile::claim_refunds_sql(""), Some("refunds_processing")),
         (
             "unknown attempts",
