@@ -111,15 +111,7 @@ async fn price_and_stock(backend: Backend) {
     t.create_sku("CUP", "Cup", 1500, 100).await;
     let buyer = t.buyer().await;
     let basket = t.basket(&buyer, &[("TEA", 1), ("CUP", 2)]).await;
-    let r = t
-        .http
-        .patch(t.url("/api/v1/admin/skus/TEA"))
-        .bearer_auth(crate::common::ADMIN)
-        .json(&json!({"price_minor": 13800}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
+    t.set_price("TEA", 13800).await;
     let (status, body) = t.checkout(&buyer, &basket, None).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(body["error"]["code"], "price_changed", "{body}");
@@ -359,15 +351,7 @@ async fn basket_lines(backend: Backend) {
     // The answer is the basket as the change left it: what a read of it returns, field for field.
     assert_eq!(view, get(basket.clone()).await);
     // A price changed since a line was quoted shows in the answer to another line's change.
-    let r = t
-        .http
-        .patch(t.url("/api/v1/admin/skus/B"))
-        .bearer_auth(crate::common::ADMIN)
-        .json(&json!({"price_minor": 175}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
+    t.set_price("B", 175).await;
     let (status, view) = put(basket.clone(), "A", 2).await;
     assert_eq!(status, StatusCode::OK, "{view}");
     let b = &view["lines"][1];

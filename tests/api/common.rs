@@ -181,6 +181,19 @@ impl TestApp {
         r.json().await.expect("json")
     }
 
+    /// Changes a SKU's price through the admin API (baskets keep the price they quoted).
+    pub async fn set_price(&self, sku: &str, price_minor: i64) {
+        let r = self
+            .http
+            .patch(self.url(&format!("/api/v1/admin/skus/{sku}")))
+            .bearer_auth(ADMIN)
+            .json(&json!({"price_minor": price_minor}))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), StatusCode::OK, "PATCH price of {sku}");
+    }
+
     pub async fn create_sku(&self, sku: &str, name: &str, price_minor: i64, stock: i64) {
         let (status, body) = self
             .admin_post(
