@@ -302,12 +302,8 @@ async fn hostile_input(backend: Backend) {
     t.assert_clean().await;
 }
 
-on_both!(basket_lines_keep_one_currency_and_a_representable_total, basket_lines);
-async fn basket_lines(backend: Backend) {
-    let t = TestApp::spawn(backend).await;
-    t.create_sku("A", "Apple", 300, 9).await;
-    t.create_sku("B", "Bread", 150, 9).await;
-    t.create_sku("BIG", "Big", i64::MAX / 2, 9).await;
+/// SKU `U`, priced in USD beside the CNY catalog the other SKUs use.
+async fn create_dollar_sku(t: &TestApp) {
     let (status, body) = t
         .admin_post(
             "/api/v1/admin/skus",
@@ -315,6 +311,15 @@ async fn basket_lines(backend: Backend) {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+on_both!(basket_lines_keep_one_currency_and_a_representable_total, basket_lines);
+async fn basket_lines(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("A", "Apple", 300, 9).await;
+    t.create_sku("B", "Bread", 150, 9).await;
+    t.create_sku("BIG", "Big", i64::MAX / 2, 9).await;
+    create_dollar_sku(&t).await;
     let buyer = t.buyer().await;
     let put = |basket: String, sku: &'static str, quantity: i64| {
         let (http, url, buyer) =
@@ -377,13 +382,7 @@ on_both!(racing_line_changes_keep_one_currency, racing_lines);
 async fn racing_lines(backend: Backend) {
     let t = TestApp::spawn(backend).await;
     t.create_sku("A", "Apple", 300, 9).await;
-    let (status, body) = t
-        .admin_post(
-            "/api/v1/admin/skus",
-            json!({"sku": "U", "name": "Dollar", "price_minor": 100, "currency": "USD", "stock": 9}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    create_dollar_sku(&t).await;
     let buyer = t.buyer().await;
     let mut baskets = Vec::new();
     for _ in 0..24 {
