@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// In-process engine benchmark (no HTTP)
     #[arg(long)]
     pub engine: bool,
+    /// Add each basket's line with a request of its own (`PUT …/lines/{sku}`, one more request
+    /// and write per purchase) instead of creating the basket with it
+    #[arg(long)]
+    pub line_request: bool,
     /// Write the JSON report here as well
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -75,6 +79,8 @@ pub struct BenchArgs {
 pub struct Report {
     pub scenario: String,
     pub mode: String,
+    /// How each buyer builds a basket: `basket-with-line` (one request) or `basket-then-line`.
+    pub flow: String,
     pub database: String,
     pub buyers: usize,
     pub seconds: f64,
@@ -276,15 +282,29 @@ fn code_of(body: &Value, status: reqwest::StatusCode) -> String {
 }
 
 /// One simulated buyer: basket, confirm, pay (when `pay`), until `stop`.
+/// What each simulated buyer does.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Pay every n-th order (0: never).
+    pay_every: usize,
+    /// Add the line with a request of its own after creating an empty basket.
+    line_request: bool,
+}
+
+fn flow(line_request: bool) -> String {
+    if line_request { "basket-then-line" } else { "basket-with-line" }.into()
+}
+
 async fn buyer(
     http: reqwest::Client,
     base: String,
     skus: Arc<Vec<String>>,
     i: usize,
-    pay_every: usize,
+    plan: Plan,
     stop: Arc<AtomicBool>,
     tally: Arc<Mutex<Tally>>,
 ) {
+    let Plan { pay_every, line_request } = plan;
     let Ok(r) = http.post(format!("{base}/api/v1/sessions")).send().await else { return };
     let Ok(v) = r.json::<Value>().await else { return };
     let token = v["token"].as_str().unwrap_or_default().to_string();
@@ -293,14 +313,23 @@ async fn buyer(
         n += 1;
         let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
         let step = async {
-            let basket: Value =
-                http.post(format!("{base}/api/v1/baskets")).bearer_auth(&token).send().await?.json().await?;
-            let id = basket["basket_id"].as_str().unwrap_or_default().to_string();
-            http.put(format!("{base}/api/v1/baskets/{id}/lines/{sku}"))
+            let lines = if line_request { json!({}) } else { json!({"lines": [{"sku": sku, "quantity": 1}]}) };
+            let basket: Value = http
+                .post(format!("{base}/api/v1/baskets"))
                 .bearer_auth(&token)
-                .json(&json!({"quantity": 1}))
+                .json(&lines)
                 .send()
+                .await?
+                .json()
                 .await?;
+            let id = basket["basket_id"].as_str().unwrap_or_default().to_string();
+            if line_request {
+                http.put(format!("{base}/api/v1/baskets/{id}/lines/{sku}"))
+                    .bearer_auth(&token)
+                    .json(&json!({"quantity": 1}))
+                    .send()
+                    .await?;
+            }
             let started = Instant::now();
             let r = http
                 .post(format!("{base}/api/v1/baskets/{id}/checkout"))
@@ -372,7 +401,8 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let mut set = tokio::task::JoinSet::new();
         let skus = Arc::new(skus.clone());
         for i in 0..args.buyers {
-            set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, 0, stop.clone(), tally.clone()));
+            let plan = Plan { pay_every: 0, line_request: args.line_request };
+            set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, plan, stop.clone(), tally.clone()));
         }
         tokio::time::sleep(Duration::from_secs(args.seconds.max(2) / 2)).await;
         stop.store(true, Ordering::Relaxed);
@@ -456,7 +486,8 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let mut set = tokio::task::JoinSet::new();
     let skus = Arc::new(skus);
     for i in 0..args.buyers {
-        set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, pay_every, stop.clone(), tally.clone()));
+        let plan = Plan { pay_every, line_request: args.line_request };
+        set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, plan, stop.clone(), tally.clone()));
     }
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     stop.store(true, Ordering::Relaxed);
@@ -492,6 +523,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
 async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow::Result<Report> {
     report.mode = if args.url.is_some() { "http (external server)".into() } else { "http (spawned server)".into() };
     report.buyers = args.buyers;
+    report.flow = flow(args.line_request);
     report.server_peak_rss_mb = server.pid.and_then(peak_rss_mb);
     if let Some(url) = &server.database_url {
         report.database = url.split(':').next().unwrap_or_default().to_string();
@@ -530,6 +562,7 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let skus = Arc::new(skus);
     // `confirm`: baskets are prepared before the clock starts, so only confirms are timed.
     let confirm_only = args.scenario == "confirm";
+    let line_request = args.line_request;
     let start = Arc::new(tokio::sync::Barrier::new(args.buyers + 1));
     for i in 0..args.buyers {
         let (db, stop, tally, skus, start) = (db.clone(), stop.clone(), tally.clone(), skus.clone(), start.clone());
@@ -556,12 +589,18 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
                     let Some(b) = prepared.pop() else { return };
                     b
                 } else {
-                    let Ok(basket) = catalog::create_basket(&db, &session.id, now).await else { continue };
                     let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
-                    if catalog::set_basket_line(&db, &session.id, &basket, sku, 1, now).await.is_err() {
-                        continue;
+                    if line_request {
+                        let Ok(basket) = catalog::create_basket(&db, &session.id, now).await else { continue };
+                        if catalog::set_basket_line(&db, &session.id, &basket, sku, 1, now).await.is_err() {
+                            continue;
+                        }
+                        basket
+                    } else {
+                        let lines = vec![(sku.clone(), 1)];
+                        let Ok(basket) = catalog::open_basket(&db, &session.id, lines, now).await else { continue };
+                        basket.basket_id
                     }
-                    basket
                 };
                 let req = checkout::ConfirmRequest {
                     currencies: None,
@@ -638,6 +677,7 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: args.scenario.clone(),
         mode: "engine (in-process, no HTTP)".into(),
+        flow: flow(args.line_request),
         database: url.split(':').next().unwrap_or_default().to_string(),
         buyers: args.buyers,
         seconds: secs,
@@ -720,6 +760,7 @@ pub fn table(r: &Report) -> String {
         row("durable commits/s", format!("{c:.0}"));
         return out;
     }
+    row("basket flow", r.flow.clone());
     row("confirms (201)", format!("{} ({:.0}/s)", r.confirms, r.confirms_per_s));
     row("notifications applied", format!("{} ({:.0}/s)", r.notifications_applied, r.notifications_per_s));
     let l = |k: &str| r.latency_ms.get(k).copied().unwrap_or(0.0);

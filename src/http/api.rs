@@ -82,11 +82,20 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             doc(
                 "post",
                 "/api/v1/baskets",
-                "Create an empty basket",
+                "Create a basket, empty or with its lines (all of them or nothing)",
                 "buyer",
                 Buyer,
-                Option::None,
-                &[(201, "{basket_id}"), (401, "unauthorized")],
+                Some(json!({"type": "object", "properties": {"lines": {
+                    "type": "array", "maxItems": catalog::BASKET_LINES_MAX,
+                    "items": {"type": "object", "required": ["sku", "quantity"], "properties": {
+                        "sku": {"type": "string"},
+                        "quantity": {"type": "integer", "minimum": 1, "maximum": catalog::LINE_QUANTITY_MAX}}}}}})),
+                &[
+                    (201, "the basket {basket_id, status, lines, total_minor, currency}"),
+                    (401, "unauthorized"),
+                    (404, "not_found (a SKU)"),
+                    (422, "invalid_quantity / duplicate_line / currency_mismatch / basket_too_large / amount_overflow"),
+                ],
             ),
             post(create_basket),
         ),
@@ -331,9 +340,26 @@ async fn create_session(State(state): State<AppState>) -> Result<Response> {
     Ok((StatusCode::CREATED, axum::Json(json!({"token": token}))).into_response())
 }
 
-async fn create_basket(State(state): State<AppState>, Buyer(session): Buyer) -> Result<Response> {
-    let id = catalog::create_basket(&state.db, &session.id, state.now_ms()).await?;
-    Ok((StatusCode::CREATED, axum::Json(json!({"basket_id": id}))).into_response())
+#[derive(Deserialize, Default)]
+struct NewBasketBody {
+    #[serde(default)]
+    lines: Vec<NewLine>,
+}
+
+#[derive(Deserialize)]
+struct NewLine {
+    sku: String,
+    quantity: i64,
+}
+
+async fn create_basket(
+    State(state): State<AppState>,
+    Buyer(session): Buyer,
+    ApiJson(body): ApiJson<NewBasketBody>,
+) -> Result<Response> {
+    let lines = body.lines.into_iter().map(|l| (l.sku, l.quantity)).collect();
+    let basket = catalog::open_basket(&state.db, &session.id, lines, state.now_ms()).await?;
+    Ok((StatusCode::CREATED, axum::Json(basket)).into_response())
 }
 
 fn plain(id: &str, what: &str) -> Result<()> {

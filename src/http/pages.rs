@@ -186,8 +186,7 @@ async fn shop_basket(
     let result = async {
         let session = form_session(&state, &headers, &form).await?;
         let now = state.now_ms();
-        let basket_id = catalog::create_basket(&state.db, &session.id, now).await?;
-        let mut any = false;
+        let mut lines = Vec::new();
         for (key, value) in &form {
             let Some(sku) = key.strip_prefix("qty_") else { continue };
             let quantity: i64 = value
@@ -195,13 +194,14 @@ async fn shop_basket(
                 .parse()
                 .map_err(|_| Error::api(422, "invalid_quantity", "quantities must be whole numbers"))?;
             if quantity > 0 && ids::is_plain_id(sku) {
-                catalog::set_basket_line(&state.db, &session.id, &basket_id, sku, quantity, now).await?;
-                any = true;
+                lines.push((sku.to_string(), quantity));
             }
         }
-        if !any {
+        if lines.is_empty() {
             return Err(Error::api(422, "basket_empty", "choose at least one item"));
         }
+        // Every chosen line or, if one is refused, no basket at all.
+        let basket_id = catalog::open_basket(&state.db, &session.id, lines, now).await?.basket_id;
         Ok(Redirect::to(&format!("/shop/basket/{basket_id}")).into_response())
     }
     .await;

@@ -248,24 +248,94 @@ pub async fn session_by_token(db: &Db, token: &str) -> Result<Option<Session>> {
 }
 
 pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<String> {
-    let (on, session_id) = (db.clone(), session_id.to_string());
-    db.on_writer(async move { create_basket_here(&on, &session_id, now).await }).await?
+    Ok(open_basket(db, session_id, Vec::new(), now).await?.basket_id)
 }
 
-async fn create_basket_here(db: &Db, session_id: &str, now: Millis) -> Result<String> {
+/// Opens a basket holding `lines` (SKU, quantity), quoting today's prices: all of them or,
+/// on any bad line, nothing at all. One write command however many lines (a "buy now" button
+/// needs one request, not one per line). Returns the basket as created.
+pub async fn open_basket(db: &Db, session_id: &str, lines: Vec<(String, i64)>, now: Millis) -> Result<BasketView> {
+    check_new_lines(&lines)?;
+    let (on, session_id) = (db.clone(), session_id.to_string());
+    db.on_writer(async move { open_basket_here(&on, &session_id, &lines, now).await }).await?
+}
+
+/// What can be refused without reading anything: quantities, repeats and the basket's size.
+fn check_new_lines(lines: &[(String, i64)]) -> Result<()> {
+    if i64::try_from(lines.len()).unwrap_or(i64::MAX) > BASKET_LINES_MAX {
+        return Err(Error::api(422, "basket_too_large", format!("a basket holds at most {BASKET_LINES_MAX} lines")));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (sku, quantity) in lines {
+        if !(1..=LINE_QUANTITY_MAX).contains(quantity) {
+            return Err(Error::api(
+                422,
+                "invalid_quantity",
+                format!("a new line's quantity must be between 1 and {LINE_QUANTITY_MAX}"),
+            ));
+        }
+        if !ids::is_plain_id(sku) {
+            return Err(Error::not_found("SKU"));
+        }
+        if !seen.insert(sku.as_str()) {
+            return Err(Error::api(422, "duplicate_line", format!("SKU {sku} is listed twice")));
+        }
+    }
+    Ok(())
+}
+
+async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], now: Millis) -> Result<BasketView> {
     let id = new_id();
     crate::write_tx!(db, |tx| {
-        sqlx::query(
+        // Today's prices of the SKUs asked for, in one read (none for an empty basket).
+        let mut rows = Vec::with_capacity(lines.len());
+        if !lines.is_empty() {
+            let params: Vec<String> = (1..=lines.len()).map(|n| format!("${n}")).collect();
+            let sql = format!("SELECT sku, name, price_minor, currency FROM skus WHERE sku IN ({})", params.join(", "));
+            let mut query = sqlx::query(&sql);
+            for (sku, _) in lines {
+                query = query.bind(sku);
+            }
+            let found = query.fetch_all(&mut **tx).await?;
+            for (sku, quantity) in lines {
+                let r = found
+                    .iter()
+                    .find(|r| col::<String>(r, "sku").is_ok_and(|s| &s == sku))
+                    .ok_or_else(|| Error::not_found("SKU"))?;
+                let price: i64 = col(r, "price_minor")?;
+                rows.push(LineRow {
+                    sku: sku.clone(),
+                    name: col(r, "name")?,
+                    quantity: *quantity,
+                    quoted: price,
+                    current: price,
+                    currency: col(r, "currency")?,
+                });
+            }
+        }
+        if rows.windows(2).any(|w| w[0].currency != w[1].currency) {
+            return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
+        }
+        let mut batch = Batch::new();
+        batch.expect(
             "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
-        )
-        .bind(&id)
-        .bind(session_id)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
-    })?;
-    Ok(id)
+            args![&id, session_id, now],
+            1,
+            "basket insert",
+        );
+        for l in &rows {
+            batch.expect(
+                "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5)",
+                args![&id, &l.sku, l.quantity, l.quoted, &l.currency],
+                1,
+                "basket line insert",
+            );
+        }
+        // The total is checked (overflow) before anything is written.
+        let view = basket_view(&id, "open".to_string(), None, rows)?;
+        batch.run_checked(tx).await?;
+        Ok(view)
+    })
 }
 
 /// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price; returns

@@ -3,6 +3,8 @@ use std::collections::BTreeSet;
 use reqwest::StatusCode;
 use serde_json::json;
 
+use kassa::store::catalog;
+
 use crate::common::{Backend, TestApp, s};
 use crate::on_both;
 
@@ -372,6 +374,75 @@ async fn basket_lines(backend: Backend) {
     let other = t.buyer().await;
     let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&other).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
+
+// A basket created with its lines ("buy now"): one request, every line or nothing.
+on_both!(a_basket_created_with_its_lines_is_all_or_nothing, basket_with_lines);
+async fn basket_with_lines(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("A", "Apple", 300, 9).await;
+    t.create_sku("B", "Bread", 150, 9).await;
+    t.create_sku("BIG", "Big", i64::MAX / 2, 9).await;
+    create_dollar_sku(&t).await;
+    let buyer = t.buyer().await;
+    let create = |body: serde_json::Value| {
+        let (http, url, buyer) = (t.http.clone(), t.url("/api/v1/baskets"), buyer.clone());
+        async move {
+            let r = http.post(url).bearer_auth(&buyer).json(&body).send().await.unwrap();
+            (r.status(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let baskets = || t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM baskets");
+    // Created with two lines: answered as the basket, in SKU order, quoted at today's prices.
+    let (status, view) = create(json!({"lines": [{"sku": "B", "quantity": 2}, {"sku": "A", "quantity": 1}]})).await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    let skus: Vec<&str> = view["lines"].as_array().unwrap().iter().map(|l| l["sku"].as_str().unwrap()).collect();
+    assert_eq!(skus, ["A", "B"]);
+    assert_eq!((view["total_minor"].as_i64(), view["currency"].as_str()), (Some(600), Some("CNY")));
+    let basket = s(&view["basket_id"]);
+    let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&buyer).send().await.unwrap();
+    assert_eq!(view, r.json::<serde_json::Value>().await.unwrap(), "the answer is what a read returns");
+    // It is a basket like any other: its lines change, and it checks out.
+    let r = t
+        .http
+        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/A")))
+        .bearer_auth(&buyer)
+        .json(&json!({"quantity": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let (status, placed) = t.checkout(&buyer, &basket, None).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    assert_eq!(t.order(&s(&placed["order_no"])).await["total_minor"], 1200);
+    // Without a body (or with no lines) the basket is empty, as before.
+    let r = t.http.post(t.url("/api/v1/baskets")).bearer_auth(&buyer).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let empty: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((empty["lines"].as_array().map(Vec::len), empty["status"].as_str()), (Some(0), Some("open")));
+    assert!(empty["basket_id"].is_string());
+    let before = baskets().await;
+    // Each bad line refuses the whole basket, and nothing is stored.
+    let line = |sku: &str, quantity: i64| json!({"sku": sku, "quantity": quantity});
+    let many: Vec<_> = (0..=catalog::BASKET_LINES_MAX).map(|n| line(&format!("S{n}"), 1)).collect();
+    for (lines, want_status, want_code) in [
+        (vec![line("A", 1), line("NOPE", 1)], StatusCode::NOT_FOUND, "not_found"),
+        (vec![line("A", 1), line("U", 1)], StatusCode::UNPROCESSABLE_ENTITY, "currency_mismatch"),
+        (vec![line("A", 1), line("B", 0)], StatusCode::UNPROCESSABLE_ENTITY, "invalid_quantity"),
+        (vec![line("A", catalog::LINE_QUANTITY_MAX + 1)], StatusCode::UNPROCESSABLE_ENTITY, "invalid_quantity"),
+        (vec![line("A", 1), line("A", 2)], StatusCode::UNPROCESSABLE_ENTITY, "duplicate_line"),
+        (vec![line("BIG", 2), line("A", 1)], StatusCode::UNPROCESSABLE_ENTITY, "amount_overflow"),
+        (vec![line("../A", 1)], StatusCode::NOT_FOUND, "not_found"),
+        (many, StatusCode::UNPROCESSABLE_ENTITY, "basket_too_large"),
+    ] {
+        let (status, body) = create(json!({ "lines": lines })).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (want_status, Some(want_code)), "{lines:?}");
+    }
+    let (status, body) = create(json!({"lines": [{"sku": "A"}]})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_json")));
+    assert_eq!(baskets().await, before, "a refused basket leaves nothing behind");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM basket_lines").await, 2);
+    t.assert_clean().await;
 }
 
 // Concurrent line changes on one basket see each other: on PostgreSQL the second waits for the

@@ -71,6 +71,17 @@ async fn browser_flow(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // One refused line (past the largest quantity) refuses the whole form: no basket is left.
+    let too_many = (kassa::store::catalog::LINE_QUANTITY_MAX + 1).to_string();
+    let r = browser
+        .post(t.url("/shop/basket"))
+        .header("cookie", &cookie)
+        .form(&[("qty_LAMP-FLASH-SALE", "1"), ("qty_MUG-CELADON", too_many.as_str()), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM baskets").await, 0);
     let r = browser
         .post(t.url("/shop/basket"))
         .header("cookie", &cookie)
