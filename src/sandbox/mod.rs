@@ -195,7 +195,7 @@ impl Sandbox {
         // On the sandbox database's writer thread, like kassa's own hot commands (store::writer).
         self.db
             .on_writer(async move {
-                crate::write_tx!(db, |tx| {
+                db.write_one(|| {
                     sqlx::query(
                         "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
                          expires_at, status, closed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'open', 0, $9, $9) \
@@ -210,10 +210,8 @@ impl Sandbox {
                     .bind(&return_url)
                     .bind(expires_at.saturating_mul(1000))
                     .bind(now)
-                    .execute(&mut **tx)
-                    .await?;
-                    Ok(())
                 })
+                .await
             })
             .await??;
         Ok(attempt_ref)
@@ -507,7 +505,7 @@ impl Sandbox {
         let (db, id) = (self.db.clone(), id.to_string());
         self.db
             .on_writer(async move {
-                crate::write_tx!(db, |tx| {
+                db.write_one(|| {
                     sqlx::query(
                         "UPDATE sandbox_deliveries SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4 WHERE id = $5",
                     )
@@ -516,10 +514,8 @@ impl Sandbox {
                     .bind(next_at)
                     .bind(&error)
                     .bind(&id)
-                    .execute(&mut **tx)
-                    .await?;
-                    Ok(())
                 })
+                .await
             })
             .await??;
         result.map_err(|e| Error::internal(format!("notification not acknowledged: {e}")))

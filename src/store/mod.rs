@@ -487,6 +487,31 @@ impl Db {
         Ok(tx.into())
     }
 
+    /// One write statement, durably: on PostgreSQL on its own (autocommit: one round trip instead
+    /// of three with BEGIN and COMMIT, and one statement is atomic anyway), on SQLite as a write
+    /// command of the group commit. `build` makes the statement (again, should PostgreSQL ask for
+    /// a retry). Returns the number of rows it changed.
+    pub async fn write_one<'q, F>(&self, build: F) -> Result<u64>
+    where
+        F: Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    {
+        if self.group.is_some() {
+            return crate::write_tx!(self, |tx| { Ok(build().execute(&mut **tx).await?.rows_affected()) });
+        }
+        let mut tries: u32 = 0;
+        loop {
+            tries += 1;
+            match build().execute(&self.write).await {
+                Ok(done) => return Ok(done.rows_affected()),
+                Err(e) if crate::error::is_retryable_db(&e) && tries < TX_RETRIES_MAX => {
+                    ::tracing::debug!(tries, error = %e, "retrying statement");
+                    Self::retry_pause(tries).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
     pub async fn snapshot(&self) -> Result<Tx<'static>> {
         let tx = match self.kind {

@@ -414,3 +414,35 @@ async fn hot_and_periodic_queries_read_by_index() {
         }
     }
 }
+
+// A lone write statement (`Db::write_one`) changes its rows durably and says how many, whichever
+// way the database commits it: PostgreSQL on its own (no BEGIN/COMMIT), SQLite in the group
+// commit; a failing one changes nothing and is an error.
+crate::on_both!(a_lone_write_statement_reports_its_rows, lone_write);
+async fn lone_write(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    let db = t.app.state.db.clone();
+    let insert = |name: &'static str| {
+        let db = db.clone();
+        async move {
+            db.write_one(|| {
+                sqlx::query("INSERT INTO settings (name, value) VALUES ($1, 'v') ON CONFLICT (name) DO NOTHING")
+                    .bind(name)
+            })
+            .await
+        }
+    };
+    assert_eq!(insert("lone.a").await.unwrap(), 1);
+    assert_eq!(insert("lone.a").await.unwrap(), 0, "the second insert meets the first");
+    let changed = db
+        .write_one(|| sqlx::query("UPDATE settings SET value = 'w' WHERE name LIKE $1").bind("lone.%"))
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+    let failed = db.write_one(|| sqlx::query("INSERT INTO settings (name, value) VALUES ('lone.b', NULL)")).await;
+    assert!(failed.is_err(), "a NOT NULL column refuses NULL");
+    let value: String =
+        sqlx::query_scalar("SELECT value FROM settings WHERE name = 'lone.a'").fetch_one(db.read_pool()).await.unwrap();
+    assert_eq!(value, "w");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name LIKE 'lone.%'").await, 1);
+}
