@@ -12,7 +12,7 @@ use crate::store::batch::Batch;
 use crate::store::events::{self, Cause, Severity};
 use crate::store::outbox::OrderFacts;
 use crate::store::refunds::{self, RefundKind};
-use crate::store::{Db, DbKind, Tx, col, fulfilment, new_id};
+use crate::store::{Db, Tx, col, fulfilment, new_id};
 
 /// What a gateway said happened to one attempt, after its signature was verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,59 +88,42 @@ async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: 
             record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
             return Ok(Applied::Duplicate);
         }
-        // Every attempt of the order with the order's status and total, in one read. PostgreSQL
-        // locks the order row here and then re-reads the attempts, which may have moved while it
-        // waited for the lock; SQLite's write transaction already excludes every other writer, so
-        // what it read is current.
-        let rows = sqlx::query(&format!(
-            "SELECT a.attempt_ref, a.order_no, a.status, a.amount_minor, a.currency, \
+        // The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
+        // write transaction already excludes every other writer).
+        let attempt = sqlx::query(&format!(
+            "SELECT t.order_no, t.amount_minor, t.currency, \
              o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
-             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no \
-             JOIN payment_attempts a ON a.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
+             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
         ))
         .bind(&ev.attempt_ref)
-        .fetch_all(&mut **tx)
+        .fetch_optional(&mut **tx)
         .await?;
-        let Some(attempt) = rows.iter().find(|r| col::<String>(r, "attempt_ref").is_ok_and(|a| a == ev.attempt_ref))
-        else {
+        let Some(attempt) = attempt else {
             return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
         };
-        let order_no: String = col(attempt, "order_no")?;
-        let order_status = parse_order_status(&col::<String>(attempt, "order_status")?)?;
-        let order_total = (col::<i64>(attempt, "order_total_minor")?, col::<String>(attempt, "order_currency")?);
-        let mut statuses = Vec::with_capacity(rows.len());
-        match db.kind() {
-            DbKind::Sqlite => {
-                for r in &rows {
-                    statuses.push((col::<String>(r, "attempt_ref")?, col::<String>(r, "status")?));
-                }
-            }
-            DbKind::Postgres => {
-                for r in sqlx::query("SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1")
-                    .bind(&order_no)
-                    .fetch_all(&mut **tx)
-                    .await?
-                {
-                    statuses.push((col::<String>(&r, "attempt_ref")?, col::<String>(&r, "status")?));
-                }
-            }
-        }
+        let order_no: String = col(&attempt, "order_no")?;
+        let order_status = parse_order_status(&col::<String>(&attempt, "order_status")?)?;
+        let order_total = (col::<i64>(&attempt, "order_total_minor")?, col::<String>(&attempt, "order_currency")?);
+        // Then, under the lock, what the event may change: read after it, since PostgreSQL
+        // re-reads only the locked row of a statement that waited for its lock, not the rows it
+        // joined; the attempts may have moved meanwhile.
+        let parts = order_parts(tx, &order_no).await?;
         let mut attempt_status = None;
         let mut others = Vec::new();
-        for (attempt_ref, status) in statuses {
-            let status = parse_attempt_status(&status)?;
-            if attempt_ref == ev.attempt_ref {
+        for (attempt_ref, status) in &parts.attempts {
+            let status = parse_attempt_status(status)?;
+            if *attempt_ref == ev.attempt_ref {
                 attempt_status = Some(status);
             } else if status.is_active() {
-                others.push((attempt_ref, status));
+                others.push((attempt_ref.clone(), status));
             }
         }
         let attempt_status = attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?;
         let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
         let effect = match &ev.outcome {
             Outcome::Succeeded { gateway_txn_id, amount } => {
-                let expected_minor: i64 = col(attempt, "amount_minor")?;
-                let expected_currency: String = col(attempt, "currency")?;
+                let expected_minor: i64 = col(&attempt, "amount_minor")?;
+                let expected_currency: String = col(&attempt, "currency")?;
                 if amount.currency().code() != expected_currency {
                     let reason = format!("currency {} but attempt is in {expected_currency}", amount.currency());
                     return reject_mismatch(tx, &id, ev, &order_no, "currency_mismatch", reason, now).await;
@@ -156,6 +139,7 @@ async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: 
                     amount: *amount,
                     order_total: &order_total,
                     others: &others,
+                    parts: &parts,
                 };
                 apply_success(tx, skip, &success, order_status, attempt_status, policy, cause).await?
             }
@@ -248,6 +232,46 @@ struct Success<'a> {
     order_total: &'a (i64, String),
     /// The order's other active attempts, with their status, read under the order lock.
     others: &'a [(String, AttemptStatus)],
+    /// The order's reservations and lines, read under the order lock.
+    parts: &'a OrderParts,
+}
+
+/// What a payment changes on an order, read in one statement under the order's lock.
+struct OrderParts {
+    /// Every attempt: reference and status.
+    attempts: Vec<(String, String)>,
+    /// The active reservations (SKU, quantity), in SKU order (the database's, as every command
+    /// that locks stock rows uses).
+    reservations: Vec<(String, i64)>,
+    /// The lines, in line order.
+    lines: Vec<fulfilment::OrderLine>,
+}
+
+/// [`OrderParts`] of order `$1`: a row per attempt (`part` 'a'), active reservation ('r') and
+/// line ('l'), each read by key.
+pub const ORDER_PARTS_SQL: &str = "SELECT 'a' AS part, attempt_ref AS k, status AS v, CAST(NULL AS TEXT) AS name, CAST(0 AS BIGINT) AS n, \
+         CAST(0 AS BIGINT) AS line_no FROM payment_attempts WHERE order_no = $1 \
+         UNION ALL SELECT 'r', sku, status, NULL, quantity, 0 FROM reservations WHERE order_no = $1 AND status = 'active' \
+         UNION ALL SELECT 'l', sku, kind, name, quantity, line_no FROM order_lines WHERE order_no = $1 \
+         ORDER BY part, line_no, k";
+
+async fn order_parts(tx: &mut Tx<'_>, order_no: &str) -> Result<OrderParts> {
+    let rows = sqlx::query(ORDER_PARTS_SQL).bind(order_no).fetch_all(&mut **tx).await?;
+    let mut parts = OrderParts { attempts: Vec::new(), reservations: Vec::new(), lines: Vec::new() };
+    for r in &rows {
+        match col::<String>(r, "part")?.as_str() {
+            "a" => parts.attempts.push((col(r, "k")?, col(r, "v")?)),
+            "r" => parts.reservations.push((col(r, "k")?, col(r, "n")?)),
+            _ => parts.lines.push(fulfilment::OrderLine {
+                line_no: col(r, "line_no")?,
+                sku: col(r, "k")?,
+                name: col::<Option<String>>(r, "name")?.unwrap_or_default(),
+                kind: col(r, "v")?,
+                quantity: col(r, "n")?,
+            }),
+        }
+    }
+    Ok(parts)
 }
 
 async fn apply_success(
@@ -284,23 +308,23 @@ async fn apply_success(
                 let cause = Cause { notification_id: None, ..cause };
                 events::add_attempt_status(&mut batch, order_no, other_ref, *from, AttemptStatus::Superseded, cause)?;
             }
-            add_move_reservations(tx, &mut batch, order_no, ReservationStatus::Consumed, cause.at).await?;
+            add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
             add_captured(&mut batch, order_no, attempt_ref, amount);
             // `-> paid` in the same batch: what its outbox messages carry is known here (the
             // capture was just added), and the lines serve the fulfilment after it too.
-            let lines = fulfilment::order_lines(tx, order_no).await?;
+            let lines = &s.parts.lines;
             let facts = OrderFacts {
                 total_minor: s.order_total.0,
                 currency: &s.order_total.1,
                 captured_minor: Some(amount.amount_minor()),
-                lines: &lines,
+                lines,
             };
             events::add_order_status_with(&mut batch, order_no, order_status, OrderStatus::Paid, cause, &facts)?;
             let id =
                 cause.notification_id.ok_or_else(|| Error::internal("a payment applied without its notification"))?;
             add_notification_outcome(&mut batch, id, "applied", order_no);
             batch.run_checked(tx).await?;
-            fulfilment::deliver_keys(tx, skip_locked, order_no, &lines, cause).await?;
+            fulfilment::deliver_keys(tx, skip_locked, order_no, lines, cause).await?;
             Ok(Some(PAID))
         }
         SuccessDecision::LatePayment => {
@@ -462,6 +486,19 @@ async fn add_move_reservations(
             .bind(order_no)
             .fetch_all(&mut **tx)
             .await?;
+    let reservations =
+        rows.iter().map(|r| Ok((col::<String>(r, "sku")?, col::<i64>(r, "quantity")?))).collect::<Result<Vec<_>>>()?;
+    add_moves(batch, order_no, &reservations, to, now)
+}
+
+/// [`add_move_reservations`] for reservations already read under the order's lock, in SKU order.
+fn add_moves(
+    batch: &mut Batch,
+    order_no: &str,
+    reservations: &[(String, i64)],
+    to: ReservationStatus,
+    now: Millis,
+) -> Result<()> {
     let stock_sql = match to {
         ReservationStatus::Consumed => {
             "UPDATE skus SET reserved = reserved - $1, on_hand = on_hand - $1, sold = sold + $1, updated_at = $2 WHERE sku = $3 AND reserved >= $1"
@@ -471,16 +508,14 @@ async fn add_move_reservations(
         }
         ReservationStatus::Active => return Err(Error::internal("reservations never return to active")),
     };
-    for r in &rows {
-        let sku: String = col(r, "sku")?;
-        let quantity: i64 = col(r, "quantity")?;
+    for (sku, quantity) in reservations {
         let what = format!("stock of {sku} does not cover the reservation of {order_no}");
-        batch.expect(stock_sql, args![quantity, now, &sku], 1, what);
+        batch.expect(stock_sql, args![*quantity, now, sku], 1, what);
     }
     batch.expect(
         "UPDATE reservations SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = 'active'",
         args![to.as_str(), now, order_no],
-        u64::try_from(rows.len()).unwrap_or(u64::MAX),
+        u64::try_from(reservations.len()).unwrap_or(u64::MAX),
         format!("reservations of {order_no} changed under the lock"),
     );
     Ok(())
