@@ -46,7 +46,7 @@ macro_rules! args {
     ($($v:expr),* $(,)?) => { vec![$($crate::store::batch::Arg::from($v)),*] };
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Batch {
     /// (SQL as written, SQL with parameters renumbered for the joined form, its values).
     statements: Vec<(String, String, Vec<Arg>)>,
@@ -108,6 +108,29 @@ impl Batch {
         let expected = std::mem::take(&mut self.expected);
         let changed = self.run_each(conn).await?;
         for (n, e) in changed.iter().zip(expected) {
+            if let Some((rows, what)) = e
+                && *n != rows
+            {
+                return Err(crate::error::Error::internal(what));
+            }
+        }
+        Ok(())
+    }
+
+    /// PostgreSQL, outside any transaction: sends the statements as one script in one round trip,
+    /// which PostgreSQL runs as one implicit transaction (all of it, or on the first failure none
+    /// of it). The rows each statement changed are checked only after that commit, so a batch
+    /// run this way must hold statements that either change the rows they expect or fail
+    /// (inserts of new rows).
+    pub async fn run_script(self, pool: &sqlx::AnyPool) -> Result<()> {
+        let count = self.statements.len();
+        let mut sql = String::new();
+        for (plain, _, args) in &self.statements {
+            sql.push_str(&inline(plain, args)?);
+            sql.push_str(";\n");
+        }
+        let changed = rows_changed(sqlx::raw_sql(&sql).fetch_many(pool), count).await?;
+        for (n, e) in changed.iter().zip(self.expected) {
             if let Some((rows, what)) = e
                 && *n != rows
             {
@@ -199,7 +222,7 @@ async fn rows_changed(
 
 /// Whether PostgreSQL batches go in one round trip (`KASSA_PG_BATCH_ONE_TRIP=0` sends them
 /// statement by statement, for benchmarking the difference).
-fn pg_one_trip() -> bool {
+pub(crate) fn pg_one_trip() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("KASSA_PG_BATCH_ONE_TRIP").map_or(true, |v| v != "0"))
 }

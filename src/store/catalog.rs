@@ -286,56 +286,83 @@ fn check_new_lines(lines: &[(String, i64)]) -> Result<()> {
 
 async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], now: Millis) -> Result<BasketView> {
     let id = new_id();
+    let sql = skus_sql(lines.len());
+    if db.kind() == crate::store::DbKind::Postgres {
+        // Two round trips instead of four: the quote needs no lock (a confirm re-prices every
+        // line anyway), and the inserts go as one script, which PostgreSQL runs as one implicit
+        // transaction (all of it or, on the first failure, none).
+        let found =
+            if lines.is_empty() { Vec::new() } else { bind_skus(&sql, lines).fetch_all(db.read_pool()).await? };
+        let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
+        db.write_script(batch).await?;
+        return Ok(view);
+    }
     crate::write_tx!(db, |tx| {
-        // Today's prices of the SKUs asked for, in one read (none for an empty basket).
-        let mut rows = Vec::with_capacity(lines.len());
-        if !lines.is_empty() {
-            let params: Vec<String> = (1..=lines.len()).map(|n| format!("${n}")).collect();
-            let sql = format!("SELECT sku, name, price_minor, currency FROM skus WHERE sku IN ({})", params.join(", "));
-            let mut query = sqlx::query(&sql);
-            for (sku, _) in lines {
-                query = query.bind(sku);
-            }
-            let found = query.fetch_all(&mut **tx).await?;
-            for (sku, quantity) in lines {
-                let r = found
-                    .iter()
-                    .find(|r| col::<String>(r, "sku").is_ok_and(|s| &s == sku))
-                    .ok_or_else(|| Error::not_found("SKU"))?;
-                let price: i64 = col(r, "price_minor")?;
-                rows.push(LineRow {
-                    sku: sku.clone(),
-                    name: col(r, "name")?,
-                    quantity: *quantity,
-                    quoted: price,
-                    current: price,
-                    currency: col(r, "currency")?,
-                });
-            }
-        }
-        if rows.windows(2).any(|w| w[0].currency != w[1].currency) {
-            return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
-        }
-        let mut batch = Batch::new();
-        batch.expect(
-            "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
-            args![&id, session_id, now],
-            1,
-            "basket insert",
-        );
-        for l in &rows {
-            batch.expect(
-                "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5)",
-                args![&id, &l.sku, l.quantity, l.quoted, &l.currency],
-                1,
-                "basket line insert",
-            );
-        }
-        // The total is checked (overflow) before anything is written.
-        let view = basket_view(&id, "open".to_string(), None, rows)?;
+        let found = if lines.is_empty() { Vec::new() } else { bind_skus(&sql, lines).fetch_all(&mut **tx).await? };
+        let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
         batch.run_checked(tx).await?;
         Ok(view)
     })
+}
+
+/// Today's prices of `n` SKUs, in one read.
+fn skus_sql(n: usize) -> String {
+    let params: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+    format!("SELECT sku, name, price_minor, currency FROM skus WHERE sku IN ({})", params.join(", "))
+}
+
+fn bind_skus<'q>(
+    sql: &'q str,
+    lines: &'q [(String, i64)],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    lines.iter().fold(sqlx::query(sql), |q, (sku, _)| q.bind(sku))
+}
+
+/// A new basket of `lines` quoted at the prices `found`: its view and the batch that stores it.
+/// Refused (nothing to store) if a SKU is unknown, the currencies differ or the total overflows.
+fn new_basket(
+    id: &str,
+    session_id: &str,
+    lines: &[(String, i64)],
+    found: &[sqlx::any::AnyRow],
+    now: Millis,
+) -> Result<(BasketView, Batch)> {
+    let mut rows = Vec::with_capacity(lines.len());
+    for (sku, quantity) in lines {
+        let r = found
+            .iter()
+            .find(|r| col::<String>(r, "sku").is_ok_and(|s| &s == sku))
+            .ok_or_else(|| Error::not_found("SKU"))?;
+        let price: i64 = col(r, "price_minor")?;
+        rows.push(LineRow {
+            sku: sku.clone(),
+            name: col(r, "name")?,
+            quantity: *quantity,
+            quoted: price,
+            current: price,
+            currency: col(r, "currency")?,
+        });
+    }
+    if rows.windows(2).any(|w| w[0].currency != w[1].currency) {
+        return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
+    }
+    let mut batch = Batch::new();
+    batch.expect(
+        "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
+        args![id, session_id, now],
+        1,
+        "basket insert",
+    );
+    for l in &rows {
+        batch.expect(
+            "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5)",
+            args![id, &l.sku, l.quantity, l.quoted, &l.currency],
+            1,
+            "basket line insert",
+        );
+    }
+    // The view checks the total (overflow) before anything is written.
+    Ok((basket_view(id, "open".to_string(), None, rows)?, batch))
 }
 
 /// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price; returns

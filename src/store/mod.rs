@@ -512,6 +512,26 @@ impl Db {
         }
     }
 
+    /// Stores `batch` atomically as a write command of its own: on PostgreSQL as one script in
+    /// one round trip, no BEGIN/COMMIT ([`batch::Batch::run_script`]: for batches whose
+    /// statements either change the rows they expect or fail), on SQLite in the group commit.
+    pub async fn write_script(&self, batch: batch::Batch) -> Result<()> {
+        if self.kind == DbKind::Postgres && batch::pg_one_trip() {
+            let mut tries: u32 = 0;
+            loop {
+                tries += 1;
+                match batch.clone().run_script(&self.write).await {
+                    Err(e) if e.is_retryable() && tries < TX_RETRIES_MAX => {
+                        ::tracing::debug!(tries, error = %e, "retrying script");
+                        Self::retry_pause(tries).await;
+                    }
+                    other => return other,
+                }
+            }
+        }
+        crate::write_tx!(self, |tx| { batch.clone().run_checked(tx).await })
+    }
+
     /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
     pub async fn snapshot(&self) -> Result<Tx<'static>> {
         let tx = match self.kind {

@@ -448,3 +448,28 @@ async fn lone_write(backend: Backend) {
     assert_eq!(value, "w");
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name LIKE 'lone.%'").await, 1);
 }
+
+// A script (`Db::write_script`: on PostgreSQL one round trip with no BEGIN/COMMIT, on SQLite a
+// group-commit command) is all or nothing: a failing statement undoes the ones before it.
+crate::on_both!(a_write_script_is_all_or_nothing, write_script);
+async fn write_script(backend: Backend) {
+    use kassa::store::batch::Batch;
+    let t = TestApp::spawn(backend).await;
+    let db = t.app.state.db.clone();
+    let insert = "INSERT INTO settings (name, value) VALUES ($1, $2)";
+    let mut ok = Batch::new();
+    ok.expect(insert, kassa::args!["script.a", "1"], 1, "first insert");
+    ok.expect(insert, kassa::args!["script.b", "it's \\ quoted"], 1, "second insert");
+    db.write_script(ok).await.unwrap();
+    let mut failing = Batch::new();
+    failing.expect(insert, kassa::args!["script.c", "1"], 1, "insert before the failure");
+    failing.expect(insert, kassa::args!["script.a", "again"], 1, "a name already taken");
+    assert!(db.write_script(failing).await.is_err());
+    let stored: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, value FROM settings WHERE name LIKE 'script.%' ORDER BY name")
+            .fetch_all(db.read_pool())
+            .await
+            .unwrap();
+    let want = [("script.a", "1"), ("script.b", "it's \\ quoted")].map(|(n, v)| (n.to_string(), v.to_string()));
+    assert_eq!(stored, want, "the failed script left nothing, the first kept its text exactly");
+}
