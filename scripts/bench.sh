@@ -22,6 +22,7 @@ run() { # name, args...
 
 run sqlite-commit-limit --scenario commit-limit
 run sqlite-spread --scenario spread
+run sqlite-spread-line-request --scenario spread --line-request
 run sqlite-hot --scenario hot
 run sqlite-notify --scenario notify
 run sqlite-notify-direct --scenario notify-direct
@@ -38,10 +39,14 @@ KASSA_SQLITE_NATIVE=0 run engine-sqlite-spread-sqlx-writer --engine --scenario s
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
-    for s in spread hot notify notify-direct engine-spread engine-confirm; do
+    for s in spread spread-line-request hot notify notify-direct engine-spread engine-confirm; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
-      case "$s" in engine-*) mode=(--engine --scenario "${s#engine-}");; *) mode=(--scenario "$s");; esac
+      case "$s" in
+        engine-*) mode=(--engine --scenario "${s#engine-}");;
+        spread-line-request) mode=(--scenario spread --line-request);;
+        *) mode=(--scenario "$s");;
+      esac
       "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$PG_URL/$db" \
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
