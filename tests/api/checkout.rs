@@ -93,16 +93,9 @@ async fn double_click(backend: Backend) {
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 1);
     assert_eq!(t.sku("MUG").await["reserved"], 2);
     // A frozen basket cannot be edited.
-    let r = t
-        .http
-        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/MUG")))
-        .bearer_auth(&buyer)
-        .json(&json!({"quantity": 3}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
-    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "basket_frozen");
+    let (status, answer) = t.put_line(&buyer, &basket, "MUG", 3).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(answer["error"]["code"], "basket_frozen");
     t.assert_clean().await;
 }
 
@@ -183,16 +176,9 @@ async fn bad_input(backend: Backend) {
     let buyer = t.buyer().await;
     let basket = t.basket(&buyer, &[]).await;
     for (qty, code) in [(-1, "invalid_quantity"), (1_000_000, "invalid_quantity")] {
-        let r = t
-            .http
-            .put(t.url(&format!("/api/v1/baskets/{basket}/lines/MUG")))
-            .bearer_auth(&buyer)
-            .json(&json!({"quantity": qty}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], code);
+        let (status, answer) = t.put_line(&buyer, &basket, "MUG", qty).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(answer["error"]["code"], code);
     }
     let (status, body) = t.checkout(&buyer, &basket, None).await;
     assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "basket_empty".to_string()));
@@ -244,25 +230,11 @@ async fn hostile_input(backend: Backend) {
     t.create_sku("HUGE", "Huge", i64::MAX / 2, 5).await;
     let buyer = t.buyer().await;
     let basket = t.basket(&buyer, &[("HUGE", 1)]).await;
-    let r = t
-        .http
-        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/HUGE")))
-        .bearer_auth(&buyer)
-        .json(&json!({"quantity": 3}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "amount_overflow");
-    let r = t
-        .http
-        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/HUGE")))
-        .bearer_auth(&buyer)
-        .json(&json!({"quantity": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK, "the largest representable total is fine");
+    let (status, answer) = t.put_line(&buyer, &basket, "HUGE", 3).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(answer["error"]["code"], "amount_overflow");
+    let (status, _) = t.put_line(&buyer, &basket, "HUGE", 2).await;
+    assert_eq!(status, StatusCode::OK, "the largest representable total is fine");
     // Path tricks in identifiers.
     for path in [
         "/api/v1/orders/..%2F..%2Fetc%2Fpasswd",
@@ -324,12 +296,8 @@ async fn basket_lines(backend: Backend) {
     create_dollar_sku(&t).await;
     let buyer = t.buyer().await;
     let put = |basket: String, sku: &'static str, quantity: i64| {
-        let (http, url, buyer) =
-            (t.http.clone(), t.url(&format!("/api/v1/baskets/{basket}/lines/{sku}")), buyer.clone());
-        async move {
-            let r = http.put(url).bearer_auth(&buyer).json(&json!({"quantity": quantity})).send().await.unwrap();
-            (r.status(), r.json::<serde_json::Value>().await.unwrap())
-        }
+        let (t, buyer) = (&t, buyer.clone());
+        async move { t.put_line(&buyer, &basket, sku, quantity).await }
     };
     // An empty basket reads as one with no lines.
     let basket = t.basket(&buyer, &[]).await;
@@ -403,15 +371,7 @@ async fn basket_with_lines(backend: Backend) {
     let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&buyer).send().await.unwrap();
     assert_eq!(view, r.json::<serde_json::Value>().await.unwrap(), "the answer is what a read returns");
     // It is a basket like any other: its lines change, and it checks out.
-    let r = t
-        .http
-        .put(t.url(&format!("/api/v1/baskets/{basket}/lines/A")))
-        .bearer_auth(&buyer)
-        .json(&json!({"quantity": 3}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(t.put_line(&buyer, &basket, "A", 3).await.0, StatusCode::OK);
     let (status, placed) = t.checkout(&buyer, &basket, None).await;
     assert_eq!(status, StatusCode::CREATED, "{placed}");
     assert_eq!(t.order(&s(&placed["order_no"])).await["total_minor"], 1200);

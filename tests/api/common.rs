@@ -221,17 +221,23 @@ impl TestApp {
         let v: Value = r.json().await.expect("json");
         let id = v["basket_id"].as_str().expect("basket_id").to_string();
         for (sku, qty) in lines {
-            let r = self
-                .http
-                .put(self.url(&format!("/api/v1/baskets/{id}/lines/{sku}")))
-                .bearer_auth(buyer)
-                .json(&json!({"quantity": qty}))
-                .send()
-                .await
-                .expect("line");
-            assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+            let (status, answer) = self.put_line(buyer, &id, sku, *qty).await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
         }
         id
+    }
+
+    /// Sets a basket line (`PUT …/lines/{sku}`): the status and the JSON answer.
+    pub async fn put_line(&self, buyer: &str, basket: &str, sku: &str, quantity: i64) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .put(self.url(&format!("/api/v1/baskets/{basket}/lines/{sku}")))
+            .bearer_auth(buyer)
+            .json(&json!({"quantity": quantity}))
+            .send()
+            .await
+            .expect("line");
+        (r.status(), r.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn checkout(&self, buyer: &str, basket: &str, key: Option<&str>) -> (StatusCode, Value) {
