@@ -106,15 +106,7 @@ impl Batch {
     /// that did not change the rows it had to.
     pub async fn run_checked(mut self, conn: &mut Conn) -> Result<()> {
         let expected = std::mem::take(&mut self.expected);
-        let changed = self.run_each(conn).await?;
-        for (n, e) in changed.iter().zip(expected) {
-            if let Some((rows, what)) = e
-                && *n != rows
-            {
-                return Err(crate::error::Error::internal(what));
-            }
-        }
-        Ok(())
+        check(&self.run_each(conn).await?, expected)
     }
 
     /// PostgreSQL, outside any transaction: sends the statements as one script in one round trip,
@@ -123,21 +115,19 @@ impl Batch {
     /// run this way must hold statements that either change the rows they expect or fail
     /// (inserts of new rows).
     pub async fn run_script(self, pool: &sqlx::AnyPool) -> Result<()> {
-        let count = self.statements.len();
+        let sql = self.script()?;
+        check(&rows_changed(sqlx::raw_sql(&sql).fetch_many(pool), self.statements.len()).await?, self.expected)
+    }
+
+    /// The statements as one PostgreSQL simple query, each value written as a literal (see
+    /// [`literal`]): the simple-query protocol takes no bound values.
+    fn script(&self) -> Result<String> {
         let mut sql = String::new();
         for (plain, _, args) in &self.statements {
             sql.push_str(&inline(plain, args)?);
             sql.push_str(";\n");
         }
-        let changed = rows_changed(sqlx::raw_sql(&sql).fetch_many(pool), count).await?;
-        for (n, e) in changed.iter().zip(self.expected) {
-            if let Some((rows, what)) = e
-                && *n != rows
-            {
-                return Err(crate::error::Error::internal(what));
-            }
-        }
-        Ok(())
+        Ok(sql)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -180,13 +170,8 @@ impl Batch {
         }
         if conn.backend_name() == "PostgreSQL" && count > 1 && pg_one_trip() {
             // One round trip: the simple-query protocol runs several statements in one message,
-            // in order, inside the open transaction (the first failure aborts it). It takes no
-            // bound values, so each is written as a literal (see `literal`).
-            let mut sql = String::new();
-            for (plain, _, args) in &self.statements {
-                sql.push_str(&inline(plain, args)?);
-                sql.push_str(";\n");
-            }
+            // in order, inside the open transaction (the first failure aborts it).
+            let sql = self.script()?;
             return rows_changed(sqlx::raw_sql(&sql).fetch_many(conn), count).await;
         }
         // The native SQLite writer (no round trips to save) and single statements: one by one.
@@ -196,6 +181,18 @@ impl Batch {
         }
         Ok(rows)
     }
+}
+
+/// Fails on the first statement that did not change the rows it had to.
+fn check(changed: &[u64], expected: Vec<Option<(u64, String)>>) -> Result<()> {
+    for (n, e) in changed.iter().zip(expected) {
+        if let Some((rows, what)) = e
+            && *n != rows
+        {
+            return Err(crate::error::Error::internal(what));
+        }
+    }
+    Ok(())
 }
 
 /// The rows each statement of a multi-statement query changed, from its results in order; there

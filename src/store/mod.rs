@@ -263,6 +263,26 @@ macro_rules! write_tx {
     }};
 }
 
+/// Runs a write that is atomic on its own (one statement or script, outside any transaction)
+/// again after a serialization failure or deadlock, as [`write_tx!`] does a transaction.
+async fn retrying<T, F, Fut>(write: F) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries: u32 = 0;
+    loop {
+        tries += 1;
+        match write().await {
+            Err(e) if e.is_retryable() && tries < TX_RETRIES_MAX => {
+                ::tracing::debug!(tries, error = %e, "retrying write");
+                Db::retry_pause(tries).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Retries of a whole transaction after a serialization failure or deadlock. Bounded so a
 /// pathological conflict surfaces as an error instead of spinning.
 pub const TX_RETRIES_MAX: u32 = 8;
@@ -498,18 +518,7 @@ impl Db {
         if self.group.is_some() {
             return crate::write_tx!(self, |tx| { Ok(build().execute(&mut **tx).await?.rows_affected()) });
         }
-        let mut tries: u32 = 0;
-        loop {
-            tries += 1;
-            match build().execute(&self.write).await {
-                Ok(done) => return Ok(done.rows_affected()),
-                Err(e) if crate::error::is_retryable_db(&e) && tries < TX_RETRIES_MAX => {
-                    ::tracing::debug!(tries, error = %e, "retrying statement");
-                    Self::retry_pause(tries).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        retrying(|| async { Ok(build().execute(&self.write).await?.rows_affected()) }).await
     }
 
     /// Stores `batch` atomically as a write command of its own: on PostgreSQL as one script in
@@ -517,17 +526,7 @@ impl Db {
     /// statements either change the rows they expect or fail), on SQLite in the group commit.
     pub async fn write_script(&self, batch: batch::Batch) -> Result<()> {
         if self.kind == DbKind::Postgres && batch::pg_one_trip() {
-            let mut tries: u32 = 0;
-            loop {
-                tries += 1;
-                match batch.clone().run_script(&self.write).await {
-                    Err(e) if e.is_retryable() && tries < TX_RETRIES_MAX => {
-                        ::tracing::debug!(tries, error = %e, "retrying script");
-                        Self::retry_pause(tries).await;
-                    }
-                    other => return other,
-                }
-            }
+            return retrying(|| batch.clone().run_script(&self.write)).await;
         }
         crate::write_tx!(self, |tx| { batch.clone().run_checked(tx).await })
     }
