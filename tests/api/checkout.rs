@@ -287,13 +287,18 @@ async fn create_dollar_sku(t: &TestApp) {
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
-on_both!(basket_lines_keep_one_currency_and_a_representable_total, basket_lines);
-async fn basket_lines(backend: Backend) {
-    let t = TestApp::spawn(backend).await;
+/// SKUs `A` (300) and `B` (150) in CNY, `BIG` (half of i64::MAX) and the USD SKU `U`.
+async fn create_basket_catalog(t: &TestApp) {
     t.create_sku("A", "Apple", 300, 9).await;
     t.create_sku("B", "Bread", 150, 9).await;
     t.create_sku("BIG", "Big", i64::MAX / 2, 9).await;
-    create_dollar_sku(&t).await;
+    create_dollar_sku(t).await;
+}
+
+on_both!(basket_lines_keep_one_currency_and_a_representable_total, basket_lines);
+async fn basket_lines(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    create_basket_catalog(&t).await;
     let buyer = t.buyer().await;
     let put = |basket: String, sku: &'static str, quantity: i64| {
         let (t, buyer) = (&t, buyer.clone());
@@ -301,8 +306,7 @@ async fn basket_lines(backend: Backend) {
     };
     // An empty basket reads as one with no lines.
     let basket = t.basket(&buyer, &[]).await;
-    let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&buyer).send().await.unwrap();
-    let view: serde_json::Value = r.json().await.unwrap();
+    let (_, view) = t.get_basket(&buyer, &basket).await;
     assert_eq!((view["status"].as_str(), view["lines"].as_array().map(Vec::len)), (Some("open"), Some(0)));
     // Two lines, answered in SKU order with their total.
     put(basket.clone(), "B", 2).await;
@@ -320,8 +324,8 @@ async fn basket_lines(backend: Backend) {
     let (status, view) = put(basket.clone(), "B", 5).await;
     assert_eq!((status, view["total_minor"].as_i64()), (StatusCode::OK, Some(300 + 750)));
     let get = |basket: String| {
-        let (http, url, buyer) = (t.http.clone(), t.url(&format!("/api/v1/baskets/{basket}")), buyer.clone());
-        async move { http.get(url).bearer_auth(&buyer).send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
+        let (t, buyer) = (&t, buyer.clone());
+        async move { t.get_basket(&buyer, &basket).await.1 }
     };
     // The answer is the basket as the change left it: what a read of it returns, field for field.
     assert_eq!(view, get(basket.clone()).await);
@@ -340,18 +344,14 @@ async fn basket_lines(backend: Backend) {
     assert_eq!(view, get(basket.clone()).await);
     // Someone else's basket is not found.
     let other = t.buyer().await;
-    let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&other).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(t.get_basket(&other, &basket).await.0, StatusCode::NOT_FOUND);
 }
 
 // A basket created with its lines ("buy now"): one request, every line or nothing.
 on_both!(a_basket_created_with_its_lines_is_all_or_nothing, basket_with_lines);
 async fn basket_with_lines(backend: Backend) {
     let t = TestApp::spawn(backend).await;
-    t.create_sku("A", "Apple", 300, 9).await;
-    t.create_sku("B", "Bread", 150, 9).await;
-    t.create_sku("BIG", "Big", i64::MAX / 2, 9).await;
-    create_dollar_sku(&t).await;
+    create_basket_catalog(&t).await;
     let buyer = t.buyer().await;
     let create = |body: serde_json::Value| {
         let (http, url, buyer) = (t.http.clone(), t.url("/api/v1/baskets"), buyer.clone());
@@ -368,8 +368,7 @@ async fn basket_with_lines(backend: Backend) {
     assert_eq!(skus, ["A", "B"]);
     assert_eq!((view["total_minor"].as_i64(), view["currency"].as_str()), (Some(600), Some("CNY")));
     let basket = s(&view["basket_id"]);
-    let r = t.http.get(t.url(&format!("/api/v1/baskets/{basket}"))).bearer_auth(&buyer).send().await.unwrap();
-    assert_eq!(view, r.json::<serde_json::Value>().await.unwrap(), "the answer is what a read returns");
+    assert_eq!(view, t.get_basket(&buyer, &basket).await.1, "the answer is what a read returns");
     // It is a basket like any other: its lines change, and it checks out.
     assert_eq!(t.put_line(&buyer, &basket, "A", 3).await.0, StatusCode::OK);
     let (status, placed) = t.checkout(&buyer, &basket, None).await;

@@ -227,6 +227,18 @@ impl TestApp {
         id
     }
 
+    /// Reads a basket as `buyer`: the status and the JSON answer.
+    pub async fn get_basket(&self, buyer: &str, basket: &str) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .get(self.url(&format!("/api/v1/baskets/{basket}")))
+            .bearer_auth(buyer)
+            .send()
+            .await
+            .expect("basket");
+        (r.status(), r.json().await.unwrap_or(Value::Null))
+    }
+
     /// Sets a basket line (`PUT …/lines/{sku}`): the status and the JSON answer.
     pub async fn put_line(&self, buyer: &str, basket: &str, sku: &str, quantity: i64) -> (StatusCode, Value) {
         let r = self
