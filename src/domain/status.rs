@@ -202,8 +202,13 @@ impl AttemptStatus {
         matches!(self, AttemptStatus::Created | AttemptStatus::Redirected | AttemptStatus::Unknown)
     }
 
-    /// The SQL list of active statuses, for the partial unique index and queries.
-    pub const ACTIVE_SQL: &'static str = "('created','redirected','unknown')";
+    /// The SQL condition "`column` is active", written as the partial unique index
+    /// `payment_attempts_one_active` states it, so SQLite's planner can read active attempts
+    /// through that index (and compares in place: an `IN` list of three or more constants is a
+    /// temporary b-tree built on every run; `migrations/sqlite/0009_check_lists.sql`).
+    pub fn active_sql(column: &str) -> String {
+        format!("({column} = 'created' OR {column} = 'redirected' OR {column} = 'unknown')")
+    }
 }
 
 impl RefundStatus {

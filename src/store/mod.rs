@@ -573,6 +573,7 @@ impl Db {
                 (6, include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
                 (7, include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
                 (8, include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
+                (9, include_str!("../../migrations/sqlite/0009_check_lists.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
@@ -644,8 +645,15 @@ impl Db {
         let db = Db::connect(&url, 1).await?;
         let mut conn = db.write.acquire().await?;
         sqlx::query("ATTACH DATABASE $1 AS kassa_main").bind(&main_path).execute(&mut *conn).await?;
-        let result =
-            db.apply(&mut conn, &[(1, include_str!("../../migrations/sqlite-sandbox/0001_sandbox.sql"))]).await;
+        let result = db
+            .apply(
+                &mut conn,
+                &[
+                    (1, include_str!("../../migrations/sqlite-sandbox/0001_sandbox.sql")),
+                    (2, include_str!("../../migrations/sqlite-sandbox/0002_check_lists.sql")),
+                ],
+            )
+            .await;
         let detached = conn.execute("DETACH DATABASE kassa_main").await;
         result.context("preparing the sandbox's database")?;
         detached?;

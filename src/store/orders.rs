@@ -45,8 +45,8 @@ async fn lock_order(
 
 async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(ToClose, AttemptStatus)>> {
     let rows = sqlx::query(&format!(
-        "SELECT attempt_ref, gateway, gateway_ref, status FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq",
-        AttemptStatus::ACTIVE_SQL
+        "SELECT attempt_ref, gateway, gateway_ref, status FROM payment_attempts WHERE order_no = $1 AND {} ORDER BY seq",
+        AttemptStatus::active_sql("status")
     ))
     .bind(order_no)
     .fetch_all(&mut **tx)
@@ -119,8 +119,8 @@ pub async fn new_attempt(
 /// The active attempt of a pending order, to close at the gateway before cancelling.
 pub async fn active_attempt(db: &Db, order_no: &str) -> Result<Option<ToClose>> {
     let row = sqlx::query(&format!(
-        "SELECT attempt_ref, gateway, gateway_ref FROM payment_attempts WHERE order_no = $1 AND status IN {} ORDER BY seq DESC LIMIT 1",
-        AttemptStatus::ACTIVE_SQL
+        "SELECT attempt_ref, gateway, gateway_ref FROM payment_attempts WHERE order_no = $1 AND {} ORDER BY seq DESC LIMIT 1",
+        AttemptStatus::active_sql("status")
     ))
     .bind(order_no)
     .fetch_optional(db.read_pool())

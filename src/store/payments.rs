@@ -646,8 +646,8 @@ pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry
         }
         let cause = Cause { trigger: "hold_expired", notification_id: None, at: now };
         let active = sqlx::query(&format!(
-            "SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1 AND status IN {}",
-            AttemptStatus::ACTIVE_SQL
+            "SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1 AND {}",
+            AttemptStatus::active_sql("status")
         ))
         .bind(order_no)
         .fetch_all(&mut **tx)
@@ -688,8 +688,8 @@ pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -
     for order_no in claimed {
         let r = sqlx::query(&format!(
             "SELECT o.hold_expires_at, a.attempt_ref, a.gateway, a.gateway_ref FROM orders o \
-             LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND a.status IN {} WHERE o.order_no = $1",
-            AttemptStatus::ACTIVE_SQL
+             LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND {} WHERE o.order_no = $1",
+            AttemptStatus::active_sql("a.status")
         ))
         .bind(&order_no)
         .fetch_one(db.read_pool())

@@ -102,13 +102,13 @@ pub fn claim_attempts_sql(skip: &str) -> String {
     format!(
         "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref IN (\
            SELECT attempt_ref FROM payment_attempts WHERE attempt_ref IN (\
-             SELECT attempt_ref FROM payment_attempts WHERE status IN {active} AND next_query_at <= $2 \
+             SELECT attempt_ref FROM payment_attempts WHERE {active} AND next_query_at <= $2 \
                AND (status = 'unknown' OR created_at <= $3) \
              UNION ALL \
              SELECT a.attempt_ref FROM orders o JOIN payment_attempts a ON a.attempt_ref = o.captured_attempt_ref \
                WHERE o.status = 'paid_after_expiry' AND a.status = 'succeeded' AND a.next_query_at <= $2) \
            ORDER BY next_query_at LIMIT $4{skip}) RETURNING attempt_ref",
-        active = AttemptStatus::ACTIVE_SQL
+        active = AttemptStatus::active_sql("status")
     )
 }
 
@@ -280,8 +280,8 @@ pub async fn claim_for_buyer(
 ) -> Result<Option<AttemptToQuery>> {
     let claimed = crate::write_tx!(db, |tx| {
         let r = sqlx::query(&format!(
-            "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref = $2 AND next_query_at <= $3 AND status IN {}",
-            AttemptStatus::ACTIVE_SQL
+            "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref = $2 AND next_query_at <= $3 AND {}",
+            AttemptStatus::active_sql("status")
         ))
         .bind(now.saturating_add(min_gap_ms))
         .bind(attempt_ref)

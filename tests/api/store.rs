@@ -417,6 +417,105 @@ async fn hot_and_periodic_queries_read_by_index() {
     }
 }
 
+/// The schema an older kassa left: SQLite's migrations 1 to 8, as it applied them.
+const SQLITE_MIGRATIONS_1_TO_8: [&str; 8] = [
+    include_str!("../../migrations/sqlite/0001_init.sql"),
+    include_str!("../../migrations/sqlite/0002_sweep_claims.sql"),
+    include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql"),
+    include_str!("../../migrations/sqlite/0004_admin.sql"),
+    include_str!("../../migrations/sqlite/0005_event_index.sql"),
+    include_str!("../../migrations/sqlite/0006_captured_attempt.sql"),
+    include_str!("../../migrations/sqlite/0007_reconciliation.sql"),
+    include_str!("../../migrations/sqlite/0008_periodic_indexes.sql"),
+];
+
+/// Migration 9 rewrites SQLite's `IN` lists (CHECK constraints, the one-active-attempt index) as
+/// comparisons in place. On a database an older kassa left, with rows in it: every row stays, no
+/// list is left, the database is intact, and the rewritten conditions refuse what they refused —
+/// a status outside the list, a second active attempt — while the reconciler's claim still
+/// reads the active attempts through their index.
+#[tokio::test]
+async fn sqlite_in_lists_are_rewritten_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("old.db").display());
+    {
+        let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("{url}?mode=rwc")).await.unwrap();
+        sqlx::raw_sql("CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        for (i, sql) in SQLITE_MIGRATIONS_1_TO_8.iter().enumerate() {
+            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)")
+                .bind(i64::try_from(i).unwrap() + 1)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        sqlx::raw_sql(
+            "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, created_at, updated_at) \
+               VALUES ('S', 'S', 'physical', 500, 'CNY', 5, 1, 0, 0); \
+             INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('SE', 'h', 'c', 0); \
+             INSERT INTO baskets (id, session_id, status, order_no, created_at, updated_at) VALUES ('B', 'SE', 'frozen', 'O-1', 0, 0); \
+             INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
+               VALUES ('O-1', 'SE', 'B', 'pending_payment', 500, 'CNY', 'sandbox', 9, 0, 0); \
+             INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ('O-1', 'S', 1, 'active', 9, 0); \
+             INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+               VALUES ('O-1_1', 'O-1', 1, 'sandbox', 'form', 'created', 500, 'CNY', 0, 0); \
+             INSERT INTO status_events (order_no, entity, entity_id, to_status, trigger_name, at) \
+               VALUES ('O-1', 'order', 'O-1', 'pending_payment', 'checkout', 0);",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let db = kassa::store::Db::connect(&url, 2).await.unwrap();
+    db.migrate().await.unwrap();
+    let pool = db.read_pool().clone();
+    let scalar = |sql: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
+    };
+    assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, 9);
+    assert_eq!(scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sqlite_schema WHERE sql LIKE '% IN (''%'").await, 0);
+    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(&pool).await.unwrap();
+    assert_eq!(integrity, "ok");
+    for table in ["orders", "payment_attempts", "reservations", "status_events", "baskets", "skus"] {
+        let n: i64 = sqlx::query_scalar(&format!("SELECT CAST(COUNT(*) AS BIGINT) FROM {table}"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "{table}");
+    }
+    // Through the writer, as kassa writes.
+    let write = |sql: &'static str| {
+        let db = db.clone();
+        async move { db.write_one(|| sqlx::query(sql)).await }
+    };
+    assert!(write("UPDATE orders SET status = 'bogus' WHERE order_no = 'O-1'").await.is_err());
+    assert!(write("UPDATE reservations SET status = 'held' WHERE order_no = 'O-1'").await.is_err());
+    assert!(write("INSERT INTO status_events (order_no, entity, entity_id, to_status, trigger_name, at) VALUES ('O-1', 'basket', 'B', 'x', 't', 0)").await.is_err());
+    // I5: a second active attempt is refused, an ended one is not.
+    let second = "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+                  VALUES ('O-1_2', 'O-1', 2, 'sandbox', 'form', 'redirected', 500, 'CNY', 0, 0)";
+    assert!(write(second).await.is_err());
+    let ended = "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+                 VALUES ('O-1_3', 'O-1', 3, 'sandbox', 'form', 'failed', 500, 'CNY', 0, 0)";
+    assert_eq!(write(ended).await.unwrap(), 1);
+    assert_eq!(write("UPDATE orders SET status = 'paid' WHERE order_no = 'O-1'").await.unwrap(), 1);
+    let plan = plan_of(&url, &kassa::store::reconcile::claim_attempts_sql("")).await;
+    assert!(plan.iter().any(|s| s.contains("payment_attempts_one_active")), "{plan:?}");
+    // The sandbox's own file gets the same rewrite.
+    let sandbox = db.open_sandbox(&url).await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sqlite_schema WHERE sql LIKE '% IN (''%'")
+        .fetch_one(sandbox.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    sandbox.close().await;
+    db.close().await;
+}
+
 // A lone write statement (`Db::write_one`) changes its rows durably and says how many, whichever
 // way the database commits it: PostgreSQL on its own (no BEGIN/COMMIT), SQLite in the group
 // commit; a failing one changes nothing and is an error.
