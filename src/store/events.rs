@@ -8,7 +8,25 @@ use crate::clock::Millis;
 use crate::domain::status::RefundStatus;
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
-use crate::store::batch::Batch;
+use crate::store::batch::{Arg, Batch};
+
+/// Other columns a status update sets in the same statement (one statement, not two, for a
+/// change that always comes with its status: a capture with `succeeded`, with `paid`):
+/// `set` is `column = $5, …`, numbered after the status update's own four parameters.
+#[derive(Debug, Default)]
+pub struct Also<'a> {
+    pub set: &'a str,
+    pub args: Vec<Arg>,
+}
+
+/// The status update's SQL with `also`'s columns, and all its values.
+fn status_update(table: &str, key: &str, also: Also<'_>, base: Vec<Arg>) -> (String, Vec<Arg>) {
+    let extra = if also.set.is_empty() { String::new() } else { format!(", {}", also.set) };
+    let sql = format!("UPDATE {table} SET status = $1, updated_at = $2{extra} WHERE {key} = $3 AND status = $4");
+    let mut args = base;
+    args.extend(also.args);
+    (sql, args)
+}
 
 /// Why a status changed; stored in the event log.
 #[derive(Debug, Clone, Copy)]
@@ -49,12 +67,13 @@ pub async fn add_order_status(
     to: OrderStatus,
     cause: Cause<'_>,
 ) -> Result<()> {
-    add_order_update(batch, order_no, from, to, cause)?;
+    add_order_update(batch, order_no, from, to, cause, Also::default())?;
     // The shop's own systems hear about it through the outbox, in this same transaction.
     super::outbox::add_order_event(conn, batch, order_no, to, cause.at).await
 }
 
-/// [`add_order_status`] when the caller already knows what the outbox message carries.
+/// [`add_order_status`] when the caller already knows what the outbox message carries (which must
+/// then include what `also` sets).
 pub fn add_order_status_with(
     batch: &mut Batch,
     order_no: &str,
@@ -62,8 +81,9 @@ pub fn add_order_status_with(
     to: OrderStatus,
     cause: Cause<'_>,
     facts: &super::outbox::OrderFacts<'_>,
+    also: Also<'_>,
 ) -> Result<()> {
-    add_order_update(batch, order_no, from, to, cause)?;
+    add_order_update(batch, order_no, from, to, cause, also)?;
     super::outbox::add_order_event_with(batch, order_no, to, facts, cause.at);
     Ok(())
 }
@@ -75,14 +95,12 @@ fn add_order_update(
     from: OrderStatus,
     to: OrderStatus,
     cause: Cause<'_>,
+    also: Also<'_>,
 ) -> Result<()> {
     from.transition(to)?;
-    batch.expect(
-        "UPDATE orders SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = $4",
-        args![to.as_str(), cause.at, order_no, from.as_str()],
-        1,
-        format!("order {order_no} was not in {from} when moving to {to}"),
-    );
+    let (sql, values) =
+        status_update("orders", "order_no", also, args![to.as_str(), cause.at, order_no, from.as_str()]);
+    batch.expect(&sql, values, 1, format!("order {order_no} was not in {from} when moving to {to}"));
     add_event(batch, order_no, "order", order_no, Some(from.as_str()), to.as_str(), cause);
     Ok(())
 }
@@ -134,13 +152,23 @@ pub fn add_attempt_status(
     to: AttemptStatus,
     cause: Cause<'_>,
 ) -> Result<()> {
+    add_attempt_status_also(batch, order_no, attempt_ref, from, to, cause, Also::default())
+}
+
+/// [`add_attempt_status`] that also sets other columns of the attempt in the same statement.
+pub fn add_attempt_status_also(
+    batch: &mut Batch,
+    order_no: &str,
+    attempt_ref: &str,
+    from: AttemptStatus,
+    to: AttemptStatus,
+    cause: Cause<'_>,
+    also: Also<'_>,
+) -> Result<()> {
     from.transition(to)?;
-    batch.expect(
-        "UPDATE payment_attempts SET status = $1, updated_at = $2 WHERE attempt_ref = $3 AND status = $4",
-        args![to.as_str(), cause.at, attempt_ref, from.as_str()],
-        1,
-        format!("attempt {attempt_ref} was not in {from} when moving to {to}"),
-    );
+    let base = args![to.as_str(), cause.at, attempt_ref, from.as_str()];
+    let (sql, values) = status_update("payment_attempts", "attempt_ref", also, base);
+    batch.expect(&sql, values, 1, format!("attempt {attempt_ref} was not in {from} when moving to {to}"));
     add_event(batch, order_no, "attempt", attempt_ref, Some(from.as_str()), to.as_str(), cause);
     Ok(())
 }

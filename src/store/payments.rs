@@ -9,7 +9,7 @@ use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide
 use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
-use crate::store::events::{self, Cause, Severity};
+use crate::store::events::{self, Also, Cause, Severity};
 use crate::store::outbox::OrderFacts;
 use crate::store::refunds::{self, RefundKind};
 use crate::store::{Db, Tx, col, fulfilment, new_id};
@@ -291,13 +291,18 @@ async fn apply_success(
     let cause = Cause { trigger: "payment_succeeded", ..cause };
     // The attempt's success, in one batch with what a payment of a pending order changes.
     let mut batch = Batch::new();
-    events::add_attempt_status(&mut batch, order_no, attempt_ref, attempt_status, AttemptStatus::Succeeded, cause)?;
-    batch.expect(
-        "UPDATE payment_attempts SET gateway_txn_id = $1, captured_minor = $2 WHERE attempt_ref = $3",
-        args![s.gateway_txn_id, amount.amount_minor(), attempt_ref],
-        1,
-        "attempt capture update",
-    );
+    // The capture in the status update's own statement.
+    let capture =
+        Also { set: "gateway_txn_id = $5, captured_minor = $6", args: args![s.gateway_txn_id, amount.amount_minor()] };
+    events::add_attempt_status_also(
+        &mut batch,
+        order_no,
+        attempt_ref,
+        attempt_status,
+        AttemptStatus::Succeeded,
+        cause,
+        capture,
+    )?;
     if decision != SuccessDecision::Pay {
         std::mem::take(&mut batch).run_checked(tx).await?;
     }
@@ -309,9 +314,8 @@ async fn apply_success(
                 events::add_attempt_status(&mut batch, order_no, other_ref, *from, AttemptStatus::Superseded, cause)?;
             }
             add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
-            add_captured(&mut batch, order_no, attempt_ref, amount);
-            // `-> paid` in the same batch: what its outbox messages carry is known here (the
-            // capture was just added), and the lines serve the fulfilment after it too.
+            // `-> paid` in the same batch, with the order's capture in the same statement: what
+            // its outbox messages carry is known here, and the lines serve the fulfilment after.
             let lines = &s.parts.lines;
             let facts = OrderFacts {
                 total_minor: s.order_total.0,
@@ -319,7 +323,19 @@ async fn apply_success(
                 captured_minor: Some(amount.amount_minor()),
                 lines,
             };
-            events::add_order_status_with(&mut batch, order_no, order_status, OrderStatus::Paid, cause, &facts)?;
+            let captured = Also {
+                set: "captured_minor = $5, captured_currency = $6, captured_attempt_ref = $7",
+                args: args![amount.amount_minor(), amount.currency().code(), attempt_ref],
+            };
+            events::add_order_status_with(
+                &mut batch,
+                order_no,
+                order_status,
+                OrderStatus::Paid,
+                cause,
+                &facts,
+                captured,
+            )?;
             let id =
                 cause.notification_id.ok_or_else(|| Error::internal("a payment applied without its notification"))?;
             add_notification_outcome(&mut batch, id, "applied", order_no);
