@@ -139,24 +139,12 @@ pub async fn set_attempt_status(
     cause: Cause<'_>,
 ) -> Result<()> {
     let mut batch = Batch::new();
-    add_attempt_status(&mut batch, order_no, attempt_ref, from, to, cause)?;
+    add_attempt_status(&mut batch, order_no, attempt_ref, from, to, cause, Also::default())?;
     batch.run_checked(conn).await
 }
 
-/// [`set_attempt_status`] as part of a batch.
+/// [`set_attempt_status`] as part of a batch, setting `also`'s columns in the same statement.
 pub fn add_attempt_status(
-    batch: &mut Batch,
-    order_no: &str,
-    attempt_ref: &str,
-    from: AttemptStatus,
-    to: AttemptStatus,
-    cause: Cause<'_>,
-) -> Result<()> {
-    add_attempt_status_also(batch, order_no, attempt_ref, from, to, cause, Also::default())
-}
-
-/// [`add_attempt_status`] that also sets other columns of the attempt in the same statement.
-pub fn add_attempt_status_also(
     batch: &mut Batch,
     order_no: &str,
     attempt_ref: &str,

@@ -294,7 +294,7 @@ async fn apply_success(
     // The capture in the status update's own statement.
     let capture =
         Also { set: "gateway_txn_id = $5, captured_minor = $6", args: args![s.gateway_txn_id, amount.amount_minor()] };
-    events::add_attempt_status_also(
+    events::add_attempt_status(
         &mut batch,
         order_no,
         attempt_ref,
@@ -311,7 +311,15 @@ async fn apply_success(
             // Another attempt still open on this order must not be paid too (I5 on a paid order).
             for (other_ref, from) in s.others {
                 let cause = Cause { notification_id: None, ..cause };
-                events::add_attempt_status(&mut batch, order_no, other_ref, *from, AttemptStatus::Superseded, cause)?;
+                events::add_attempt_status(
+                    &mut batch,
+                    order_no,
+                    other_ref,
+                    *from,
+                    AttemptStatus::Superseded,
+                    cause,
+                    Also::default(),
+                )?;
             }
             add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
             // `-> paid` in the same batch, with the order's capture in the same statement: what

@@ -14,6 +14,11 @@ async fn fresh_sqlite(writer: kassa::store::SqliteWriter) -> (tempfile::TempDir,
     (dir, url, db)
 }
 
+/// The one number `sql` answers, read on `pool`.
+async fn number(pool: &sqlx::AnyPool, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.unwrap()
+}
+
 /// Two commands that lock the same rows in opposite order deadlock on PostgreSQL; the one the
 /// database aborts (40P01) is re-run by `write_tx!` and both commit. (PostgreSQL only: SQLite has
 /// a single writer, so the two could not even interleave.)
@@ -153,24 +158,24 @@ async fn sandbox_records_move_to_their_own_sqlite_file() {
 
     let records = main.open_sandbox(&url).await.unwrap();
     assert!(dir.path().join("shop-sandbox.db").exists());
-    let count = |sql: &'static str| {
-        let pool = records.read_pool().clone();
-        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
-    };
-    assert_eq!(count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments WHERE attempt_ref = 'A-1'").await, 1);
+    let pool = records.read_pool();
+    assert_eq!(
+        number(pool, "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments WHERE attempt_ref = 'A-1'").await,
+        1
+    );
     // Copied pending, with its tries, and free to be sent at once (no lease of a dead process).
     assert_eq!(
-        count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending' AND tries = 2 AND lease_until = 0").await,
+        number(
+            pool,
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending' AND tries = 2 AND lease_until = 0"
+        )
+        .await,
         1
     );
     // A second open (the next start) copies nothing again.
     records.close().await;
     let records = main.open_sandbox(&url).await.unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries")
-        .fetch_one(records.read_pool())
-        .await
-        .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(number(records.read_pool(), "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries").await, 1);
     // A running kassa writes the sandbox's records to that file, none to its own.
     let t = TestApp::spawn(Backend::Sqlite).await;
     t.create_sku("S", "S", 500, 5).await;
@@ -429,6 +434,9 @@ const SQLITE_MIGRATIONS_1_TO_8: [&str; 8] = [
     include_str!("../../migrations/sqlite/0008_periodic_indexes.sql"),
 ];
 
+/// How many tables and indexes of a SQLite schema still state a condition as an `IN` list.
+const IN_LISTS_LEFT: &str = "SELECT CAST(COUNT(*) AS BIGINT) FROM sqlite_schema WHERE sql LIKE '% IN (''%'";
+
 /// Migration 9 rewrites SQLite's `IN` lists (CHECK constraints, the one-active-attempt index) as
 /// comparisons in place. On a database an older kassa left, with rows in it: every row stays, no
 /// list is left, the database is intact, and the rewritten conditions refuse what they refused —
@@ -471,21 +479,13 @@ async fn sqlite_in_lists_are_rewritten_in_place() {
     }
     let db = kassa::store::Db::connect(&url, 2).await.unwrap();
     db.migrate().await.unwrap();
-    let pool = db.read_pool().clone();
-    let scalar = |sql: &'static str| {
-        let pool = pool.clone();
-        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
-    };
-    assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, 9);
-    assert_eq!(scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sqlite_schema WHERE sql LIKE '% IN (''%'").await, 0);
-    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(&pool).await.unwrap();
+    let pool = db.read_pool();
+    assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, 9);
+    assert_eq!(number(pool, IN_LISTS_LEFT).await, 0);
+    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(pool).await.unwrap();
     assert_eq!(integrity, "ok");
     for table in ["orders", "payment_attempts", "reservations", "status_events", "baskets", "skus"] {
-        let n: i64 = sqlx::query_scalar(&format!("SELECT CAST(COUNT(*) AS BIGINT) FROM {table}"))
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        assert_eq!(n, 1, "{table}");
+        assert_eq!(number(pool, &format!("SELECT CAST(COUNT(*) AS BIGINT) FROM {table}")).await, 1, "{table}");
     }
     // Through the writer, as kassa writes.
     let write = |sql: &'static str| {
@@ -507,11 +507,7 @@ async fn sqlite_in_lists_are_rewritten_in_place() {
     assert!(plan.iter().any(|s| s.contains("payment_attempts_one_active")), "{plan:?}");
     // The sandbox's own file gets the same rewrite.
     let sandbox = db.open_sandbox(&url).await.unwrap();
-    let left: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sqlite_schema WHERE sql LIKE '% IN (''%'")
-        .fetch_one(sandbox.read_pool())
-        .await
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(number(sandbox.read_pool(), IN_LISTS_LEFT).await, 0);
     sandbox.close().await;
     db.close().await;
 }
