@@ -48,11 +48,215 @@ macro_rules! args {
 
 #[derive(Debug, Default, Clone)]
 pub struct Batch {
-    /// (SQL as written, SQL with parameters renumbered for the joined form, its values).
-    statements: Vec<(String, String, Vec<Arg>)>,
-    /// For [`Batch::run_checked`]: rows each statement must change, and what it means if not.
+    /// The statements added with [`Batch::add`], as written, with their values.
+    statements: Vec<(String, Vec<Arg>)>,
+    /// The rows added with [`Batch::append`], grouped by table and columns.
+    appended: Vec<Appended>,
+    /// What was added, in order: a statement (its index) or an appended row (its group's).
+    items: Vec<Item>,
+    /// For [`Batch::run_checked`]: rows each item must change, and what it means if not.
     expected: Vec<Option<(u64, String)>>,
-    bound: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Item {
+    Statement(usize),
+    Row(usize),
+}
+
+/// Rows for one `INSERT INTO table (columns) VALUES …`, each with its own `$1…$n` values.
+#[derive(Debug, Clone)]
+struct Appended {
+    into: String,
+    tuple: String,
+    rows: Vec<Vec<Arg>>,
+}
+
+impl Batch {
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Adds a statement with its own `$1…$n` parameters.
+    pub fn add(&mut self, sql: &str, args: Vec<Arg>) -> &mut Self {
+        self.items.push(Item::Statement(self.statements.len()));
+        self.statements.push((sql.to_string(), args));
+        self.expected.push(None);
+        self
+    }
+
+    /// Adds a statement that must change exactly `rows` rows; `what` names the failure.
+    pub fn expect(&mut self, sql: &str, args: Vec<Arg>, rows: u64, what: impl Into<String>) -> &mut Self {
+        self.add(sql, args);
+        if let Some(last) = self.expected.last_mut() {
+            *last = Some((rows, what.into()));
+        }
+        self
+    }
+
+    /// Adds one row to insert: `into` is `INSERT INTO table (columns)`, `tuple` its values as
+    /// `($1, $2, 'literal', …)` with its own parameters. The rows appended to one batch with the
+    /// same `into` and `tuple` go in as one multi-row INSERT, after the batch's statements and in
+    /// the order they were appended — one statement where there were several (a status change's
+    /// log rows, a payment's outbox messages). Only for rows that nothing else in the batch reads
+    /// or depends on. The row must go in (`what` names the failure).
+    pub fn append(&mut self, into: &str, tuple: &str, args: Vec<Arg>, what: impl Into<String>) -> &mut Self {
+        let group = match self.appended.iter().position(|g| g.into == into && g.tuple == tuple) {
+            Some(g) => g,
+            None => {
+                self.appended.push(Appended { into: into.to_string(), tuple: tuple.to_string(), rows: Vec::new() });
+                self.appended.len() - 1
+            }
+        };
+        if let Some(g) = self.appended.get_mut(group) {
+            g.rows.push(args);
+        }
+        self.items.push(Item::Row(group));
+        self.expected.push(Some((1, what.into())));
+        self
+    }
+
+    /// Runs the statements; fails (the caller's transaction then rolls back) on the first one
+    /// that did not change the rows it had to.
+    pub async fn run_checked(mut self, conn: &mut Conn) -> Result<()> {
+        let expected = std::mem::take(&mut self.expected);
+        check(&self.run_each(conn).await?, expected)
+    }
+
+    /// PostgreSQL, outside any transaction: sends the statements as one script in one round trip,
+    /// which PostgreSQL runs as one implicit transaction (all of it, or on the first failure none
+    /// of it). The rows each statement changed are checked only after that commit, so a batch
+    /// run this way must hold statements that either change the rows they expect or fail
+    /// (inserts of new rows).
+    pub async fn run_script(self, pool: &sqlx::AnyPool) -> Result<()> {
+        let (items, groups, expected) = (self.items, self.appended.len(), self.expected);
+        let run = Self::executed(self.statements, self.appended);
+        let sql = script(&run)?;
+        let changed = rows_changed(sqlx::raw_sql(&sql).fetch_many(pool), run.len()).await?;
+        check(&per_item(&items, groups, &changed), expected)
+    }
+
+    /// The statements as they run: those added, then one INSERT per group of appended rows.
+    fn executed(mut statements: Vec<(String, Vec<Arg>)>, appended: Vec<Appended>) -> Vec<(String, Vec<Arg>)> {
+        for group in appended {
+            let mut sql = group.into;
+            sql.push_str(" VALUES ");
+            let mut args = Vec::new();
+            for (i, row) in group.rows.into_iter().enumerate() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&renumber(&group.tuple, args.len()));
+                args.extend(row);
+            }
+            statements.push((sql, args));
+        }
+        statements
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Statements and rows added so far.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Runs the statements in order; returns the rows they changed, summed.
+    pub async fn run(self, conn: &mut Conn) -> Result<u64> {
+        Ok(self.run_each(conn).await?.iter().sum())
+    }
+
+    /// Runs the statements in order; returns the rows each one changed, in the order they were
+    /// added (an appended row: 1 if its group's INSERT put in all of its rows).
+    pub async fn run_each(self, conn: &mut Conn) -> Result<Vec<u64>> {
+        let (items, groups) = (self.items, self.appended.len());
+        let run = Self::executed(self.statements, self.appended);
+        let changed = run_statements(run, conn).await?;
+        Ok(per_item(&items, groups, &changed))
+    }
+}
+
+/// The rows each added item changed, from the rows each executed statement changed (the added
+/// statements', then one per group of appended rows).
+fn per_item(items: &[Item], groups: usize, changed: &[u64]) -> Vec<u64> {
+    let first_group = changed.len().saturating_sub(groups);
+    let mut rows_in = vec![0_u64; groups];
+    for item in items {
+        if let Item::Row(g) = item
+            && let Some(n) = rows_in.get_mut(*g)
+        {
+            *n += 1;
+        }
+    }
+    items
+        .iter()
+        .map(|item| match item {
+            Item::Statement(i) => changed.get(*i).copied().unwrap_or(0),
+            Item::Row(g) => {
+                let all_in = changed.get(first_group + g) == rows_in.get(*g);
+                u64::from(all_in)
+            }
+        })
+        .collect()
+}
+
+/// Runs statements in order, inside the connection's transaction; returns the rows each changed.
+async fn run_statements(run: Vec<(String, Vec<Arg>)>, conn: &mut Conn) -> Result<Vec<u64>> {
+    fn bind<'q>(
+        mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+        args: Vec<Arg>,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+        for a in args {
+            q = match a {
+                Arg::Text(v) => q.bind(v),
+                Arg::Int(v) => q.bind(v),
+            };
+        }
+        q
+    }
+    let count = run.len();
+    if matches!(conn, Conn::Sqlx(_)) && conn.backend_name() == "SQLite" {
+        // Joined into one query, each statement's `$N` shifted past the values before it.
+        let mut sql = String::new();
+        let mut args: Vec<Arg> = Vec::new();
+        for (plain, values) in run {
+            if !sql.is_empty() {
+                sql.push_str(";\n");
+            }
+            sql.push_str(&renumber(&plain, args.len()));
+            args.extend(values);
+        }
+        // One result per statement, in order (these statements return no rows). sqlx 0.8
+        // deprecates multi-statement queries in favour of `raw_sql`, which cannot bind values;
+        // the SQLite driver still runs them, and this is the one place that relies on it.
+        #[allow(deprecated)]
+        return rows_changed(bind(sqlx::query(&sql), args).fetch_many(conn), count).await;
+    }
+    if conn.backend_name() == "PostgreSQL" && count > 1 && pg_one_trip() {
+        // One round trip: the simple-query protocol runs several statements in one message,
+        // in order, inside the open transaction (the first failure aborts it).
+        let sql = script(&run)?;
+        return rows_changed(sqlx::raw_sql(&sql).fetch_many(conn), count).await;
+    }
+    // The native SQLite writer (no round trips to save) and single statements: one by one.
+    let mut rows = Vec::with_capacity(count);
+    for (sql, args) in run {
+        rows.push(bind(sqlx::query(&sql), args).execute(&mut *conn).await?.rows_affected());
+    }
+    Ok(rows)
+}
+
+/// Statements as one PostgreSQL simple query, each value written as a literal (see [`literal`]):
+/// the simple-query protocol takes no bound values.
+fn script(run: &[(String, Vec<Arg>)]) -> Result<String> {
+    let mut sql = String::new();
+    for (plain, args) in run {
+        sql.push_str(&inline(plain, args)?);
+        sql.push_str(";\n");
+    }
+    Ok(sql)
 }
 
 /// Shifts every `$N` in `sql` by `offset`. The SQL kassa writes has no `$` in literals.
@@ -77,110 +281,6 @@ fn renumber(sql: &str, offset: usize) -> String {
         }
     }
     out
-}
-
-impl Batch {
-    pub fn new() -> Self {
-        Batch::default()
-    }
-
-    /// Adds a statement with its own `$1…$n` parameters.
-    pub fn add(&mut self, sql: &str, args: Vec<Arg>) -> &mut Self {
-        let shifted = renumber(sql, self.bound);
-        self.bound += args.len();
-        self.statements.push((sql.to_string(), shifted, args));
-        self.expected.push(None);
-        self
-    }
-
-    /// Adds a statement that must change exactly `rows` rows; `what` names the failure.
-    pub fn expect(&mut self, sql: &str, args: Vec<Arg>, rows: u64, what: impl Into<String>) -> &mut Self {
-        self.add(sql, args);
-        if let Some(last) = self.expected.last_mut() {
-            *last = Some((rows, what.into()));
-        }
-        self
-    }
-
-    /// Runs the statements; fails (the caller's transaction then rolls back) on the first one
-    /// that did not change the rows it had to.
-    pub async fn run_checked(mut self, conn: &mut Conn) -> Result<()> {
-        let expected = std::mem::take(&mut self.expected);
-        check(&self.run_each(conn).await?, expected)
-    }
-
-    /// PostgreSQL, outside any transaction: sends the statements as one script in one round trip,
-    /// which PostgreSQL runs as one implicit transaction (all of it, or on the first failure none
-    /// of it). The rows each statement changed are checked only after that commit, so a batch
-    /// run this way must hold statements that either change the rows they expect or fail
-    /// (inserts of new rows).
-    pub async fn run_script(self, pool: &sqlx::AnyPool) -> Result<()> {
-        let sql = self.script()?;
-        check(&rows_changed(sqlx::raw_sql(&sql).fetch_many(pool), self.statements.len()).await?, self.expected)
-    }
-
-    /// The statements as one PostgreSQL simple query, each value written as a literal (see
-    /// [`literal`]): the simple-query protocol takes no bound values.
-    fn script(&self) -> Result<String> {
-        let mut sql = String::new();
-        for (plain, _, args) in &self.statements {
-            sql.push_str(&inline(plain, args)?);
-            sql.push_str(";\n");
-        }
-        Ok(sql)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.statements.is_empty()
-    }
-
-    /// Statements added so far.
-    pub fn len(&self) -> usize {
-        self.statements.len()
-    }
-
-    /// Runs the statements in order; returns the rows they changed, summed.
-    pub async fn run(self, conn: &mut Conn) -> Result<u64> {
-        Ok(self.run_each(conn).await?.iter().sum())
-    }
-
-    /// Runs the statements in order; returns the rows each one changed.
-    pub async fn run_each(self, conn: &mut Conn) -> Result<Vec<u64>> {
-        fn bind<'q>(
-            mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-            args: Vec<Arg>,
-        ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-            for a in args {
-                q = match a {
-                    Arg::Text(v) => q.bind(v),
-                    Arg::Int(v) => q.bind(v),
-                };
-            }
-            q
-        }
-        let count = self.statements.len();
-        if matches!(conn, Conn::Sqlx(_)) && conn.backend_name() == "SQLite" {
-            let sql = self.statements.iter().map(|s| s.1.as_str()).collect::<Vec<_>>().join(";\n");
-            let args: Vec<Arg> = self.statements.into_iter().flat_map(|s| s.2).collect();
-            // One result per statement, in order (these statements return no rows). sqlx 0.8
-            // deprecates multi-statement queries in favour of `raw_sql`, which cannot bind values;
-            // the SQLite driver still runs them, and this is the one place that relies on it.
-            #[allow(deprecated)]
-            return rows_changed(bind(sqlx::query(&sql), args).fetch_many(conn), count).await;
-        }
-        if conn.backend_name() == "PostgreSQL" && count > 1 && pg_one_trip() {
-            // One round trip: the simple-query protocol runs several statements in one message,
-            // in order, inside the open transaction (the first failure aborts it).
-            let sql = self.script()?;
-            return rows_changed(sqlx::raw_sql(&sql).fetch_many(conn), count).await;
-        }
-        // The native SQLite writer (no round trips to save) and single statements: one by one.
-        let mut rows = Vec::with_capacity(count);
-        for (sql, _, args) in self.statements {
-            rows.push(bind(sqlx::query(&sql), args).execute(&mut *conn).await?.rows_affected());
-        }
-        Ok(rows)
-    }
 }
 
 /// Fails on the first statement that did not change the rows it had to.
@@ -291,6 +391,37 @@ mod tests {
         );
         assert_eq!(renumber("SELECT 1", 5), "SELECT 1");
         assert_eq!(renumber("x $ y", 2), "x $ y");
+    }
+
+    /// Appended rows run after the statements, as one INSERT per table and columns, in the order
+    /// they were appended; each added item gets its own count back, in the order it was added.
+    #[test]
+    fn appended_rows_go_in_as_one_insert_per_table() {
+        let mut b = Batch::new();
+        b.add("UPDATE a SET x = $1 WHERE k = $2", vec![Arg::Int(Some(1)), Arg::Text(Some("k".into()))]);
+        b.append("INSERT INTO log (a, b)", "($1, 'x', $2)", vec![Arg::Int(Some(10)), Arg::Int(Some(11))], "log");
+        b.append("INSERT INTO out (m)", "($1)", vec![Arg::Text(Some("m1".into()))], "out");
+        b.add("DELETE FROM c WHERE k = $1", vec![Arg::Int(Some(2))]);
+        b.append("INSERT INTO log (a, b)", "($1, 'x', $2)", vec![Arg::Int(Some(20)), Arg::Int(Some(21))], "log");
+        assert_eq!(b.len(), 5);
+        let (items, groups) = (b.items.clone(), b.appended.len());
+        let run = Batch::executed(b.statements, b.appended);
+        let sql: Vec<&str> = run.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(
+            sql,
+            [
+                "UPDATE a SET x = $1 WHERE k = $2",
+                "DELETE FROM c WHERE k = $1",
+                "INSERT INTO log (a, b) VALUES ($1, 'x', $2), ($3, 'x', $4)",
+                "INSERT INTO out (m) VALUES ($1)",
+            ]
+        );
+        let log_args: Vec<i64> = run[2].1.iter().map(|a| if let Arg::Int(Some(v)) = a { *v } else { -1 }).collect();
+        assert_eq!(log_args, [10, 11, 20, 21]);
+        // Both log rows in: each counts 1; a short group counts 0 for each of its rows.
+        assert_eq!(per_item(&items, groups, &[1, 0, 2, 1]), [1, 1, 1, 0, 1]);
+        assert_eq!(per_item(&items, groups, &[1, 1, 1, 1]), [1, 0, 1, 1, 0]);
+        assert!(check(&per_item(&items, groups, &[1, 1, 1, 1]), vec![None, Some((1, "log".into()))]).is_err());
     }
 
     #[test]

@@ -171,11 +171,11 @@ pub fn add_event(
     to: &str,
     cause: Cause<'_>,
 ) {
-    batch.expect(
-        "INSERT INTO status_events (order_no, entity, entity_id, from_status, to_status, trigger_name, notification_id, at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    // Appended: a command's log rows go in as one INSERT, in the order of its changes.
+    batch.append(
+        "INSERT INTO status_events (order_no, entity, entity_id, from_status, to_status, trigger_name, notification_id, at)",
+        "($1, $2, $3, $4, $5, $6, $7, $8)",
         args![order_no, entity, entity_id, from, to, cause.trigger, cause.notification_id, cause.at],
-        1,
         "status event insert",
     );
 }

@@ -10,7 +10,6 @@
 //! maps them: by the stored value's type (integer → `BIGINT`, real → `DOUBLE`, text, blob, null).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,15 +24,62 @@ use sqlx_core::ext::ustr::UStr;
 /// Statements kept prepared: every distinct statement the store writes, with room to spare.
 const STATEMENT_CACHE: usize = 512;
 
-/// The column names and positions of one statement's rows, built once per statement text.
+/// The column names and positions of one statement's rows.
 struct Shape {
     columns: Vec<AnyColumn>,
     names: Arc<sqlx_core::HashMap<UStr, usize>>,
 }
 
+/// One statement of a query: its text and, from its first run on, which argument each of its
+/// parameters takes (`$N` → index N−1) and its rows' shape.
+struct Piece {
+    sql: String,
+    bound: std::sync::OnceLock<Bound>,
+}
+
+struct Bound {
+    arguments: Vec<usize>,
+    shape: Shape,
+}
+
+/// What a query's text needs working out once, not on every run (its statements, their parameter
+/// names, their column names): kept per distinct text, as prepared statements are. A statement's
+/// part is worked out when it first runs, after the statements before it (one may create what
+/// the next refers to).
+struct Plan {
+    pieces: Vec<Piece>,
+}
+
+impl Bound {
+    fn of(stmt: &rusqlite::Statement<'_>, sql: &str) -> Result<Bound, sqlx::Error> {
+        let arguments = (1..=stmt.parameter_count())
+            .map(|i| {
+                stmt.parameter_name(i)
+                    .and_then(|name| name.strip_prefix('$'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|n| *n >= 1)
+                    .map(|n| n - 1)
+                    .ok_or_else(|| sqlx::Error::Protocol(format!("parameter {i} is not $N in: {sql}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = stmt.column_names().into_iter().map(str::to_string).collect();
+        let columns = names
+            .iter()
+            .enumerate()
+            .map(|(ordinal, name)| AnyColumn {
+                ordinal,
+                name: UStr::from(name.clone()),
+                type_info: AnyTypeInfo { kind: AnyTypeInfoKind::Null },
+            })
+            .collect();
+        let positions = names.into_iter().enumerate().map(|(i, n)| (UStr::from(n), i)).collect();
+        Ok(Bound { arguments, shape: Shape { columns, names: Arc::new(positions) } })
+    }
+}
+
 pub struct NativeConn {
     conn: Connection,
-    shapes: HashMap<String, Arc<Shape>>,
+    plans: sqlx_core::HashMap<String, Arc<Plan>>,
 }
 
 impl std::fmt::Debug for NativeConn {
@@ -165,19 +211,36 @@ impl NativeConn {
         conn.busy_timeout(Duration::from_millis(u64::from(busy_timeout_ms)))?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         anyhow::ensure!(mode.eq_ignore_ascii_case("wal"), "SQLite refused WAL mode (got {mode})");
-        // Temporary storage in memory: every group-commit member runs in a savepoint, whose
-        // sub-journal (the first change of each page it touches) otherwise goes to a temporary
-        // file — a page write per touched page per command, a fifth of the writer's time. It
-        // only ever serves a rollback to the savepoint, so it needs no durability; the WAL
-        // still carries every commit.
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;")?;
+        // Every group-commit member runs in a savepoint, whose sub-journal holds the first change
+        // of each page it touches; it only ever serves a rollback to the savepoint, so it needs
+        // no durability (the WAL carries every commit). It stays in memory up to
+        // SQLITE_STMTJRNL_SPILL (256 KiB, `.cargo/config.toml`: 63 pages, far more than a
+        // command touches) in one allocation per command. Not `temp_store=MEMORY`, which keeps it
+        // in memory too but in 1 KiB pieces, each a malloc and a free (a twentieth of the
+        // writer's time, BENCHMARKS.md, eighth session).
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        Ok(NativeConn { conn, shapes: HashMap::new() })
+        Ok(NativeConn { conn, plans: sqlx_core::HashMap::default() })
     }
 
     /// Whether a transaction is open.
     pub fn in_transaction(&self) -> bool {
         !self.conn.is_autocommit()
+    }
+
+    /// The plan of `sql`, kept from its first run.
+    fn plan(&mut self, sql: &str) -> Arc<Plan> {
+        if let Some(plan) = self.plans.get(sql) {
+            return Arc::clone(plan);
+        }
+        let pieces = statements(sql).map(|one| Piece { sql: one.to_string(), bound: Default::default() }).collect();
+        let plan = Arc::new(Plan { pieces });
+        if self.plans.len() >= STATEMENT_CACHE {
+            // Bounded like the statement cache; rebuilt on the next use.
+            self.plans.clear();
+        }
+        self.plans.insert(sql.to_string(), Arc::clone(&plan));
+        plan
     }
 
     /// Runs `sql` (one statement or several) with `$N` parameters from `arguments`; returns, per
@@ -190,45 +253,26 @@ impl NativeConn {
         limit: Option<usize>,
     ) -> Result<Vec<Either<AnyQueryResult, AnyRow>>, sqlx::Error> {
         let values = arguments.map(|a| a.values.0).unwrap_or_default();
+        let plan = self.plan(sql);
         let mut out = Vec::new();
         let mut rows_seen = 0;
-        for one in statements(sql) {
-            let mut stmt = self.conn.prepare_cached(one).map_err(db_error)?;
-            for i in 1..=stmt.parameter_count() {
-                let n = stmt
-                    .parameter_name(i)
-                    .and_then(|name| name.strip_prefix('$'))
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .ok_or_else(|| sqlx::Error::Protocol(format!("parameter {i} is not $N in: {one}")))?;
-                let value = values
-                    .get(n.wrapping_sub(1))
-                    .ok_or_else(|| sqlx::Error::Protocol(format!("no argument for ${n} in: {one}")))?;
-                stmt.raw_bind_parameter(i, to_sql(value)?).map_err(db_error)?;
-            }
-            let readonly = stmt.readonly();
-            let shape = match self.shapes.get(one) {
-                Some(s) => Arc::clone(s),
+        for piece in &plan.pieces {
+            let mut stmt = self.conn.prepare_cached(&piece.sql).map_err(db_error)?;
+            let bound = match piece.bound.get() {
+                Some(b) => b,
                 None => {
-                    let names: Vec<String> = stmt.column_names().into_iter().map(str::to_string).collect();
-                    let columns = names
-                        .iter()
-                        .enumerate()
-                        .map(|(ordinal, name)| AnyColumn {
-                            ordinal,
-                            name: UStr::from(name.clone()),
-                            type_info: AnyTypeInfo { kind: AnyTypeInfoKind::Null },
-                        })
-                        .collect();
-                    let positions = names.into_iter().enumerate().map(|(i, n)| (UStr::from(n), i)).collect();
-                    let s = Arc::new(Shape { columns, names: Arc::new(positions) });
-                    if self.shapes.len() >= STATEMENT_CACHE {
-                        // Bounded like the statement cache; rebuilt on the next use.
-                        self.shapes.clear();
-                    }
-                    self.shapes.insert(one.to_string(), Arc::clone(&s));
-                    s
+                    let b = Bound::of(&stmt, &piece.sql)?;
+                    piece.bound.get_or_init(|| b)
                 }
             };
+            for (i, &n) in bound.arguments.iter().enumerate() {
+                let value = values
+                    .get(n)
+                    .ok_or_else(|| sqlx::Error::Protocol(format!("no argument for ${} in: {}", n + 1, piece.sql)))?;
+                stmt.raw_bind_parameter(i + 1, to_sql(value)?).map_err(db_error)?;
+            }
+            let readonly = stmt.readonly();
+            let shape = &bound.shape;
             {
                 let mut rows = stmt.raw_query();
                 while limit.is_none_or(|l| rows_seen < l) {
@@ -276,14 +320,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = NativeConn::open(dir.path().join("n.db").to_str().unwrap(), 1000).unwrap();
         // Durable as the sqlx pools are: WAL with synchronous=FULL (2), foreign keys on; savepoint
-        // journals in memory (temp_store 2).
-        for (pragma, want) in [("synchronous", 2), ("foreign_keys", 1), ("temp_store", 2)] {
+        // journals by SQLite's default (temp_store 0), in memory up to the spill size it was built
+        // with.
+        for (pragma, want) in [("synchronous", 2), ("foreign_keys", 1), ("temp_store", 0)] {
             let rows = c.run(&format!("PRAGMA {pragma}"), None, None).unwrap();
             let row = rows.into_iter().find_map(|e| e.right()).unwrap();
             assert_eq!(row.try_get::<i64, _>(0).unwrap(), want, "{pragma}");
         }
         let mode = c.run("PRAGMA journal_mode", None, None).unwrap().into_iter().find_map(|e| e.right()).unwrap();
         assert_eq!(mode.try_get::<String, _>(0).unwrap(), "wal");
+        // SQLite as `.cargo/config.toml` builds it: sub-journals in memory up to 256 KiB, no
+        // memory-statistics mutex.
+        let options: Vec<String> = c
+            .run("PRAGMA compile_options", None, None)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.right())
+            .map(|r| r.try_get::<String, _>(0).unwrap())
+            .collect();
+        for want in ["STMTJRNL_SPILL=262144", "DEFAULT_MEMSTATUS=0"] {
+            assert!(options.iter().any(|o| o == want), "SQLite built without {want}: {options:?}");
+        }
         c.exec("CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT NOT NULL, note TEXT)").unwrap();
         let out = c
             .run(

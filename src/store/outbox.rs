@@ -80,11 +80,11 @@ pub fn add_order_event_with(
 }
 
 fn add(batch: &mut Batch, order_no: &str, topic: &str, payload: &str, now: Millis) {
-    batch.expect(
-        "INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) \
-         VALUES ($1, $2, $3, $4, 'pending', 0, $5, 0, $5)",
+    // Appended: a command's messages go in as one INSERT, in the order they were raised.
+    batch.append(
+        "INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at)",
+        "($1, $2, $3, $4, 'pending', 0, $5, 0, $5)",
         args![&new_id(), order_no, topic, payload, now],
-        1,
         "outbox insert",
     );
 }
