@@ -46,16 +46,21 @@ macro_rules! args {
     ($($v:expr),* $(,)?) => { vec![$($crate::store::batch::Arg::from($v)),*] };
 }
 
+/// A statement as written, with its values.
+type Statement = (String, Vec<Arg>);
+/// Rows an added item must change, and what it means if not.
+type Expected = Option<(u64, String)>;
+
 #[derive(Debug, Default, Clone)]
 pub struct Batch {
     /// The statements added with [`Batch::add`], as written, with their values.
-    statements: Vec<(String, Vec<Arg>)>,
+    statements: Vec<Statement>,
     /// The rows added with [`Batch::append`], grouped by table and columns.
     appended: Vec<Appended>,
     /// What was added, in order: a statement (its index) or an appended row (its group's).
     items: Vec<Item>,
     /// For [`Batch::run_checked`]: rows each item must change, and what it means if not.
-    expected: Vec<Option<(u64, String)>>,
+    expected: Vec<Expected>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -118,9 +123,9 @@ impl Batch {
 
     /// Runs the statements; fails (the caller's transaction then rolls back) on the first one
     /// that did not change the rows it had to.
-    pub async fn run_checked(mut self, conn: &mut Conn) -> Result<()> {
-        let expected = std::mem::take(&mut self.expected);
-        check(&self.run_each(conn).await?, expected)
+    pub async fn run_checked(self, conn: &mut Conn) -> Result<()> {
+        let (run, tally, expected) = self.executed();
+        check(&tally.per_item(&run_statements(run, conn).await?), expected)
     }
 
     /// PostgreSQL, outside any transaction: sends the statements as one script in one round trip,
@@ -129,16 +134,22 @@ impl Batch {
     /// run this way must hold statements that either change the rows they expect or fail
     /// (inserts of new rows).
     pub async fn run_script(self, pool: &sqlx::AnyPool) -> Result<()> {
-        let (items, groups, expected) = (self.items, self.appended.len(), self.expected);
-        let run = Self::executed(self.statements, self.appended);
+        let (run, tally, expected) = self.executed();
         let sql = script(&run)?;
         let changed = rows_changed(sqlx::raw_sql(&sql).fetch_many(pool), run.len()).await?;
-        check(&per_item(&items, groups, &changed), expected)
+        check(&tally.per_item(&changed), expected)
     }
 
-    /// The statements as they run: those added, then one INSERT per group of appended rows.
-    fn executed(mut statements: Vec<(String, Vec<Arg>)>, appended: Vec<Appended>) -> Vec<(String, Vec<Arg>)> {
-        for group in appended {
+    /// The statements as they run — those added, then one INSERT per group of appended rows —
+    /// with how their results map back to what was added, and what each added item must change.
+    fn executed(self) -> (Vec<Statement>, Tally, Vec<Expected>) {
+        let tally = Tally {
+            items: self.items,
+            first_group: self.statements.len(),
+            group_rows: self.appended.iter().map(|g| g.rows.len() as u64).collect(),
+        };
+        let mut statements = self.statements;
+        for group in self.appended {
             let mut sql = group.into;
             sql.push_str(" VALUES ");
             let mut args = Vec::new();
@@ -151,7 +162,7 @@ impl Batch {
             }
             statements.push((sql, args));
         }
-        statements
+        (statements, tally, self.expected)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -171,39 +182,36 @@ impl Batch {
     /// Runs the statements in order; returns the rows each one changed, in the order they were
     /// added (an appended row: 1 if its group's INSERT put in all of its rows).
     pub async fn run_each(self, conn: &mut Conn) -> Result<Vec<u64>> {
-        let (items, groups) = (self.items, self.appended.len());
-        let run = Self::executed(self.statements, self.appended);
-        let changed = run_statements(run, conn).await?;
-        Ok(per_item(&items, groups, &changed))
+        let (run, tally, _) = self.executed();
+        Ok(tally.per_item(&run_statements(run, conn).await?))
     }
 }
 
-/// The rows each added item changed, from the rows each executed statement changed (the added
-/// statements', then one per group of appended rows).
-fn per_item(items: &[Item], groups: usize, changed: &[u64]) -> Vec<u64> {
-    let first_group = changed.len().saturating_sub(groups);
-    let mut rows_in = vec![0_u64; groups];
-    for item in items {
-        if let Item::Row(g) = item
-            && let Some(n) = rows_in.get_mut(*g)
-        {
-            *n += 1;
-        }
+/// How the rows each executed statement changed map back to what was added.
+struct Tally {
+    items: Vec<Item>,
+    /// Where the appended rows' INSERTs start among the executed statements.
+    first_group: usize,
+    /// Rows in each group of appended rows.
+    group_rows: Vec<u64>,
+}
+
+impl Tally {
+    /// The rows each added item changed: a statement its own count; an appended row 1 if its
+    /// group's INSERT put in all the group's rows, else 0.
+    fn per_item(&self, changed: &[u64]) -> Vec<u64> {
+        self.items
+            .iter()
+            .map(|item| match item {
+                Item::Statement(i) => changed.get(*i).copied().unwrap_or(0),
+                Item::Row(g) => u64::from(changed.get(self.first_group + g) == self.group_rows.get(*g)),
+            })
+            .collect()
     }
-    items
-        .iter()
-        .map(|item| match item {
-            Item::Statement(i) => changed.get(*i).copied().unwrap_or(0),
-            Item::Row(g) => {
-                let all_in = changed.get(first_group + g) == rows_in.get(*g);
-                u64::from(all_in)
-            }
-        })
-        .collect()
 }
 
 /// Runs statements in order, inside the connection's transaction; returns the rows each changed.
-async fn run_statements(run: Vec<(String, Vec<Arg>)>, conn: &mut Conn) -> Result<Vec<u64>> {
+async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>> {
     fn bind<'q>(
         mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
         args: Vec<Arg>,
@@ -250,7 +258,7 @@ async fn run_statements(run: Vec<(String, Vec<Arg>)>, conn: &mut Conn) -> Result
 
 /// Statements as one PostgreSQL simple query, each value written as a literal (see [`literal`]):
 /// the simple-query protocol takes no bound values.
-fn script(run: &[(String, Vec<Arg>)]) -> Result<String> {
+fn script(run: &[Statement]) -> Result<String> {
     let mut sql = String::new();
     for (plain, args) in run {
         sql.push_str(&inline(plain, args)?);
@@ -284,7 +292,7 @@ fn renumber(sql: &str, offset: usize) -> String {
 }
 
 /// Fails on the first statement that did not change the rows it had to.
-fn check(changed: &[u64], expected: Vec<Option<(u64, String)>>) -> Result<()> {
+fn check(changed: &[u64], expected: Vec<Expected>) -> Result<()> {
     for (n, e) in changed.iter().zip(expected) {
         if let Some((rows, what)) = e
             && *n != rows
@@ -404,8 +412,7 @@ mod tests {
         b.add("DELETE FROM c WHERE k = $1", vec![Arg::Int(Some(2))]);
         b.append("INSERT INTO log (a, b)", "($1, 'x', $2)", vec![Arg::Int(Some(20)), Arg::Int(Some(21))], "log");
         assert_eq!(b.len(), 5);
-        let (items, groups) = (b.items.clone(), b.appended.len());
-        let run = Batch::executed(b.statements, b.appended);
+        let (run, tally, expected) = b.executed();
         let sql: Vec<&str> = run.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(
             sql,
@@ -419,9 +426,10 @@ mod tests {
         let log_args: Vec<i64> = run[2].1.iter().map(|a| if let Arg::Int(Some(v)) = a { *v } else { -1 }).collect();
         assert_eq!(log_args, [10, 11, 20, 21]);
         // Both log rows in: each counts 1; a short group counts 0 for each of its rows.
-        assert_eq!(per_item(&items, groups, &[1, 0, 2, 1]), [1, 1, 1, 0, 1]);
-        assert_eq!(per_item(&items, groups, &[1, 1, 1, 1]), [1, 0, 1, 1, 0]);
-        assert!(check(&per_item(&items, groups, &[1, 1, 1, 1]), vec![None, Some((1, "log".into()))]).is_err());
+        assert_eq!(tally.per_item(&[1, 0, 2, 1]), [1, 1, 1, 0, 1]);
+        assert_eq!(tally.per_item(&[1, 1, 1, 1]), [1, 0, 1, 1, 0]);
+        assert!(check(&tally.per_item(&[1, 0, 2, 1]), expected.clone()).is_ok());
+        assert!(check(&tally.per_item(&[1, 1, 1, 1]), expected).is_err());
     }
 
     #[test]
