@@ -68,6 +68,12 @@ impl Error {
             _ => false,
         }
     }
+
+    /// PostgreSQL refused an `EXECUTE` of a batch statement the connection had not prepared
+    /// (`store::prepared`); nothing of it ran, and the connection has been given the statement.
+    pub fn is_unprepared(&self) -> bool {
+        matches!(self, Error::Db(e) if crate::store::prepared::is_unprepared(e))
+    }
 }
 
 pub fn is_retryable_db(e: &sqlx::Error) -> bool {

@@ -1,13 +1,14 @@
 //! Write statements sent together. The SQLite driver runs every statement on its own thread, and
 //! each statement is a round trip to it; on the single writer those round trips, not SQLite, set
 //! the pace (BENCHMARKS.md). A batch goes to SQLite as one multi-statement query — one round trip,
-//! each statement taking its own numbered parameters — and to PostgreSQL one statement at a time
-//! (its protocol prepares one statement per query). Either way the statements run in order inside
-//! the caller's transaction, and the caller gets the total of rows changed to check.
+//! each statement taking its own numbered parameters — and to PostgreSQL as one simple-query
+//! message of `EXECUTE`s of statements prepared once per connection ([`super::prepared`]). Either
+//! way the statements run in order inside the caller's transaction, and the caller gets the rows
+//! each one changed to check.
 
-use crate::store::Conn;
+use crate::store::{Conn, prepared};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// One bound value.
 #[derive(Debug, Clone)]
@@ -135,8 +136,20 @@ impl Batch {
     /// (inserts of new rows).
     pub async fn run_script(self, pool: &sqlx::AnyPool) -> Result<()> {
         let (run, tally, expected) = self.executed();
-        let sql = script(&run)?;
-        let changed = rows_changed(sqlx::raw_sql(&sql).fetch_many(pool), run.len()).await?;
+        let mut conn = pool.acquire().await?;
+        let mut recovered = false;
+        let changed = loop {
+            let (sql, named) = script(&run)?;
+            match rows_changed(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len()).await {
+                // Nothing ran (the script is one transaction): prepare what this connection
+                // lacks, then run it again on it.
+                Err(Error::Db(e)) if !recovered && prepared::is_unprepared(&e) => {
+                    recovered = true;
+                    prepared::prepare_missing(&mut *conn, &named).await?;
+                }
+                other => break other?,
+            }
+        };
         check(&tally.per_item(&changed), expected)
     }
 
@@ -245,8 +258,16 @@ async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>
     if conn.backend_name() == "PostgreSQL" && count > 1 && pg_one_trip() {
         // One round trip: the simple-query protocol runs several statements in one message,
         // in order, inside the open transaction (the first failure aborts it).
-        let sql = script(&run)?;
-        return rows_changed(sqlx::raw_sql(&sql).fetch_many(conn), count).await;
+        let (sql, named) = script(&run)?;
+        return match rows_changed(sqlx::raw_sql(&sql).fetch_many(&mut *conn), count).await {
+            Err(Error::Db(e)) if prepared::is_unprepared(&e) => {
+                // The transaction is aborted: prepare what this connection lacks, and have the
+                // caller run its transaction again (`write_tx!` retries this error).
+                prepared::recover_in_transaction(conn, &named).await?;
+                Err(Error::Db(e))
+            }
+            other => other,
+        };
     }
     // The native SQLite writer (no round trips to save) and single statements: one by one.
     let mut rows = Vec::with_capacity(count);
@@ -256,15 +277,32 @@ async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>
     Ok(rows)
 }
 
-/// Statements as one PostgreSQL simple query, each value written as a literal (see [`literal`]):
-/// the simple-query protocol takes no bound values.
-fn script(run: &[Statement]) -> Result<String> {
+/// Statements as one PostgreSQL simple query, which takes no bound values: each one `EXECUTE`d
+/// under its prepared name with its values as literals ([`prepared`]), or, where it has no name,
+/// its own text with the values as literals (see [`literal`]). Also returns the texts that went
+/// by name.
+fn script(run: &[Statement]) -> Result<(String, Vec<&str>)> {
     let mut sql = String::new();
+    let mut named = Vec::new();
     for (plain, args) in run {
-        sql.push_str(&inline(plain, args)?);
+        match pg_prepared().then(|| prepared::form(plain)) {
+            Some(prepared::Form::Named { name, params }) if args.len() >= params => {
+                sql.push_str("EXECUTE ");
+                sql.push_str(&name);
+                for (i, arg) in args.iter().take(params).enumerate() {
+                    sql.push_str(if i == 0 { "(" } else { ", " });
+                    sql.push_str(&literal(arg)?);
+                }
+                if params > 0 {
+                    sql.push(')');
+                }
+                named.push(plain.as_str());
+            }
+            _ => sql.push_str(&inline(plain, args)?),
+        }
         sql.push_str(";\n");
     }
-    Ok(sql)
+    Ok((sql, named))
 }
 
 /// Shifts every `$N` in `sql` by `offset`. The SQL kassa writes has no `$` in literals.
@@ -297,7 +335,7 @@ fn check(changed: &[u64], expected: Vec<Expected>) -> Result<()> {
         if let Some((rows, what)) = e
             && *n != rows
         {
-            return Err(crate::error::Error::internal(what));
+            return Err(Error::internal(what));
         }
     }
     Ok(())
@@ -320,7 +358,7 @@ async fn rows_changed(
         }
     }
     if rows.len() != count {
-        return Err(crate::error::Error::internal("a batch statement gave no result"));
+        return Err(Error::internal("a batch statement gave no result"));
     }
     Ok(rows)
 }
@@ -332,6 +370,13 @@ pub(crate) fn pg_one_trip() -> bool {
     *ON.get_or_init(|| std::env::var("KASSA_PG_BATCH_ONE_TRIP").map_or(true, |v| v != "0"))
 }
 
+/// Whether PostgreSQL batch statements go as prepared statements (`KASSA_PG_PREPARED=0` writes
+/// them with literals, for benchmarking the difference).
+fn pg_prepared() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KASSA_PG_PREPARED").map_or(true, |v| v != "0"))
+}
+
 /// A value as a PostgreSQL literal. Text is an escape-string constant (`E'…'`, backslash and
 /// quote escaped), whose meaning does not depend on `standard_conforming_strings`; PostgreSQL
 /// text cannot hold NUL, so a value with one is refused as it would be when bound.
@@ -340,7 +385,7 @@ fn literal(a: &Arg) -> Result<String> {
         Arg::Int(Some(v)) => v.to_string(),
         Arg::Text(Some(v)) => {
             if v.contains('\0') {
-                return Err(crate::error::Error::invalid("invalid_text", "text may not contain NUL characters"));
+                return Err(Error::invalid("invalid_text", "text may not contain NUL characters"));
             }
             let mut out = String::with_capacity(v.len() + 4);
             out.push_str("E'");
@@ -381,7 +426,7 @@ fn inline(sql: &str, args: &[Arg]) -> Result<String> {
         }
         let arg = args
             .get(n.wrapping_sub(1))
-            .ok_or_else(|| crate::error::Error::internal(format!("batch statement has no value for ${n}")))?;
+            .ok_or_else(|| Error::internal(format!("batch statement has no value for ${n}")))?;
         out.push_str(&literal(arg)?);
     }
     Ok(out)
@@ -454,5 +499,25 @@ mod tests {
         assert!(inline("x = $2", &[Arg::Int(Some(1))]).is_err());
         assert!(literal(&Arg::Text(Some("a\0b".into()))).is_err());
         assert_eq!(inline("x $ y", &[]).unwrap(), "x $ y");
+    }
+
+    #[test]
+    fn scripts_execute_prepared_statements_with_literal_values() {
+        let update = "UPDATE batch_unit_test SET a = $1, b = $2 WHERE c = $3";
+        let constant = "DELETE FROM batch_unit_test WHERE c = 'x'";
+        let run: Vec<Statement> = vec![
+            (update.into(), vec![Arg::Int(Some(7)), Arg::Text(Some("it's".into())), Arg::Text(None)]),
+            (constant.into(), vec![]),
+        ];
+        let (sql, named) = script(&run).unwrap();
+        let name = |text: &str| match prepared::form(text) {
+            prepared::Form::Named { name, .. } => name.to_string(),
+            prepared::Form::Literal => panic!("a new text gets a name"),
+        };
+        assert_eq!(sql, format!("EXECUTE {}(7, E'it''s', NULL);\nEXECUTE {};\n", name(update), name(constant)));
+        assert_eq!(named, vec![update, constant]);
+        // Too few values: written out, which names the missing one.
+        let short: Vec<Statement> = vec![(update.into(), vec![Arg::Int(Some(1))])];
+        assert!(script(&short).is_err());
     }
 }

@@ -14,6 +14,7 @@ pub mod native;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
+pub mod prepared;
 pub mod reconcile;
 pub mod refunds;
 pub mod settings;
@@ -238,6 +239,7 @@ macro_rules! write_tx {
             }
             None => {
                 let mut tries: u32 = 0;
+                let mut recoveries: u32 = 0;
                 loop {
                     tries += 1;
                     let outcome: $crate::error::Result<_> = match db.begin().await {
@@ -251,6 +253,12 @@ macro_rules! write_tx {
                         Err(e) => Err(e),
                     };
                     match outcome {
+                        // A connection lacked a prepared batch statement and now has them all
+                        // (`store::prepared`): run again, not counted as a conflict's retry.
+                        Err(e) if e.is_unprepared() && recoveries < $crate::store::prepared::RECOVERIES_MAX => {
+                            recoveries += 1;
+                            tries -= 1;
+                        }
                         Err(e) if e.is_retryable() && tries < $crate::store::TX_RETRIES_MAX => {
                             ::tracing::debug!(tries, error = %e, "retrying transaction");
                             $crate::store::Db::retry_pause(tries).await;
@@ -428,6 +436,7 @@ impl Db {
                 let pool = AnyPoolOptions::new()
                     .max_connections(max_connections.max(2))
                     .acquire_timeout(Duration::from_secs(30))
+                    .after_connect(|conn, _meta| Box::pin(prepared::on_connect(conn)))
                     .connect(&url)
                     .await
                     .context("connecting to PostgreSQL")?;

@@ -568,3 +568,62 @@ async fn write_script(backend: Backend) {
     let want = [("script.a", "1"), ("script.b", "it's \\ quoted")].map(|(n, v)| (n.to_string(), v.to_string()));
     assert_eq!(stored, want, "the failed script left nothing, the first kept its text exactly");
 }
+
+/// PostgreSQL: batch scripts `EXECUTE` prepared statements (`store::prepared`). A statement text
+/// new to the process is on no pooled connection yet: inside a transaction, the script fails
+/// before changing anything, the connection is given the statement and the whole transaction runs
+/// again — its earlier writes once, not twice; outside one, the script runs again on the same
+/// connection. A statement PostgreSQL will not prepare is sent with literals instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batch_statements_are_prepared_on_each_connection() {
+    use kassa::store::batch::Batch;
+    use kassa::store::prepared::{self, Form};
+    let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
+    let t = TestApp::spawn(backend).await;
+    let db = t.app.state.db.clone();
+    // Texts no other test uses, so no connection has them yet.
+    let tag = uuid::Uuid::now_v7().simple().to_string();
+    let insert = format!("INSERT INTO settings (name, value) VALUES ($1, $2) /* {tag} */");
+    let rename = format!("UPDATE settings SET value = $1 WHERE name = $2 /* {tag} */");
+    let runs = Arc::new(AtomicU32::new(0));
+    kassa::write_tx!(db, |tx| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        sqlx::query("INSERT INTO settings (name, value) VALUES ('prep.tx.0', 'v')").execute(&mut **tx).await?;
+        let mut batch = Batch::new();
+        batch.expect(&insert, kassa::args!["prep.tx.1", "v"], 1, "insert");
+        batch.expect(&rename, kassa::args!["w", "prep.tx.0"], 1, "update");
+        batch.run_checked(tx).await
+    })
+    .unwrap();
+    assert!(runs.load(Ordering::SeqCst) >= 2, "the first run met a connection without the statements");
+    assert!(matches!(prepared::form(&insert), Form::Named { .. }));
+    let stored: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, value FROM settings WHERE name LIKE 'prep.%' ORDER BY name")
+            .fetch_all(db.read_pool())
+            .await
+            .unwrap();
+    let want = [("prep.tx.0", "w"), ("prep.tx.1", "v")].map(|(n, v)| (n.to_string(), v.to_string()));
+    assert_eq!(stored, want, "each write once, the retried transaction's too");
+
+    // Outside a transaction, with a statement PostgreSQL cannot prepare (the type of `$1` in
+    // `$1 IS NOT NULL` is unknown): the script runs again with it written out.
+    let insert2 = format!("INSERT INTO settings (name, value) VALUES ($1, $2) /* {tag} 2 */");
+    let unpreparable = format!("UPDATE settings SET value = $2 WHERE $1 IS NOT NULL AND name = $3 /* {tag} */");
+    let mut batch = Batch::new();
+    batch.expect(&insert2, kassa::args!["prep.script", "v"], 1, "insert");
+    batch.expect(&unpreparable, kassa::args!["x", "it's", "prep.script"], 1, "update");
+    db.write_script(batch).await.unwrap();
+    assert!(matches!(prepared::form(&unpreparable), Form::Literal), "sent with literals from now on");
+    assert!(matches!(prepared::form(&insert2), Form::Named { .. }));
+    let value: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'prep.script'")
+        .fetch_one(db.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(value, "it's");
+    // And again, now that the statements are known: the same result, nothing left half-done.
+    let mut again = Batch::new();
+    again.expect(&insert2, kassa::args!["prep.script.2", "v"], 1, "insert");
+    again.expect(&unpreparable, kassa::args!["x", "again", "prep.script.2"], 1, "update");
+    db.write_script(again).await.unwrap();
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name LIKE 'prep.%'").await, 4);
+}

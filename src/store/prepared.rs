@@ -1,0 +1,204 @@
+//! PostgreSQL: the statements of a one-trip batch script ([`super::batch`]) run as prepared
+//! statements, so PostgreSQL parses and plans each distinct statement once per connection instead
+//! of on every batch.
+//!
+//! A batch goes to PostgreSQL as one simple-query message (one round trip), which takes no bound
+//! values; written with its values as literals, every statement of it was parsed, analysed and
+//! planned afresh each time (about a fifth of PostgreSQL's work in the benchmarks). Here each
+//! distinct statement text gets a name (`kassa_` and a hash of the text), is `PREPARE`d on a
+//! connection once, and the script says `EXECUTE kassa_…(literal, …)` instead: still one message,
+//! still every value written by [`super::batch`]'s literal escaping, but the plan is PostgreSQL's
+//! cached one.
+//!
+//! Which connection holds which prepared statements is not visible through sqlx's pool, so kassa
+//! does not track it. A new connection prepares every statement known so far (`after_connect`);
+//! a script that meets a connection lacking one fails with `26000` (invalid statement name)
+//! before changing anything — the whole message is one transaction, or runs inside the caller's,
+//! which PostgreSQL then aborts — and [`recover`] prepares what that connection lacks, after
+//! which the script or its transaction runs again. Prepared statements are not transactional in
+//! PostgreSQL: a `PREPARE` stays when its transaction rolls back.
+//!
+//! A text PostgreSQL will not prepare (it cannot infer a parameter's type, say) is written with
+//! literals from then on, as before. At most [`TEXTS_MAX`] texts get names; any beyond that are
+//! written with literals too, so the statements a connection holds stay bounded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sqlx::Executor as _;
+
+use crate::error::Result;
+
+/// The most statement texts given names; later ones are written with literals.
+pub const TEXTS_MAX: usize = 256;
+
+/// How many times one transaction may run again because its connection lacked a prepared
+/// statement. Each time prepares every named text on one more connection, so a transaction meets
+/// this only if the pool keeps opening new connections faster than it runs; more than a pool
+/// holds.
+pub const RECOVERIES_MAX: u32 = 64;
+
+/// SQLSTATE `invalid_sql_statement_name`: `EXECUTE` of a name this connection has not prepared.
+pub const UNPREPARED: &str = "26000";
+
+/// What a statement text is written as.
+#[derive(Debug, Clone)]
+pub enum Form {
+    /// `EXECUTE name(…)` with this many parameters.
+    Named { name: Arc<str>, params: usize },
+    /// Its own text with the values as literals.
+    Literal,
+}
+
+#[derive(Default)]
+struct Registry {
+    by_text: HashMap<String, Form>,
+    /// Every named text, in the order it was named: what a connection prepares.
+    named: Vec<(Arc<str>, String)>,
+}
+
+fn registry() -> &'static Mutex<Registry> {
+    static REGISTRY: std::sync::OnceLock<Mutex<Registry>> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(Mutex::default)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Registry> {
+    // The registry holds no invariant a panicking holder could break halfway.
+    registry().lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The highest `$N` in `sql` (its parameter count). The SQL kassa writes has no `$` in literals.
+pub fn param_count(sql: &str) -> usize {
+    let bytes = sql.as_bytes();
+    let mut max = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'$' {
+            let mut n = 0_usize;
+            let mut j = i + 1;
+            while let Some(d) = bytes.get(j).filter(|d| d.is_ascii_digit()) {
+                n = n.saturating_mul(10).saturating_add(usize::from(d - b'0'));
+                j += 1;
+            }
+            max = max.max(n);
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    max
+}
+
+/// The name a text is prepared under: `kassa_` and 64 bits of a hash of it.
+fn name_of(sql: &str) -> String {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    sql.hash(&mut h);
+    format!("kassa_{:016x}", h.finish())
+}
+
+/// How `sql` is written in a script; names it on first sight while there is room.
+pub fn form(sql: &str) -> Form {
+    let mut r = lock();
+    if let Some(f) = r.by_text.get(sql) {
+        return f.clone();
+    }
+    let name = name_of(sql);
+    let form = if r.named.len() >= TEXTS_MAX || r.named.iter().any(|(n, _)| **n == *name) {
+        // No room, or (64-bit hash) another text has the name already.
+        Form::Literal
+    } else {
+        let name: Arc<str> = name.into();
+        r.named.push((Arc::clone(&name), sql.to_string()));
+        Form::Named { name, params: param_count(sql) }
+    };
+    r.by_text.insert(sql.to_string(), form.clone());
+    form
+}
+
+/// From now on `sql` is written with literals (PostgreSQL would not prepare it).
+fn demote(sql: &str) {
+    let mut r = lock();
+    if let Some(f) = r.by_text.get_mut(sql) {
+        *f = Form::Literal;
+    }
+    r.named.retain(|(_, text)| text != sql);
+}
+
+/// Whether `e` is PostgreSQL saying a prepared statement is missing on the connection.
+pub fn is_unprepared(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == UNPREPARED)
+}
+
+/// Prepares on `conn` (outside any transaction) every named text it lacks. A text PostgreSQL
+/// refuses to prepare is written with literals from then on if it is one of `own` (the texts
+/// of the script that found them missing, which is about to run again); others are left for
+/// their own scripts to find, since a table may not exist yet where a connection opens.
+pub async fn prepare_missing<C>(conn: &mut C, own: &[&str]) -> Result<()>
+where
+    for<'e> &'e mut C: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let held: Vec<String> = sqlx::query_scalar("SELECT name FROM pg_prepared_statements WHERE name LIKE 'kassa\\_%'")
+        .fetch_all(&mut *conn)
+        .await?;
+    let wanted: Vec<(Arc<str>, String)> =
+        lock().named.iter().filter(|(name, _)| !held.iter().any(|h| **h == **name)).cloned().collect();
+    for (name, sql) in wanted {
+        if let Err(e) = (&mut *conn).execute(sqlx::raw_sql(&format!("PREPARE {name} AS {sql}"))).await {
+            if e.as_database_error().is_none() {
+                return Err(e.into());
+            }
+            if own.contains(&sql.as_str()) {
+                tracing::warn!(statement = %name, error = %e, "PostgreSQL would not prepare a batch statement; it is sent with literals");
+                demote(&sql);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prepares every named text on a connection PostgreSQL has just opened. Best effort: a text
+/// left out is prepared when a script first needs it.
+pub async fn on_connect(conn: &mut sqlx::AnyConnection) -> std::result::Result<(), sqlx::Error> {
+    if lock().named.is_empty() {
+        return Ok(());
+    }
+    if let Err(e) = prepare_missing(conn, &[]).await {
+        tracing::debug!(error = %e, "preparing batch statements on a new connection");
+    }
+    Ok(())
+}
+
+/// Inside an open transaction that an `EXECUTE` of a missing name has aborted: ends it,
+/// prepares what the connection lacks, and opens a new one (so the caller's transaction
+/// object stays consistent; the caller then runs its transaction again).
+pub async fn recover_in_transaction(conn: &mut super::Conn, own: &[&str]) -> Result<()> {
+    (&mut *conn).execute(sqlx::raw_sql("ROLLBACK")).await?;
+    let prepared = prepare_missing(conn, own).await;
+    (&mut *conn).execute(sqlx::raw_sql("BEGIN")).await?;
+    prepared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parameters() {
+        assert_eq!(param_count("UPDATE t SET a = $1, b = $12 WHERE c = $3"), 12);
+        assert_eq!(param_count("SELECT 1"), 0);
+        assert_eq!(param_count("SELECT $"), 0);
+    }
+
+    #[test]
+    fn names_a_text_once_and_demotes_it() {
+        let sql = "UPDATE prepared_unit_test SET a = $1 WHERE b = $2";
+        let Form::Named { name, params } = form(sql) else { panic!("a new text gets a name") };
+        assert!(name.starts_with("kassa_") && name.len() == 22, "{name}");
+        assert_eq!(params, 2);
+        assert!(matches!(form(sql), Form::Named { name: again, .. } if again == name));
+        demote(sql);
+        assert!(matches!(form(sql), Form::Literal));
+        assert!(!lock().named.iter().any(|(_, t)| t == sql));
+    }
+}
