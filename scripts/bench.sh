@@ -39,15 +39,22 @@ KASSA_SQLITE_NATIVE=0 run engine-sqlite-spread-sqlx-writer --engine --scenario s
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
-    for s in spread spread-line-request hot notify notify-direct engine-spread engine-confirm; do
+    for s in spread spread-line-request spread-unprepared hot notify notify-direct engine-spread engine-confirm \
+      engine-confirm-unprepared; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
+      unprepared=1
       case "$s" in
-        engine-*) mode=(--engine --scenario "${s#engine-}");;
-        spread-line-request) mode=(--scenario spread --line-request);;
-        *) mode=(--scenario "$s");;
+        *-unprepared) unprepared=0; s0="${s%-unprepared}";;
+        *) s0="$s";;
       esac
-      "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$PG_URL/$db" \
+      case "$s0" in
+        engine-*) mode=(--engine --scenario "${s0#engine-}");;
+        spread-line-request) mode=(--scenario spread --line-request);;
+        *) mode=(--scenario "$s0");;
+      esac
+      # `-unprepared`: batch statements written out with literals, as before the ninth session.
+      KASSA_PG_PREPARED="$unprepared" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$PG_URL/$db" \
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
     done
