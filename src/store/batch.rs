@@ -143,9 +143,14 @@ impl Batch {
             match rows_changed(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len()).await {
                 // Nothing ran (the script is one transaction): prepare what this connection
                 // lacks, then run it again on it.
-                Err(Error::Db(e)) if !recovered && prepared::is_unprepared(&e) => {
-                    recovered = true;
-                    prepared::prepare_missing(&mut *conn, &named).await?;
+                Err(Error::Db(e)) if prepared::is_unprepared(&e) && prepared::in_use() => {
+                    if recovered {
+                        // Prepared on this connection a moment ago, and gone: a pooler in between.
+                        prepared::give_up();
+                    } else {
+                        recovered = true;
+                        prepared::prepare_missing(&mut *conn, &named).await?;
+                    }
                 }
                 other => break other?,
             }
@@ -285,7 +290,7 @@ fn script(run: &[Statement]) -> Result<(String, Vec<&str>)> {
     let mut sql = String::new();
     let mut named = Vec::new();
     for (plain, args) in run {
-        match pg_prepared().then(|| prepared::form(plain)) {
+        match (pg_prepared() && prepared::in_use()).then(|| prepared::form(plain)) {
             Some(prepared::Form::Named { name, params }) if args.len() >= params => {
                 sql.push_str("EXECUTE ");
                 sql.push_str(&name);
@@ -519,5 +524,13 @@ mod tests {
         // Too few values: written out, which names the missing one.
         let short: Vec<Statement> = vec![(update.into(), vec![Arg::Int(Some(1))])];
         assert!(script(&short).is_err());
+        // Once prepared statements are found not to stay on their connections, written out.
+        prepared::give_up();
+        let (sql, named) = script(&run).unwrap();
+        assert_eq!(
+            sql,
+            "UPDATE batch_unit_test SET a = 7, b = E'it''s' WHERE c = NULL;\nDELETE FROM batch_unit_test WHERE c = 'x';\n"
+        );
+        assert!(named.is_empty());
     }
 }

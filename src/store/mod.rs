@@ -239,26 +239,37 @@ macro_rules! write_tx {
             }
             None => {
                 let mut tries: u32 = 0;
-                let mut recoveries: u32 = 0;
                 loop {
                     tries += 1;
                     let outcome: $crate::error::Result<_> = match db.begin().await {
                         Ok(mut owned) => {
-                            let outcome = {
-                                let $tx = &mut owned;
-                                async { $body }.await
+                            let mut recoveries: u32 = 0;
+                            let outcome = loop {
+                                let outcome: $crate::error::Result<_> = {
+                                    let $tx = &mut owned;
+                                    async { $body }.await
+                                };
+                                match outcome {
+                                    // The connection lacked a prepared batch statement: it has
+                                    // been given them all and a new transaction opened on it
+                                    // (`store::prepared::recover_in_transaction`); run again there.
+                                    Err(e) if e.is_unprepared() => {
+                                        recoveries += 1;
+                                        if recoveries >= $crate::store::prepared::RECOVERIES_MAX {
+                                            $crate::store::prepared::give_up();
+                                        }
+                                        if recoveries > $crate::store::prepared::RECOVERIES_MAX {
+                                            break Err(e);
+                                        }
+                                    }
+                                    other => break other,
+                                }
                             };
                             db.finish(owned, outcome).await
                         }
                         Err(e) => Err(e),
                     };
                     match outcome {
-                        // A connection lacked a prepared batch statement and now has them all
-                        // (`store::prepared`): run again, not counted as a conflict's retry.
-                        Err(e) if e.is_unprepared() && recoveries < $crate::store::prepared::RECOVERIES_MAX => {
-                            recoveries += 1;
-                            tries -= 1;
-                        }
                         Err(e) if e.is_retryable() && tries < $crate::store::TX_RETRIES_MAX => {
                             ::tracing::debug!(tries, error = %e, "retrying transaction");
                             $crate::store::Db::retry_pause(tries).await;

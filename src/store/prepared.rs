@@ -14,9 +14,14 @@
 //! does not track it. A new connection prepares every statement known so far (`after_connect`);
 //! a script that meets a connection lacking one fails with `26000` (invalid statement name)
 //! before changing anything — the whole message is one transaction, or runs inside the caller's,
-//! which PostgreSQL then aborts — and [`recover`] prepares what that connection lacks, after
-//! which the script or its transaction runs again. Prepared statements are not transactional in
-//! PostgreSQL: a `PREPARE` stays when its transaction rolls back.
+//! which PostgreSQL then aborts — and kassa prepares what that connection lacks, after which the
+//! script or its transaction runs again on the same connection ([`prepare_missing`],
+//! [`recover_in_transaction`]; `write_tx!` reruns the transaction's body). Prepared statements
+//! are not transactional in PostgreSQL: a `PREPARE` stays when its transaction rolls back.
+//!
+//! Should the statements keep vanishing between a `PREPARE` and the script that uses them — a
+//! pooler between kassa and PostgreSQL that hands each statement another server connection —
+//! kassa stops preparing ([`give_up`]) and writes every statement out, as before.
 //!
 //! A text PostgreSQL will not prepare (it cannot infer a parameter's type, say) is written with
 //! literals from then on, as before. At most [`TEXTS_MAX`] texts get names; any beyond that are
@@ -32,11 +37,32 @@ use crate::error::Result;
 /// The most statement texts given names; later ones are written with literals.
 pub const TEXTS_MAX: usize = 256;
 
-/// How many times one transaction may run again because its connection lacked a prepared
-/// statement. Each time prepares every named text on one more connection, so a transaction meets
-/// this only if the pool keeps opening new connections faster than it runs; more than a pool
-/// holds.
-pub const RECOVERIES_MAX: u32 = 64;
+/// How many times one transaction may run again, on its own connection, because the connection
+/// lacked a prepared statement. Once is the rule (the connection is then given every named text);
+/// more means the statements vanish between the `PREPARE` and the script — a pooler between kassa
+/// and PostgreSQL that hands each statement another server connection (PgBouncer in transaction
+/// mode does not carry SQL-level prepared statements across). Then kassa stops preparing
+/// ([`give_up`]) and the transaction runs with its statements written out.
+pub const RECOVERIES_MAX: u32 = 8;
+
+/// Set once prepared statements have been found not to stay on a connection.
+static GAVE_UP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether batch statements go by prepared name (not after [`give_up`]).
+pub fn in_use() -> bool {
+    !GAVE_UP.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Stops preparing batch statements in this process: they are written out with literals from
+/// now on, as with `KASSA_PG_PREPARED=0`.
+pub fn give_up() {
+    if !GAVE_UP.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "prepared statements do not stay on PostgreSQL's connections (a transaction-pooling \
+             connection pooler in between?); batch statements are sent written out from now on"
+        );
+    }
+}
 
 /// SQLSTATE `invalid_sql_statement_name`: `EXECUTE` of a name this connection has not prepared.
 pub const UNPREPARED: &str = "26000";
@@ -170,8 +196,9 @@ pub async fn on_connect(conn: &mut sqlx::AnyConnection) -> std::result::Result<(
 }
 
 /// Inside an open transaction that an `EXECUTE` of a missing name has aborted: ends it,
-/// prepares what the connection lacks, and opens a new one (so the caller's transaction
-/// object stays consistent; the caller then runs its transaction again).
+/// prepares what the connection lacks, and opens a new one on the same connection, where the
+/// caller's transaction then runs again from its start (`write_tx!` does so when it sees the
+/// [`UNPREPARED`] error this leaves the caller with).
 pub async fn recover_in_transaction(conn: &mut super::Conn, own: &[&str]) -> Result<()> {
     (&mut *conn).execute(sqlx::raw_sql("ROLLBACK")).await?;
     let prepared = prepare_missing(conn, own).await;

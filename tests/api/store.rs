@@ -572,8 +572,8 @@ async fn write_script(backend: Backend) {
 /// PostgreSQL: batch scripts `EXECUTE` prepared statements (`store::prepared`). A statement text
 /// new to the process is on no pooled connection yet: inside a transaction, the script fails
 /// before changing anything, the connection is given the statement and the whole transaction runs
-/// again — its earlier writes once, not twice; outside one, the script runs again on the same
-/// connection. A statement PostgreSQL will not prepare is sent with literals instead.
+/// again on it — its earlier writes once, not twice; outside one, the script runs again on the
+/// same connection. A statement PostgreSQL will not prepare is sent with literals instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batch_statements_are_prepared_on_each_connection() {
     use kassa::store::batch::Batch;
@@ -595,7 +595,11 @@ async fn batch_statements_are_prepared_on_each_connection() {
         batch.run_checked(tx).await
     })
     .unwrap();
-    assert!(runs.load(Ordering::SeqCst) >= 2, "the first run met a connection without the statements");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the first run met a connection without the statements; the second ran on it once it had them"
+    );
     assert!(matches!(prepared::form(&insert), Form::Named { .. }));
     let stored: Vec<(String, String)> =
         sqlx::query_as("SELECT name, value FROM settings WHERE name LIKE 'prep.%' ORDER BY name")
