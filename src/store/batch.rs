@@ -310,28 +310,43 @@ fn script(run: &[Statement]) -> Result<(String, Vec<&str>)> {
     Ok((sql, named))
 }
 
-/// Shifts every `$N` in `sql` by `offset`. The SQL kassa writes has no `$` in literals.
-fn renumber(sql: &str, offset: usize) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.char_indices().peekable();
-    while let Some((_, c)) = chars.next() {
-        out.push(c);
-        if c != '$' {
-            continue;
+/// Every `$N` in `sql`, in order: where it stands (byte range) and N. A `$` without digits is not
+/// one. The SQL kassa writes has no `$` in literals.
+pub(crate) fn placeholders(sql: &str) -> impl Iterator<Item = (std::ops::Range<usize>, usize)> + '_ {
+    let bytes = sql.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while let Some(offset) = bytes.get(at..)?.iter().position(|b| *b == b'$') {
+            let start = at + offset;
+            let digits = bytes[start + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+            at = start + 1 + digits;
+            if digits > 0 {
+                let n = bytes[start + 1..at]
+                    .iter()
+                    .fold(0_usize, |n, d| n.saturating_mul(10).saturating_add(usize::from(d - b'0')));
+                return Some((start..at, n));
+            }
         }
-        let mut n = 0_usize;
-        let mut digits = false;
-        while let Some(&(_, d)) = chars.peek() {
-            let Some(v) = d.to_digit(10) else { break };
-            n = n * 10 + v as usize;
-            digits = true;
-            chars.next();
-        }
-        if digits {
-            out.push_str(&(n + offset).to_string());
-        }
+        None
+    })
+}
+
+/// `sql` with each `$N` replaced by what `with` makes of N.
+fn replace_placeholders(sql: &str, mut with: impl FnMut(usize) -> Result<String>) -> Result<String> {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut copied = 0;
+    for (range, n) in placeholders(sql) {
+        out.push_str(&sql[copied..range.start]);
+        out.push_str(&with(n)?);
+        copied = range.end;
     }
-    out
+    out.push_str(&sql[copied..]);
+    Ok(out)
+}
+
+/// Shifts every `$N` in `sql` by `offset`.
+fn renumber(sql: &str, offset: usize) -> String {
+    replace_placeholders(sql, |n| Ok(format!("${}", n + offset))).unwrap_or_else(|_| sql.to_string())
 }
 
 /// Fails on the first statement that did not change the rows it had to.
@@ -408,33 +423,14 @@ fn literal(a: &Arg) -> Result<String> {
     })
 }
 
-/// `sql` with every `$N` replaced by the literal of `args[N-1]`. The SQL kassa writes has no `$`
-/// in literals.
+/// `sql` with every `$N` replaced by the literal of `args[N-1]`.
 fn inline(sql: &str, args: &[Arg]) -> Result<String> {
-    let mut out = String::with_capacity(sql.len() + 16 * args.len());
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '$' {
-            out.push(c);
-            continue;
-        }
-        let mut n = 0_usize;
-        let mut digits = false;
-        while let Some(v) = chars.peek().and_then(|d| d.to_digit(10)) {
-            n = n * 10 + v as usize;
-            digits = true;
-            chars.next();
-        }
-        if !digits {
-            out.push('$');
-            continue;
-        }
+    replace_placeholders(sql, |n| {
         let arg = args
             .get(n.wrapping_sub(1))
             .ok_or_else(|| Error::internal(format!("batch statement has no value for ${n}")))?;
-        out.push_str(&literal(arg)?);
-    }
-    Ok(out)
+        literal(arg)
+    })
 }
 
 #[cfg(test)]

@@ -93,26 +93,9 @@ fn lock() -> std::sync::MutexGuard<'static, Registry> {
     registry().lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The highest `$N` in `sql` (its parameter count). The SQL kassa writes has no `$` in literals.
+/// The highest `$N` in `sql`: its parameter count.
 pub fn param_count(sql: &str) -> usize {
-    let bytes = sql.as_bytes();
-    let mut max = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'$' {
-            let mut n = 0_usize;
-            let mut j = i + 1;
-            while let Some(d) = bytes.get(j).filter(|d| d.is_ascii_digit()) {
-                n = n.saturating_mul(10).saturating_add(usize::from(d - b'0'));
-                j += 1;
-            }
-            max = max.max(n);
-            i = j;
-        } else {
-            i += 1;
-        }
-    }
-    max
+    super::batch::placeholders(sql).map(|(_, n)| n).max().unwrap_or(0)
 }
 
 /// The name a text is prepared under: `kassa_` and 64 bits of a hash of it.
