@@ -34,7 +34,8 @@ use sqlx::Executor as _;
 
 use crate::error::Result;
 
-/// The most statement texts given names; later ones are written with literals.
+/// The most statement texts remembered (named, or refused by PostgreSQL); later ones are written
+/// with literals.
 pub const TEXTS_MAX: usize = 256;
 
 /// How many times one transaction may run again, on its own connection, because the connection
@@ -108,21 +109,31 @@ fn name_of(sql: &str) -> String {
 
 /// How `sql` is written in a script; names it on first sight while there is room.
 pub fn form(sql: &str) -> Form {
-    let mut r = lock();
-    if let Some(f) = r.by_text.get(sql) {
-        return f.clone();
+    lock().form(sql, TEXTS_MAX)
+}
+
+impl Registry {
+    /// [`form`], remembering at most `room` texts.
+    fn form(&mut self, sql: &str, room: usize) -> Form {
+        if let Some(f) = self.by_text.get(sql) {
+            return f.clone();
+        }
+        if self.by_text.len() >= room {
+            // No room: written out, and not remembered either, so the registry stays bounded.
+            return Form::Literal;
+        }
+        let name = name_of(sql);
+        let form = if self.named.iter().any(|(n, _)| **n == *name) {
+            // (64-bit hash) another text has the name already.
+            Form::Literal
+        } else {
+            let name: Arc<str> = name.into();
+            self.named.push((Arc::clone(&name), sql.to_string()));
+            Form::Named { name, params: param_count(sql) }
+        };
+        self.by_text.insert(sql.to_string(), form.clone());
+        form
     }
-    let name = name_of(sql);
-    let form = if r.named.len() >= TEXTS_MAX || r.named.iter().any(|(n, _)| **n == *name) {
-        // No room, or (64-bit hash) another text has the name already.
-        Form::Literal
-    } else {
-        let name: Arc<str> = name.into();
-        r.named.push((Arc::clone(&name), sql.to_string()));
-        Form::Named { name, params: param_count(sql) }
-    };
-    r.by_text.insert(sql.to_string(), form.clone());
-    form
 }
 
 /// From now on `sql` is written with literals (PostgreSQL would not prepare it).
@@ -210,5 +221,15 @@ mod tests {
         demote(sql);
         assert!(matches!(form(sql), Form::Literal));
         assert!(!lock().named.iter().any(|(_, t)| t == sql));
+    }
+
+    #[test]
+    fn remembers_a_bounded_number_of_texts() {
+        let mut r = Registry::default();
+        assert!(matches!(r.form("UPDATE a SET x = $1", 2), Form::Named { params: 1, .. }));
+        assert!(matches!(r.form("UPDATE b SET x = $1", 2), Form::Named { .. }));
+        assert!(matches!(r.form("UPDATE c SET x = $1", 2), Form::Literal), "no room for a third");
+        assert_eq!((r.by_text.len(), r.named.len()), (2, 2));
+        assert!(matches!(r.form("UPDATE a SET x = $1", 2), Form::Named { .. }), "the first keeps its name");
     }
 }
