@@ -24,8 +24,9 @@
 //! kassa stops preparing ([`give_up`]) and writes every statement out, as before.
 //!
 //! A text PostgreSQL will not prepare (it cannot infer a parameter's type, say) is written with
-//! literals from then on, as before. At most [`TEXTS_MAX`] texts get names; any beyond that are
-//! written with literals too, so the statements a connection holds stay bounded.
+//! literals from then on, as before. At most [`TEXTS_MAX`] texts are remembered; any beyond that
+//! are written with literals too, so the registry and the statements a connection holds stay
+//! bounded.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
