@@ -332,7 +332,10 @@ pub(crate) fn placeholders(sql: &str) -> impl Iterator<Item = (std::ops::Range<u
 }
 
 /// `sql` with each `$N` replaced by what `with` makes of N.
-fn replace_placeholders(sql: &str, mut with: impl FnMut(usize) -> Result<String>) -> Result<String> {
+fn replace_placeholders<E>(
+    sql: &str,
+    mut with: impl FnMut(usize) -> std::result::Result<String, E>,
+) -> std::result::Result<String, E> {
     let mut out = String::with_capacity(sql.len() + 16);
     let mut copied = 0;
     for (range, n) in placeholders(sql) {
@@ -346,7 +349,8 @@ fn replace_placeholders(sql: &str, mut with: impl FnMut(usize) -> Result<String>
 
 /// Shifts every `$N` in `sql` by `offset`.
 fn renumber(sql: &str, offset: usize) -> String {
-    replace_placeholders(sql, |n| Ok(format!("${}", n + offset))).unwrap_or_else(|_| sql.to_string())
+    let Ok(out) = replace_placeholders::<std::convert::Infallible>(sql, |n| Ok(format!("${}", n + offset)));
+    out
 }
 
 /// Fails on the first statement that did not change the rows it had to.

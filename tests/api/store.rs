@@ -544,6 +544,15 @@ async fn lone_write(backend: Backend) {
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name LIKE 'lone.%'").await, 1);
 }
 
+/// The settings whose names start with `prefix` (no `%` or `_` in it), as (name, value), by name.
+async fn settings_named(db: &kassa::store::Db, prefix: &str) -> Vec<(String, String)> {
+    sqlx::query_as("SELECT name, value FROM settings WHERE name LIKE $1 ORDER BY name")
+        .bind(format!("{prefix}%"))
+        .fetch_all(db.read_pool())
+        .await
+        .unwrap()
+}
+
 // A script (`Db::write_script`: on PostgreSQL one round trip with no BEGIN/COMMIT, on SQLite a
 // group-commit command) is all or nothing: a failing statement undoes the ones before it.
 crate::on_both!(a_write_script_is_all_or_nothing, write_script);
@@ -560,11 +569,7 @@ async fn write_script(backend: Backend) {
     failing.expect(insert, kassa::args!["script.c", "1"], 1, "insert before the failure");
     failing.expect(insert, kassa::args!["script.a", "again"], 1, "a name already taken");
     assert!(db.write_script(failing).await.is_err());
-    let stored: Vec<(String, String)> =
-        sqlx::query_as("SELECT name, value FROM settings WHERE name LIKE 'script.%' ORDER BY name")
-            .fetch_all(db.read_pool())
-            .await
-            .unwrap();
+    let stored = settings_named(&db, "script.").await;
     let want = [("script.a", "1"), ("script.b", "it's \\ quoted")].map(|(n, v)| (n.to_string(), v.to_string()));
     assert_eq!(stored, want, "the failed script left nothing, the first kept its text exactly");
 }
@@ -601,11 +606,7 @@ async fn batch_statements_are_prepared_on_each_connection() {
         "the first run met a connection without the statements; the second ran on it once it had them"
     );
     assert!(matches!(prepared::form(&insert), Form::Named { .. }));
-    let stored: Vec<(String, String)> =
-        sqlx::query_as("SELECT name, value FROM settings WHERE name LIKE 'prep.%' ORDER BY name")
-            .fetch_all(db.read_pool())
-            .await
-            .unwrap();
+    let stored = settings_named(&db, "prep.").await;
     let want = [("prep.tx.0", "w"), ("prep.tx.1", "v")].map(|(n, v)| (n.to_string(), v.to_string()));
     assert_eq!(stored, want, "each write once, the retried transaction's too");
 
