@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 pub enum Arg {
     Text(Option<String>),
     Int(Option<i64>),
+    Bytes(Option<Vec<u8>>),
 }
 
 impl From<&str> for Arg {
@@ -32,6 +33,12 @@ impl From<&String> for Arg {
 impl From<Option<&str>> for Arg {
     fn from(v: Option<&str>) -> Self {
         Arg::Text(v.map(str::to_string))
+    }
+}
+
+impl From<&Vec<u8>> for Arg {
+    fn from(v: &Vec<u8>) -> Self {
+        Arg::Bytes(Some(v.clone()))
     }
 }
 
@@ -230,18 +237,6 @@ impl Tally {
 
 /// Runs statements in order, inside the connection's transaction; returns the rows each changed.
 async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>> {
-    fn bind<'q>(
-        mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-        args: Vec<Arg>,
-    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-        for a in args {
-            q = match a {
-                Arg::Text(v) => q.bind(v),
-                Arg::Int(v) => q.bind(v),
-            };
-        }
-        q
-    }
     let count = run.len();
     if matches!(conn, Conn::Sqlx(_)) && conn.backend_name() == "SQLite" {
         // Joined into one query, each statement's `$N` shifted past the values before it.
@@ -261,18 +256,7 @@ async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>
         return rows_changed(bind(sqlx::query(&sql), args).fetch_many(conn), count).await;
     }
     if conn.backend_name() == "PostgreSQL" && count > 1 && pg_one_trip() {
-        // One round trip: the simple-query protocol runs several statements in one message,
-        // in order, inside the open transaction (the first failure aborts it).
-        let (sql, named) = script(&run)?;
-        return match rows_changed(sqlx::raw_sql(&sql).fetch_many(&mut *conn), count).await {
-            Err(Error::Db(e)) if prepared::is_unprepared(&e) => {
-                // The transaction is aborted: prepare what this connection lacks, and have the
-                // caller run its transaction again (`write_tx!` retries this error).
-                prepared::recover_in_transaction(conn, &named).await?;
-                Err(Error::Db(e))
-            }
-            other => other,
-        };
+        return Ok(pg_script(&run, conn).await?.iter().map(|r| r.changed).collect());
     }
     // The native SQLite writer (no round trips to save) and single statements: one by one.
     let mut rows = Vec::with_capacity(count);
@@ -280,6 +264,64 @@ async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>
         rows.push(bind(sqlx::query(&sql), args).execute(&mut *conn).await?.rows_affected());
     }
     Ok(rows)
+}
+
+/// What one statement of [`together`] gave: the rows it changed (meaningful for writes only), and
+/// the rows it returned.
+#[derive(Default)]
+pub struct Output {
+    pub changed: u64,
+    pub rows: Vec<sqlx::any::AnyRow>,
+}
+
+/// Runs statements one after another inside the connection's transaction, and returns what each
+/// gave — on PostgreSQL in one round trip (one simple-query message), on SQLite one by one (the
+/// native writer has no round trips to save). For statements where nothing is computed between
+/// one and the next: a lock, then reads made under it. Each statement starts after the one
+/// before has finished, waits included, and on PostgreSQL reads with a snapshot of its own taken
+/// then, so a read after a `FOR UPDATE` sees what the lock's holder committed. The first failure
+/// fails the call (and on PostgreSQL aborts the transaction).
+pub async fn together(conn: &mut Conn, run: Vec<(&str, Vec<Arg>)>) -> Result<Vec<Output>> {
+    let run: Vec<Statement> = run.into_iter().map(|(sql, args)| (sql.to_string(), args)).collect();
+    if conn.backend_name() == "PostgreSQL" && run.len() > 1 && pg_one_trip() {
+        return pg_script(&run, conn).await;
+    }
+    let mut out = Vec::with_capacity(run.len());
+    for (sql, args) in run {
+        let results = sqlx::Executor::fetch_many(&mut *conn, bind(sqlx::query(&sql), args));
+        out.extend(outputs(results, 1).await?);
+    }
+    Ok(out)
+}
+
+/// PostgreSQL: the statements in one round trip — the simple-query protocol runs several
+/// statements of one message in order, inside the open transaction (the first failure aborts it).
+async fn pg_script(run: &[Statement], conn: &mut Conn) -> Result<Vec<Output>> {
+    let (sql, named) = script(run)?;
+    match outputs(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len()).await {
+        Err(Error::Db(e)) if prepared::is_unprepared(&e) => {
+            // The transaction is aborted: prepare what this connection lacks, and have the
+            // caller run its transaction again (`write_tx!` retries this error).
+            prepared::recover_in_transaction(conn, &named).await?;
+            Err(Error::Db(e))
+        }
+        other => other,
+    }
+}
+
+/// Binds a statement's values, in `$1…$n` order.
+fn bind<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    args: Vec<Arg>,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for a in args {
+        q = match a {
+            Arg::Text(v) => q.bind(v),
+            Arg::Int(v) => q.bind(v),
+            Arg::Bytes(v) => q.bind(v),
+        };
+    }
+    q
 }
 
 /// Statements as one PostgreSQL simple query, which takes no bound values: each one `EXECUTE`d
@@ -367,24 +409,34 @@ fn check(changed: &[u64], expected: Vec<Expected>) -> Result<()> {
 
 /// The rows each statement of a multi-statement query changed, from its results in order; there
 /// must be one per statement (batch statements return no rows).
-async fn rows_changed(
-    mut results: futures_util::stream::BoxStream<
-        '_,
-        std::result::Result<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>, sqlx::Error>,
-    >,
-    count: usize,
-) -> Result<Vec<u64>> {
+async fn rows_changed(results: Results<'_>, count: usize) -> Result<Vec<u64>> {
+    Ok(outputs(results, count).await?.iter().map(|o| o.changed).collect())
+}
+
+/// The results of a multi-statement query as they stream in.
+type Results<'a> = futures_util::stream::BoxStream<
+    'a,
+    std::result::Result<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>, sqlx::Error>,
+>;
+
+/// What each statement of a multi-statement query gave, in order: its rows come first, then its
+/// result. There must be one result per statement.
+async fn outputs(mut results: Results<'_>, count: usize) -> Result<Vec<Output>> {
     use futures_util::TryStreamExt as _;
-    let mut rows = Vec::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
+    let mut rows = Vec::new();
     while let Some(item) = results.try_next().await? {
-        if let sqlx::Either::Left(done) = item {
-            rows.push(done.rows_affected());
+        match item {
+            sqlx::Either::Left(done) => {
+                out.push(Output { changed: done.rows_affected(), rows: std::mem::take(&mut rows) });
+            }
+            sqlx::Either::Right(row) => rows.push(row),
         }
     }
-    if rows.len() != count {
-        return Err(Error::internal("a batch statement gave no result"));
+    if out.len() != count || !rows.is_empty() {
+        return Err(Error::internal("a statement of a multi-statement query gave no result"));
     }
-    Ok(rows)
+    Ok(out)
 }
 
 /// Whether PostgreSQL batches go in one round trip (`KASSA_PG_BATCH_ONE_TRIP=0` sends them
@@ -423,7 +475,18 @@ fn literal(a: &Arg) -> Result<String> {
             out.push('\'');
             out
         }
-        Arg::Int(None) | Arg::Text(None) => "NULL".to_string(),
+        Arg::Bytes(Some(v)) => {
+            // PostgreSQL's hex form of a bytea, `\x` then two hex digits a byte.
+            let mut out = String::with_capacity(2 * v.len() + 14);
+            out.push_str("E'\\\\x");
+            for b in v {
+                out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+                out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+            }
+            out.push_str("'::bytea");
+            out
+        }
+        Arg::Int(None) | Arg::Text(None) | Arg::Bytes(None) => "NULL".to_string(),
     })
 }
 
@@ -532,5 +595,12 @@ mod tests {
             "UPDATE batch_unit_test SET a = 7, b = E'it''s' WHERE c = NULL;\nDELETE FROM batch_unit_test WHERE c = 'x';\n"
         );
         assert!(named.is_empty());
+    }
+
+    #[test]
+    fn bytes_are_written_in_postgresql_hex_form() {
+        assert_eq!(literal(&Arg::Bytes(Some(vec![0, 0xab, b'\'', b'\\']))).unwrap(), "E'\\\\x00ab275c'::bytea");
+        assert_eq!(literal(&Arg::Bytes(Some(Vec::new()))).unwrap(), "E'\\\\x'::bytea");
+        assert_eq!(literal(&Arg::Bytes(None)).unwrap(), "NULL");
     }
 }

@@ -6,7 +6,7 @@ use crate::args;
 use crate::clock::Millis;
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
-use crate::store::batch::Batch;
+use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col};
 
@@ -83,42 +83,39 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     }
     let lock = db.for_update();
     let result = crate::write_tx!(db, |tx| {
-        // 1. A key already used by this buyer returns its order, whatever basket it names.
+        // 1. A key already used by this buyer returns its order, whatever basket it names;
+        // 2. lock the basket (lock order: basket, then stock rows by SKU, then the order);
+        // 3. its lines at today's prices, read under the lock. One round trip on PostgreSQL.
+        let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
+        let mut reads = Vec::with_capacity(3);
         if let Some(key) = req.idempotency_key {
-            let row =
-                sqlx::query("SELECT basket_id, order_no FROM idempotency_keys WHERE session_id = $1 AND idem_key = $2")
-                    .bind(req.session_id)
-                    .bind(key)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-            if let Some(row) = row {
-                let basket: String = col(&row, "basket_id")?;
-                if basket != req.basket_id {
-                    return Err(Error::api(
-                        422,
-                        "idempotency_key_reused",
-                        "this Idempotency-Key was used for another basket",
-                    ));
-                }
-                let order_no: String = col(&row, "order_no")?;
-                return load_placed(tx, &order_no, false).await;
-            }
+            reads.push((IDEMPOTENCY_KEY_SQL, args![req.session_id, key]));
         }
-        // 2. Lock the basket (lock order: basket, then stock rows by SKU, then the order).
-        let basket =
-            sqlx::query(&format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}"))
-                .bind(req.basket_id)
-                .bind(req.session_id)
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| Error::not_found("basket"))?;
+        reads.push((basket_sql.as_str(), args![req.basket_id, req.session_id]));
+        reads.push((PRICE_LINES_SQL, args![req.basket_id]));
+        let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows);
+        if req.idempotency_key.is_some()
+            && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
+        {
+            let basket: String = col(&row, "basket_id")?;
+            if basket != req.basket_id {
+                return Err(Error::api(
+                    422,
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used for another basket",
+                ));
+            }
+            let order_no: String = col(&row, "order_no")?;
+            return load_placed(tx, &order_no, false).await;
+        }
+        let basket = read.next().and_then(|rows| rows.into_iter().next()).ok_or_else(|| Error::not_found("basket"))?;
         if let Some(order_no) = col::<Option<String>>(&basket, "order_no")? {
             // A double-clicked confirm: the basket is frozen with its order.
             remember_key(tx, req, &order_no).await?;
             return load_placed(tx, &order_no, false).await;
         }
-        // 3. Re-price from today's catalog; the preview's total is never trusted.
-        let lines = price_lines(tx, req.basket_id).await?;
+        // Re-priced from today's catalog; the preview's total is never trusted.
+        let lines = price_lines(&read.next().unwrap_or_default())?;
         let total =
             lines.iter().try_fold(Money::zero(lines[0].unit.currency()), |acc, l| acc.checked_add(l.line_total))?;
         if let Some(accepted) = req.currencies
@@ -256,20 +253,22 @@ fn add_remember_key(batch: &mut Batch, req: &ConfirmRequest<'_>, order_no: &str)
     }
 }
 
-async fn price_lines(tx: &mut Tx<'_>, basket_id: &str) -> Result<Vec<PricedLine>> {
-    let rows = sqlx::query(
-        "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency \
-         FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku",
-    )
-    .bind(basket_id)
-    .fetch_all(&mut **tx)
-    .await?;
+/// The order a buyer's idempotency key `$2` made (session `$1`), if any.
+const IDEMPOTENCY_KEY_SQL: &str =
+    "SELECT basket_id, order_no FROM idempotency_keys WHERE session_id = $1 AND idem_key = $2";
+
+/// The lines of basket `$1` with today's prices, in SKU order; [`price_lines`] reads them.
+pub const PRICE_LINES_SQL: &str = "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency \
+     FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku";
+
+/// The basket's lines re-priced: fails if it has none or if any price changed since it was quoted.
+fn price_lines(rows: &[sqlx::any::AnyRow]) -> Result<Vec<PricedLine>> {
     if rows.is_empty() {
         return Err(Error::api(422, "basket_empty", "the basket has no lines"));
     }
     let mut lines = Vec::with_capacity(rows.len());
     let mut changed = Vec::new();
-    for r in &rows {
+    for r in rows {
         let sku: String = col(r, "sku")?;
         let price: i64 = col(r, "price_minor")?;
         let quoted: i64 = col(r, "quoted_unit_minor")?;

@@ -8,7 +8,7 @@ use crate::clock::{Millis, rfc3339};
 use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success, may_expire};
 use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
-use crate::store::batch::Batch;
+use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Also, Cause, Severity};
 use crate::store::outbox::OrderFacts;
 use crate::store::refunds::{self, RefundKind};
@@ -71,43 +71,44 @@ async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: 
     let skip = db.skip_locked();
     let applied = crate::write_tx!(db, |tx| {
         let id = new_id();
-        // Claim the event id first: a concurrent copy waits here and then sees the claim.
-        let claimed = sqlx::query(
-                "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
-                 VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
-            )
-            .bind(&id)
-            .bind(&ev.gateway)
-            .bind(&ev.event_id)
-            .bind(&ev.attempt_ref)
-            .bind(&ev.raw_body)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
-        if claimed.rows_affected() == 0 {
+        // Claim the event id first: a concurrent copy waits here and then sees the claim. Then the
+        // attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
+        // write transaction already excludes every other writer). Then, under the lock, what the
+        // event may change: read after it, since PostgreSQL re-reads only the locked row of a
+        // statement that waited for its lock, not the rows it joined; the attempts may have moved
+        // meanwhile. The three go in one round trip on PostgreSQL; the two reads find nothing
+        // (and lock nothing) unless the claim went in, so a duplicate costs no lock.
+        let attempt_sql = format!(
+            "SELECT t.order_no, t.amount_minor, t.currency, \
+             o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
+             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no \
+             WHERE t.attempt_ref = $1 AND EXISTS (SELECT 1 FROM notifications WHERE id = $2){lock_order}"
+        );
+        let mut read = batch::together(
+            tx,
+            vec![
+                (
+                    "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
+                     VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
+                    args![&id, &ev.gateway, &ev.event_id, &ev.attempt_ref, &ev.raw_body, now],
+                ),
+                (attempt_sql.as_str(), args![&ev.attempt_ref, &id]),
+                (order_parts_of_attempt_sql(), args![&ev.attempt_ref, &id]),
+            ],
+        )
+        .await?
+        .into_iter();
+        if read.next().is_none_or(|claim| claim.changed == 0) {
             record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
             return Ok(Applied::Duplicate);
         }
-        // The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
-        // write transaction already excludes every other writer).
-        let attempt = sqlx::query(&format!(
-            "SELECT t.order_no, t.amount_minor, t.currency, \
-             o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
-             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
-        ))
-        .bind(&ev.attempt_ref)
-        .fetch_optional(&mut **tx)
-        .await?;
-        let Some(attempt) = attempt else {
+        let Some(attempt) = read.next().and_then(|o| o.rows.into_iter().next()) else {
             return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
         };
         let order_no: String = col(&attempt, "order_no")?;
         let order_status = parse_order_status(&col::<String>(&attempt, "order_status")?)?;
         let order_total = (col::<i64>(&attempt, "order_total_minor")?, col::<String>(&attempt, "order_currency")?);
-        // Then, under the lock, what the event may change: read after it, since PostgreSQL
-        // re-reads only the locked row of a statement that waited for its lock, not the rows it
-        // joined; the attempts may have moved meanwhile.
-        let parts = order_parts(tx, &order_no).await?;
+        let parts = order_parts(&read.next().map(|o| o.rows).unwrap_or_default())?;
         let mut attempt_status = None;
         let mut others = Vec::new();
         for (attempt_ref, status) in &parts.attempts {
@@ -255,10 +256,22 @@ pub const ORDER_PARTS_SQL: &str = "SELECT 'a' AS part, attempt_ref AS k, status 
          UNION ALL SELECT 'l', sku, kind, name, quantity, line_no FROM order_lines WHERE order_no = $1 \
          ORDER BY part, line_no, k";
 
-async fn order_parts(tx: &mut Tx<'_>, order_no: &str) -> Result<OrderParts> {
-    let rows = sqlx::query(ORDER_PARTS_SQL).bind(order_no).fetch_all(&mut **tx).await?;
+/// [`ORDER_PARTS_SQL`] for the order of attempt `$1`, if notification `$2` is recorded.
+pub fn order_parts_of_attempt_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        ORDER_PARTS_SQL.replace(
+            "order_no = $1",
+            "order_no = (SELECT order_no FROM payment_attempts WHERE attempt_ref = $1 \
+             AND EXISTS (SELECT 1 FROM notifications WHERE id = $2))",
+        )
+    });
+    &SQL
+}
+
+/// [`OrderParts`] from the rows of [`ORDER_PARTS_SQL`].
+fn order_parts(rows: &[sqlx::any::AnyRow]) -> Result<OrderParts> {
     let mut parts = OrderParts { attempts: Vec::new(), reservations: Vec::new(), lines: Vec::new() };
-    for r in &rows {
+    for r in rows {
         match col::<String>(r, "part")?.as_str() {
             "a" => parts.attempts.push((col(r, "k")?, col(r, "v")?)),
             "r" => parts.reservations.push((col(r, "k")?, col(r, "n")?)),

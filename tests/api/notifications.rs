@@ -239,3 +239,42 @@ async fn retried(backend: Backend) {
     assert_eq!(t.status(&order_no).await, "paid");
     t.assert_clean().await;
 }
+
+on_both!(a_notification_body_is_kept_byte_for_byte, body_bytes);
+/// A notification's raw body goes in with its claim (on PostgreSQL as a literal of a one-trip
+/// script): every byte value, quotes and backslashes included, comes back as it went in, and a
+/// duplicate is recorded without being applied again.
+async fn body_bytes(backend: Backend) {
+    use kassa::domain::decide::LatePolicy;
+    use kassa::domain::{Currency, Money};
+    use kassa::store::payments::{self, Applied, Outcome, VerifiedEvent};
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("BYTES", "Bytes", 700, 5).await;
+    let (_, order_no, attempt_ref) = t.pending_order(&[("BYTES", 1)]).await;
+    let mut raw_body: Vec<u8> = (0..=255).collect();
+    raw_body.extend_from_slice(b"'\\x00'' \\\\ $1 E'");
+    let event = VerifiedEvent {
+        gateway: "sandbox".into(),
+        event_id: "evt_bytes".into(),
+        attempt_ref,
+        outcome: Outcome::Succeeded {
+            gateway_txn_id: "txn_bytes".into(),
+            amount: Money::new(700, Currency::parse("CNY").unwrap()).unwrap(),
+        },
+        raw_body: raw_body.clone(),
+    };
+    let db = t.app.state.db.clone();
+    let first = payments::apply_event(&db, &event, LatePolicy::Manual, t.now_ms()).await.unwrap();
+    assert!(matches!(first, Applied::Changed { .. }), "{first:?}");
+    let again = payments::apply_event(&db, &event, LatePolicy::Manual, t.now_ms()).await.unwrap();
+    assert!(matches!(again, Applied::Duplicate), "{again:?}");
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT raw_body FROM notifications WHERE event_id = 'evt_bytes'")
+        .fetch_one(db.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, raw_body);
+    assert_eq!(t.status(&order_no).await, "paid");
+    let rows = "SELECT CAST(COUNT(*) AS BIGINT) FROM notifications WHERE attempt_ref = (SELECT attempt_ref FROM notifications WHERE event_id = 'evt_bytes')";
+    assert_eq!(t.count(rows).await, 2, "the claim and the duplicate's arrival");
+    t.assert_clean().await;
+}

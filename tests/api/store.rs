@@ -393,8 +393,8 @@ fn assert_no_table_scan(what: &str, plan: &[String]) {
     }
 }
 
-/// The basket view is read on every basket change and checkout page, an order's parts on every
-/// payment, and the reconciler's claims
+/// The basket view is read on every basket change and checkout page, its lines re-priced on every
+/// confirm, an order's parts on every payment, and the reconciler's claims
 /// and the monitor's alert query run on every tick (the claims inside a write command, holding up
 /// every other writer on SQLite): each must reach its rows by key or by a partial index, never by
 /// scanning a table that grows with the shop's history (a scan in the basket view once cut the
@@ -405,6 +405,8 @@ async fn hot_and_periodic_queries_read_by_index() {
     let queries = [
         ("basket view", kassa::store::catalog::BASKET_VIEW_SQL.to_string(), None),
         ("order parts of a payment", kassa::store::payments::ORDER_PARTS_SQL.to_string(), None),
+        ("order parts of a notification", kassa::store::payments::order_parts_of_attempt_sql().to_string(), None),
+        ("a basket's lines re-priced", kassa::store::checkout::PRICE_LINES_SQL.to_string(), None),
         ("attempt claim", kassa::store::reconcile::claim_attempts_sql(""), Some("payment_attempts_one_active")),
         ("refund claim", kassa::store::reconcile::claim_refunds_sql(""), Some("refunds_processing")),
         (
