@@ -17,11 +17,13 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::json;
 
+use crate::args;
 use crate::clock::SharedClock;
 use crate::domain::{Currency, Money};
 use crate::error::{Error, Result};
 use crate::gateway::sandbox::{SIGNATURE_HEADER, verify_fields};
 use crate::gateway::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
+use crate::store::batch::Batch;
 use crate::store::payments::{Outcome, VerifiedEvent};
 use crate::store::{Db, col, new_id, settings};
 
@@ -266,6 +268,8 @@ impl Sandbox {
                     .ok_or_else(|| Error::not_found("sandbox payment"))?;
                 let status: String = col(&p, "status")?;
                 let closed = col::<i64>(&p, "closed")? != 0;
+                // The payment's change and its notifications: one round trip on PostgreSQL.
+                let mut batch = Batch::new();
                 let (event_id, txn_id) = if status == "open" {
                     if closed && !me.ignore_close {
                         return Err(Error::conflict("payment_closed", "the merchant closed this payment"));
@@ -273,14 +277,12 @@ impl Sandbox {
                     let event_id = format!("evt_{}", uuid::Uuid::now_v7().simple());
                     let txn_id =
                         (outcome == SandboxOutcome::Succeeded).then(|| format!("txn_{}", uuid::Uuid::now_v7().simple()));
-                    sqlx::query("UPDATE sandbox_payments SET status = $1, event_id = $2, txn_id = $3, updated_at = $4 WHERE attempt_ref = $5")
-                            .bind(outcome.status())
-                            .bind(&event_id)
-                            .bind(&txn_id)
-                            .bind(now)
-                            .bind(attempt_ref)
-                            .execute(&mut **tx)
-                            .await?;
+                    batch.expect(
+                        "UPDATE sandbox_payments SET status = $1, event_id = $2, txn_id = $3, updated_at = $4 WHERE attempt_ref = $5",
+                        args![outcome.status(), &event_id, txn_id.as_deref(), now, attempt_ref],
+                        1,
+                        "the sandbox payment changed under its lock",
+                    );
                     (event_id, txn_id)
                 } else if status == outcome.status() {
                     // Same outcome again: send the same event again (a duplicate, as gateways do).
@@ -300,8 +302,9 @@ impl Sandbox {
                 })
                 .to_string();
                 let notify_url: String = col(&p, "notify_url")?;
-                let ids =
-                    enqueue(tx, attempt_ref, &event_id, &body, &notify_url, copies, now.saturating_add(delay), now).await?;
+                let queued = Queued { attempt_ref, event_id: &event_id, body: &body, notify_url: &notify_url };
+                let ids = enqueue(&mut batch, &queued, copies, now.saturating_add(delay), now);
+                batch.run_checked(tx).await?;
                 Ok((event_id, ids))
             })
         })
@@ -379,16 +382,13 @@ impl Sandbox {
                 return rejected("refunds would exceed the payment");
             }
             let event_id = format!("evt_{}", uuid::Uuid::now_v7().simple());
-            sqlx::query(
+            let mut batch = Batch::new();
+            batch.expect(
                 "INSERT INTO sandbox_refunds (refund_no, attempt_ref, amount_minor, event_id, created_at) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(refund_no)
-            .bind(attempt_ref)
-            .bind(amount.amount_minor())
-            .bind(&event_id)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
+                args![refund_no, attempt_ref, amount.amount_minor(), &event_id, now],
+                1,
+                "the sandbox refund was not recorded",
+            );
             let body = json!({
                 "event_id": event_id,
                 "event_type": "refund.succeeded",
@@ -401,7 +401,9 @@ impl Sandbox {
             })
             .to_string();
             let notify_url: String = col(&p, "notify_url")?;
-            let ids = enqueue(tx, attempt_ref, &event_id, &body, &notify_url, 1, now, now).await?;
+            let queued = Queued { attempt_ref, event_id: &event_id, body: &body, notify_url: &notify_url };
+            let ids = enqueue(&mut batch, &queued, 1, now, now);
+            batch.run_checked(tx).await?;
             Ok((RefundAnswer::Accepted { gateway_refund_id: gateway_refund_id.clone() }, ids))
         })?;
         self.send_soon(ids, 0);
@@ -579,39 +581,32 @@ impl Sandbox {
     }
 }
 
-/// Writes `copies` deliveries of one notification, due at `next_at` and leased to this instance.
-#[allow(clippy::too_many_arguments)]
-async fn enqueue(
-    tx: &mut crate::store::Tx<'_>,
-    attempt_ref: &str,
-    event_id: &str,
-    body: &str,
-    notify_url: &str,
-    copies: u32,
-    next_at: i64,
-    now: i64,
-) -> Result<Vec<Delivery>> {
+/// A notification to queue: for which attempt, its event, body and where it goes.
+struct Queued<'a> {
+    attempt_ref: &'a str,
+    event_id: &'a str,
+    body: &'a str,
+    notify_url: &'a str,
+}
+
+/// Adds `copies` deliveries of one notification to `batch`, due at `next_at` and leased to this
+/// instance.
+fn enqueue(batch: &mut Batch, q: &Queued<'_>, copies: u32, next_at: i64, now: i64) -> Vec<Delivery> {
     let mut deliveries = Vec::new();
     for _ in 0..copies {
         let id = new_id();
-        sqlx::query(
+        // Leased to this instance for its first try; if it dies, the worker takes over after.
+        let lease_until = next_at.saturating_add(DELIVERY_LEASE_MS);
+        batch.expect(
             "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, lease_until, created_at) \
              VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $7, $8)",
-        )
-        .bind(&id)
-        .bind(attempt_ref)
-        .bind(event_id)
-        .bind(body)
-        .bind(notify_url)
-        .bind(next_at)
-        // Leased to this instance for its first try; if it dies, the worker takes over after.
-        .bind(next_at.saturating_add(DELIVERY_LEASE_MS))
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-        deliveries.push(Delivery { id, body: body.to_string(), url: notify_url.to_string() });
+            args![&id, q.attempt_ref, q.event_id, q.body, q.notify_url, next_at, lease_until, now],
+            1,
+            "the sandbox notification was not queued",
+        );
+        deliveries.push(Delivery { id, body: q.body.to_string(), url: q.notify_url.to_string() });
     }
-    Ok(deliveries)
+    deliveries
 }
 
 /// A notification copy to send.
