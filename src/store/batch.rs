@@ -15,7 +15,6 @@ use crate::error::{Error, Result};
 pub enum Arg {
     Text(Option<String>),
     Int(Option<i64>),
-    Bytes(Option<Vec<u8>>),
 }
 
 impl From<&str> for Arg {
@@ -33,12 +32,6 @@ impl From<&String> for Arg {
 impl From<Option<&str>> for Arg {
     fn from(v: Option<&str>) -> Self {
         Arg::Text(v.map(str::to_string))
-    }
-}
-
-impl From<&Vec<u8>> for Arg {
-    fn from(v: &Vec<u8>) -> Self {
-        Arg::Bytes(Some(v.clone()))
     }
 }
 
@@ -318,7 +311,6 @@ fn bind<'q>(
         q = match a {
             Arg::Text(v) => q.bind(v),
             Arg::Int(v) => q.bind(v),
-            Arg::Bytes(v) => q.bind(v),
         };
     }
     q
@@ -475,18 +467,7 @@ fn literal(a: &Arg) -> Result<String> {
             out.push('\'');
             out
         }
-        Arg::Bytes(Some(v)) => {
-            // PostgreSQL's hex form of a bytea, `\x` then two hex digits a byte.
-            let mut out = String::with_capacity(2 * v.len() + 14);
-            out.push_str("E'\\\\x");
-            for b in v {
-                out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-                out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
-            }
-            out.push_str("'::bytea");
-            out
-        }
-        Arg::Int(None) | Arg::Text(None) | Arg::Bytes(None) => "NULL".to_string(),
+        Arg::Int(None) | Arg::Text(None) => "NULL".to_string(),
     })
 }
 
@@ -595,12 +576,5 @@ mod tests {
             "UPDATE batch_unit_test SET a = 7, b = E'it''s' WHERE c = NULL;\nDELETE FROM batch_unit_test WHERE c = 'x';\n"
         );
         assert!(named.is_empty());
-    }
-
-    #[test]
-    fn bytes_are_written_in_postgresql_hex_form() {
-        assert_eq!(literal(&Arg::Bytes(Some(vec![0, 0xab, b'\'', b'\\']))).unwrap(), "E'\\\\x00ab275c'::bytea");
-        assert_eq!(literal(&Arg::Bytes(Some(Vec::new()))).unwrap(), "E'\\\\x'::bytea");
-        assert_eq!(literal(&Arg::Bytes(None)).unwrap(), "NULL");
     }
 }

@@ -71,37 +71,40 @@ async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: 
     let skip = db.skip_locked();
     let applied = crate::write_tx!(db, |tx| {
         let id = new_id();
-        // Claim the event id first: a concurrent copy waits here and then sees the claim. Then the
-        // attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
-        // write transaction already excludes every other writer). Then, under the lock, what the
-        // event may change: read after it, since PostgreSQL re-reads only the locked row of a
-        // statement that waited for its lock, not the rows it joined; the attempts may have moved
-        // meanwhile. The three go in one round trip on PostgreSQL; the two reads find nothing
-        // (and lock nothing) unless the claim went in, so a duplicate costs no lock.
-        let attempt_sql = format!(
-            "SELECT t.order_no, t.amount_minor, t.currency, \
-             o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
-             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no \
-             WHERE t.attempt_ref = $1 AND EXISTS (SELECT 1 FROM notifications WHERE id = $2){lock_order}"
-        );
-        let mut read = batch::together(
-            tx,
-            vec![
-                (
-                    "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
-                     VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
-                    args![&id, &ev.gateway, &ev.event_id, &ev.attempt_ref, &ev.raw_body, now],
-                ),
-                (attempt_sql.as_str(), args![&ev.attempt_ref, &id]),
-                (order_parts_of_attempt_sql(), args![&ev.attempt_ref, &id]),
-            ],
-        )
-        .await?
-        .into_iter();
-        if read.next().is_none_or(|claim| claim.changed == 0) {
+        // Claim the event id first: a concurrent copy waits here and then sees the claim.
+        let claimed = sqlx::query(
+                "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
+                 VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
+            )
+            .bind(&id)
+            .bind(&ev.gateway)
+            .bind(&ev.event_id)
+            .bind(&ev.attempt_ref)
+            .bind(&ev.raw_body)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        if claimed.rows_affected() == 0 {
             record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
             return Ok(Applied::Duplicate);
         }
+        // The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
+        // write transaction already excludes every other writer). Then, under the lock, what the
+        // event may change: read after it, since PostgreSQL re-reads only the locked row of a
+        // statement that waited for its lock, not the rows it joined; the attempts may have moved
+        // meanwhile. The two go in one round trip on PostgreSQL. (Not the claim as well: a
+        // duplicate would then run both reads for nothing, and PostgreSQL's CPU per statement
+        // costs more than the round trip saved — BENCHMARKS.md, tenth session.)
+        let attempt_sql = format!(
+            "SELECT t.order_no, t.amount_minor, t.currency, \
+             o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
+             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
+        );
+        let reads = vec![
+            (attempt_sql.as_str(), args![&ev.attempt_ref]),
+            (order_parts_of_attempt_sql(), args![&ev.attempt_ref]),
+        ];
+        let mut read = batch::together(tx, reads).await?.into_iter();
         let Some(attempt) = read.next().and_then(|o| o.rows.into_iter().next()) else {
             return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
         };
@@ -256,14 +259,11 @@ pub const ORDER_PARTS_SQL: &str = "SELECT 'a' AS part, attempt_ref AS k, status 
          UNION ALL SELECT 'l', sku, kind, name, quantity, line_no FROM order_lines WHERE order_no = $1 \
          ORDER BY part, line_no, k";
 
-/// [`ORDER_PARTS_SQL`] for the order of attempt `$1`, if notification `$2` is recorded.
+/// [`ORDER_PARTS_SQL`] for the order of attempt `$1`.
 pub fn order_parts_of_attempt_sql() -> &'static str {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        ORDER_PARTS_SQL.replace(
-            "order_no = $1",
-            "order_no = (SELECT order_no FROM payment_attempts WHERE attempt_ref = $1 \
-             AND EXISTS (SELECT 1 FROM notifications WHERE id = $2))",
-        )
+        ORDER_PARTS_SQL
+            .replace("order_no = $1", "order_no = (SELECT order_no FROM payment_attempts WHERE attempt_ref = $1)")
     });
     &SQL
 }

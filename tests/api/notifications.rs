@@ -241,9 +241,8 @@ async fn retried(backend: Backend) {
 }
 
 on_both!(a_notification_body_is_kept_byte_for_byte, body_bytes);
-/// A notification's raw body goes in with its claim (on PostgreSQL as a literal of a one-trip
-/// script): every byte value, quotes and backslashes included, comes back as it went in, and a
-/// duplicate is recorded without being applied again.
+/// A notification's raw body goes in with its claim: every byte value, quotes and backslashes
+/// included, comes back as it went in, and a duplicate is recorded without being applied again.
 async fn body_bytes(backend: Backend) {
     use kassa::domain::decide::LatePolicy;
     use kassa::domain::{Currency, Money};
