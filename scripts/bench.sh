@@ -3,6 +3,7 @@
 # Markdown table (the source of BENCHMARKS.md). Usage:
 #   scripts/bench.sh                          # SQLite scenarios, engine, durable-commit limit
 #   PG_URL=postgres://postgres@127.0.0.1:5432 scripts/bench.sh   # also PostgreSQL and pgbench
+#   SQLITE=0 PG_URL=… scripts/bench.sh        # PostgreSQL and pgbench only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
@@ -20,6 +21,7 @@ run() { # name, args...
   done
 }
 
+if [ "${SQLITE:-1}" != 0 ]; then # SQLITE=0: PostgreSQL's runs only
 run sqlite-commit-limit --scenario commit-limit
 run sqlite-spread --scenario spread
 run sqlite-spread-line-request --scenario spread --line-request
@@ -36,6 +38,7 @@ KASSA_SQLITE_PIN=0 run sqlite-spread-writer-unpinned --scenario spread
 KASSA_SQLITE_PIN=0 run engine-sqlite-spread-writer-unpinned --engine --scenario spread
 KASSA_SQLITE_NATIVE=0 run sqlite-spread-sqlx-writer --scenario spread
 KASSA_SQLITE_NATIVE=0 run engine-sqlite-spread-sqlx-writer --engine --scenario spread
+fi
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
