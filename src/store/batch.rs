@@ -261,7 +261,6 @@ async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>
 
 /// What one statement of [`together`] gave: the rows it changed (meaningful for writes only), and
 /// the rows it returned.
-#[derive(Default)]
 pub struct Output {
     pub changed: u64,
     pub rows: Vec<sqlx::any::AnyRow>,
