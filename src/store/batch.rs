@@ -252,11 +252,7 @@ async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>
         return Ok(pg_script(&run, conn).await?.iter().map(|r| r.changed).collect());
     }
     // The native SQLite writer (no round trips to save) and single statements: one by one.
-    let mut rows = Vec::with_capacity(count);
-    for (sql, args) in run {
-        rows.push(bind(sqlx::query(&sql), args).execute(&mut *conn).await?.rows_affected());
-    }
-    Ok(rows)
+    Ok(one_by_one(run, conn).await?.iter().map(|r| r.changed).collect())
 }
 
 /// What one statement of [`together`] gave: the rows it changed (meaningful for writes only), and
@@ -278,6 +274,11 @@ pub async fn together(conn: &mut Conn, run: Vec<(&str, Vec<Arg>)>) -> Result<Vec
     if conn.backend_name() == "PostgreSQL" && run.len() > 1 && pg_one_trip() {
         return pg_script(&run, conn).await;
     }
+    one_by_one(run, conn).await
+}
+
+/// The statements one after another, each with its values bound.
+async fn one_by_one(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<Output>> {
     let mut out = Vec::with_capacity(run.len());
     for (sql, args) in run {
         let results = sqlx::Executor::fetch_many(&mut *conn, bind(sqlx::query(&sql), args));
