@@ -46,6 +46,8 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// request's state of its own (a flood once reached 815 MB of RSS). Instead this many senders take
 /// deliveries from a queue, in order; a queued delivery is a few hundred bytes.
 pub const SENDS_MAX: usize = 64;
+/// Most acknowledged deliveries recorded by one write ([`Sandbox::record_delivered`]).
+const ACKS_MAX: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxOutcome {
@@ -91,6 +93,8 @@ pub struct Sandbox {
     http: reqwest::Client,
     /// Deliveries to send right away, taken by [`SENDS_MAX`] senders.
     outbound: tokio::sync::mpsc::UnboundedSender<Delivery>,
+    /// Acknowledged deliveries to record, taken by one recorder ([`record_acks`]).
+    acks: tokio::sync::mpsc::UnboundedSender<Ack>,
 }
 
 /// A payment as the sandbox knows it.
@@ -135,6 +139,9 @@ impl Sandbox {
             .build()
             .map_err(|e| Error::internal(format!("http client: {e}")))?;
         let (outbound, queue) = tokio::sync::mpsc::unbounded_channel();
+        let (acks, acked) = tokio::sync::mpsc::unbounded_channel();
+        // Holds the records' database only: dropping the sandbox closes the queue and ends it.
+        tokio::spawn(record_acks(records.clone(), clock.clone(), acked));
         let sandbox = Arc::new(Sandbox {
             db: records,
             clock,
@@ -144,6 +151,7 @@ impl Sandbox {
             ignore_close,
             http,
             outbound,
+            acks,
         });
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
         for _ in 0..SENDS_MAX {
@@ -496,15 +504,17 @@ impl Sandbox {
 
     /// Sends a delivery this instance holds the lease of, and records the answer.
     async fn send_claimed(&self, id: &str, body: &str, url: &str, tries: i64) -> Result<()> {
-        let result = self.post(url, body).await;
+        let Err(error) = self.post(url, body).await else {
+            return self.record_delivered(id).await;
+        };
         let now = self.clock.now_ms();
         let tries = tries + 1;
-        let (status, next_at, error) = match &result {
-            Ok(()) => ("delivered", now, None),
-            Err(e) if tries >= DELIVERY_TRIES_MAX => ("dead", now, Some(e.clone())),
-            Err(e) => ("pending", now.saturating_add(backoff_ms(tries)), Some(e.clone())),
+        let (status, next_at) = if tries >= DELIVERY_TRIES_MAX {
+            ("dead", now)
+        } else {
+            ("pending", now.saturating_add(backoff_ms(tries)))
         };
-        let (db, id) = (self.db.clone(), id.to_string());
+        let (db, id, last_error) = (self.db.clone(), id.to_string(), error.clone());
         self.db
             .on_writer(async move {
                 db.write_one(|| {
@@ -514,13 +524,28 @@ impl Sandbox {
                     .bind(status)
                     .bind(tries)
                     .bind(next_at)
-                    .bind(&error)
+                    .bind(&last_error)
                     .bind(&id)
                 })
                 .await
             })
             .await??;
-        result.map_err(|e| Error::internal(format!("notification not acknowledged: {e}")))
+        Err(Error::internal(format!("notification not acknowledged: {error}")))
+    }
+
+    /// Records an acknowledged delivery, together with the others acknowledged meanwhile (one
+    /// write for many: a delivery's record is one write of its own per notification otherwise).
+    /// Returns once it is recorded. Should the process stop first, the delivery stays leased and
+    /// is sent again when the lease ends: a duplicate, which kassa acknowledges and ignores.
+    async fn record_delivered(&self, id: &str) -> Result<()> {
+        let (done, recorded) = tokio::sync::oneshot::channel();
+        self.acks
+            .send(Ack { id: id.to_string(), done })
+            .map_err(|_| Error::internal("the sandbox's delivery recorder has stopped"))?;
+        recorded
+            .await
+            .map_err(|_| Error::internal("the sandbox's delivery recorder has stopped"))?
+            .map_err(|e| Error::internal(format!("recording a delivered notification: {e}")))
     }
 
     /// The signature header value for a notification body, signed now.
@@ -614,6 +639,49 @@ struct Delivery {
     id: String,
     body: String,
     url: String,
+}
+
+/// An acknowledged delivery to record, and who waits for it to be recorded.
+struct Ack {
+    id: String,
+    done: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
+}
+
+/// Records acknowledged deliveries as they come: whatever queued up while the previous write ran
+/// goes in the next one (at most [`ACKS_MAX`]), so under load one write records many.
+async fn record_acks(db: Db, clock: SharedClock, mut queue: tokio::sync::mpsc::UnboundedReceiver<Ack>) {
+    while let Some(first) = queue.recv().await {
+        let mut acks = vec![first];
+        while acks.len() < ACKS_MAX {
+            match queue.try_recv() {
+                Ok(ack) => acks.push(ack),
+                Err(_) => break,
+            }
+        }
+        let ids: Vec<String> = acks.iter().map(|a| a.id.clone()).collect();
+        let (on, now) = (db.clone(), clock.now_ms());
+        let written = db.on_writer(async move { mark_delivered(&on, &ids, now).await }).await;
+        let outcome = written.and_then(|r| r).map(drop).map_err(|e| e.to_string());
+        for ack in acks {
+            // The sender may have gone (its request was cancelled): the record stands anyway.
+            drop(ack.done.send(outcome.clone()));
+        }
+    }
+}
+
+/// Marks `ids` delivered, in one statement. Its list has a power-of-two length, the last id
+/// repeated to fill it, so a handful of statement texts serve every batch (each is prepared once
+/// per connection).
+async fn mark_delivered(db: &Db, ids: &[String], now: i64) -> Result<u64> {
+    let Some(last) = ids.last() else { return Ok(0) };
+    let ids: Vec<&String> = ids.iter().chain(std::iter::repeat(last)).take(ids.len().next_power_of_two()).collect();
+    let params: Vec<String> = (2..ids.len() + 2).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "UPDATE sandbox_deliveries SET status = 'delivered', tries = tries + 1, next_at = $1, lease_until = 0, \
+         last_error = NULL WHERE id IN ({})",
+        params.join(", ")
+    );
+    db.write_one(|| ids.iter().fold(sqlx::query(&sql).bind(now), |q, id| q.bind(id))).await
 }
 
 /// Exponential backoff: 1 s, 2 s, 4 s, … capped at a minute.

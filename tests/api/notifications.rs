@@ -277,3 +277,67 @@ async fn body_bytes(backend: Backend) {
     assert_eq!(t.count(rows).await, 2, "the claim and the duplicate's arrival");
     t.assert_clean().await;
 }
+
+on_both!(acknowledged_deliveries_are_recorded_together_and_alone, recorded_together);
+/// Acknowledged deliveries are recorded in shared writes (their ids padded to a power of two):
+/// every acknowledged copy ends delivered after exactly one try, and a copy still waiting for its
+/// time is left as it was.
+async fn recorded_together(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 8900, 20).await;
+    let mut orders = Vec::new();
+    let mut attempts = Vec::new();
+    for _ in 0..7 {
+        let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+        orders.push(order_no);
+        attempts.push(attempt_ref);
+    }
+    // One copy held back by ten minutes: it must stay pending, untouched by the others' records.
+    let (_, late_order, late_attempt) = t.pending_order(&[("MUG", 1)]).await;
+    let r = t
+        .http
+        .post(t.url(&format!("/sandbox/api/payments/{late_attempt}/complete")))
+        .json(&json!({"outcome": "succeeded", "copies": 1, "delay_ms": 600_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // Seven payments with three copies each, completed at once: 21 deliveries acknowledged close
+    // together, so most records share a write (21 is no power of two: padding is exercised).
+    let mut set = tokio::task::JoinSet::new();
+    for attempt_ref in &attempts {
+        let (http, url) = (t.http.clone(), t.url(&format!("/sandbox/api/payments/{attempt_ref}/complete")));
+        set.spawn(async move { http.post(url).json(&json!({"outcome": "succeeded", "copies": 3})).send().await });
+    }
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.unwrap().unwrap().status(), StatusCode::OK);
+    }
+    let sandbox = t.app.sandbox.clone().unwrap();
+    for _ in 0..6_000 {
+        if sandbox.pending_deliveries().await.unwrap() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        t.sandbox_count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries \
+             WHERE status = 'delivered' AND tries = 1 AND lease_until = 0 AND last_error IS NULL"
+        )
+        .await,
+        21
+    );
+    assert_eq!(
+        t.sandbox_count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries \
+             WHERE status = 'pending' AND tries = 0 AND lease_until > 0 AND last_error IS NULL"
+        )
+        .await,
+        1
+    );
+    for order_no in &orders {
+        assert_eq!(t.status(order_no).await, "paid");
+    }
+    assert_eq!(t.status(&late_order).await, "pending_payment");
+    t.assert_clean().await;
+}
