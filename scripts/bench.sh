@@ -65,8 +65,17 @@ if [ -n "${PG_URL:-}" ]; then
   # The limit: pgbench's TPC-B-like transactions, 64 clients, durable commits (synchronous_commit=on).
   psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS kassa_pgbench" -qc "CREATE DATABASE kassa_pgbench" >/dev/null
   pgbench -q -i -s 10 "$PG_URL/kassa_pgbench" >/dev/null 2>&1
+  # PostgreSQL's CPU time so far (its processes and the ended backends the postmaster waited for,
+  # in clock ticks of 10 ms): PostgreSQL's CPU per pgbench transaction, to read against its CPU
+  # per purchase in the kassa runs.
+  pg_ticks() { cat /proc/[0-9]*/stat 2>/dev/null | awk '$2 == "(postgres)" {t += $14 + $15 + $16 + $17} END {print t + 0}'; }
   for i in $(seq 1 "$RUNS"); do
-    pgbench -c "$BUYERS" -j 2 -T "$SECONDS_PER_RUN" "$PG_URL/kassa_pgbench" 2>/dev/null | awk '/^tps/ {print $3}' >> "$out/pgbench.txt"
+    before=$(pg_ticks)
+    result=$(pgbench -c "$BUYERS" -j 2 -T "$SECONDS_PER_RUN" "$PG_URL/kassa_pgbench" 2>/dev/null)
+    after=$(pg_ticks)
+    echo "$result" | awk '/^tps/ {print $3}' >> "$out/pgbench.txt"
+    echo "$result" | awk -v d=$((after - before)) '/actually processed/ {n = $NF} END {if (n > 0) printf "%.3f\n", d * 10 / n}' \
+      >> "$out/pgbench-cpu.txt"
   done
 fi
 
@@ -83,16 +92,24 @@ def med(rows, key, sub=None):
     return statistics.median(vals) if vals else None
 def fmt(v, d=0):
     return "—" if v is None else f"{v:.{d}f}"
-print("| run | confirms/s | notifications/s | p50 ms | p95 ms | p99 ms | max ms | oversold | peak RSS MB | check | commits/s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| run | confirms/s | notifications/s | p50 ms | p95 ms | p99 ms | max ms | oversold | peak RSS MB | check | commits/s "
+      "| CPU ms/op: server / load gen / PostgreSQL | CPU ceiling/s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name, rows in groups.items():
     print(f"| {name} (median of {len(rows)}) | {fmt(med(rows,'confirms_per_s'))} | {fmt(med(rows,'notifications_per_s'))} | "
           f"{fmt(med(rows,'latency_ms','p50'),1)} | {fmt(med(rows,'latency_ms','p95'),1)} | {fmt(med(rows,'latency_ms','p99'),1)} | "
           f"{fmt(med(rows,'latency_ms','max'),1)} | {max(r.get('oversold',0) for r in rows)} | {fmt(med(rows,'server_peak_rss_mb'),1)} | "
-          f"{'clean' if all((r.get('check_violations') or 0) == 0 for r in rows) else 'VIOLATIONS'} | {fmt(med(rows,'commits_per_s'))} |")
+          f"{'clean' if all((r.get('check_violations') or 0) == 0 for r in rows) else 'VIOLATIONS'} | {fmt(med(rows,'commits_per_s'))} | "
+          f"{' / '.join(fmt(med(rows,'cpu_ms_per_op',k),2) for k in ('server','load_generator','postgres'))} | "
+          f"{fmt(med(rows,'cpu_ceiling_per_s'))} |")
 p = os.path.join(out, "pgbench.txt")
 if os.path.exists(p):
     tps = [float(x) for x in open(p).read().split()]
     if tps:
         print(f"\npgbench (TPC-B-like, {len(tps)} runs): median {statistics.median(tps):.0f} tps")
+p = os.path.join(out, "pgbench-cpu.txt")
+if os.path.exists(p):
+    ms = [float(x) for x in open(p).read().split()]
+    if ms:
+        print(f"PostgreSQL's CPU per pgbench transaction: median {statistics.median(ms):.2f} ms")
 PY

@@ -92,6 +92,16 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     pub oversold: i64,
     pub server_peak_rss_mb: Option<f64>,
+    /// CPU milliseconds per confirm (per notification applied in `notify` and `notify-direct`)
+    /// over the timed run, by process: `server`, `load_generator`, and `postgres` (all of
+    /// PostgreSQL's processes, when it runs on this machine). HTTP runs only; the server's share
+    /// needs its PID (a spawned server, or `--server-pid`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cpu_ms_per_op: BTreeMap<String, f64>,
+    /// The rate at which the server and PostgreSQL would keep every core of this machine busy at
+    /// the CPU per operation measured: an estimate of the figure with the load generator on a host
+    /// of its own (it holds where the run was bound by CPU, as on these 2-core machines).
+    pub cpu_ceiling_per_s: Option<f64>,
     pub commits_per_s: Option<f64>,
     pub check_violations: Option<usize>,
 }
@@ -135,6 +145,80 @@ fn latency(mut us: Vec<u64>) -> BTreeMap<String, f64> {
     }
     m.insert("max".to_string(), us.last().map(|v| *v as f64 / 1000.0).unwrap_or(0.0));
     m
+}
+
+/// Clock ticks per second of `/proc`'s CPU times (Linux's `USER_HZ`, 100 on every platform it
+/// runs on).
+const USER_HZ: f64 = 100.0;
+
+/// A process's command name and the CPU time (user and system, all threads) in milliseconds it
+/// has used, and that its ended children it waited for used, from its `/proc/<pid>/stat` line.
+fn stat_cpu_ms(stat: &str) -> Option<(&str, f64, f64)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    // After the name: state is field 3 of the line; utime, stime, cutime, cstime 14 to 17.
+    let own = ticks(11)? + ticks(12)?;
+    let children = ticks(13)? + ticks(14)?;
+    Some((comm, own as f64 * 1000.0 / USER_HZ, children as f64 * 1000.0 / USER_HZ))
+}
+
+fn process_cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu_ms(&stat).map(|(_, own, _)| own)
+}
+
+/// CPU time used by PostgreSQL on this machine (None if it runs elsewhere): every process named
+/// `postgres`, and the ended ones their parent (the postmaster) waited for.
+fn postgres_cpu_ms() -> Option<f64> {
+    let mut total = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        if let Some(("postgres", own, children)) = stat_cpu_ms(&stat) {
+            total = Some(total.unwrap_or(0.0) + own + children);
+        }
+    }
+    total
+}
+
+/// CPU used so far by the server, the load generator (this process) and PostgreSQL.
+struct CpuMark {
+    server: Option<f64>,
+    load_generator: Option<f64>,
+    postgres: Option<f64>,
+}
+
+impl CpuMark {
+    fn now(server: &Server) -> CpuMark {
+        let postgres = server.database_url.as_deref().is_some_and(|u| u.starts_with("postgres"));
+        CpuMark {
+            server: server.pid.and_then(process_cpu_ms),
+            load_generator: process_cpu_ms(std::process::id()),
+            postgres: if postgres { postgres_cpu_ms() } else { None },
+        }
+    }
+
+    /// CPU per operation since `self`, by process, and the rate that would keep every core busy.
+    fn per_op(&self, end: &CpuMark, ops: u64) -> (BTreeMap<String, f64>, Option<f64>) {
+        let mut per_op = BTreeMap::new();
+        if ops == 0 {
+            return (per_op, None);
+        }
+        let parts = [
+            ("server", self.server, end.server),
+            ("load_generator", self.load_generator, end.load_generator),
+            ("postgres", self.postgres, end.postgres),
+        ];
+        for (name, from, to) in parts {
+            if let (Some(from), Some(to)) = (from, to) {
+                per_op.insert(name.to_string(), (to - from) / ops as f64);
+            }
+        }
+        let serving = per_op.get("server").map(|ms| ms + per_op.get("postgres").copied().unwrap_or(0.0));
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        (per_op, serving.filter(|ms| *ms > 0.0).map(|ms| cores * 1000.0 / ms))
+    }
 }
 
 /// Peak resident set of a process, from /proc (Linux).
@@ -414,6 +498,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let signer = if scenario == "notify-direct" { Some(Arc::new(sandbox_signer(&server).await?)) } else { None };
         let attempts = tally.lock().await.attempts.clone();
         let timer = Instant::now();
+        let cpu = CpuMark::now(&server);
         let queue = Arc::new(Mutex::new(attempts));
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..args.buyers {
@@ -463,6 +548,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let secs = timer.elapsed().as_secs_f64();
         let applied =
             metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
+        let (cpu_ms_per_op, cpu_ceiling_per_s) = cpu.per_op(&CpuMark::now(&server), applied);
         let t = tally.lock().await;
         return finish(
             args,
@@ -473,6 +559,8 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
                 notifications_applied: applied,
                 notifications_per_s: applied as f64 / secs,
                 errors: t.errors.clone(),
+                cpu_ms_per_op,
+                cpu_ceiling_per_s,
                 ..Default::default()
             },
         )
@@ -485,6 +573,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut set = tokio::task::JoinSet::new();
     let skus = Arc::new(skus);
+    let cpu = CpuMark::now(&server);
     for i in 0..args.buyers {
         let plan = Plan { pay_every, line_request: args.line_request };
         set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, plan, stop.clone(), tally.clone()));
@@ -497,6 +586,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let applied = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
     let mut t = tally.lock().await;
+    let (cpu_ms_per_op, cpu_ceiling_per_s) = cpu.per_op(&CpuMark::now(&server), t.confirms);
     let mut oversold = 0;
     if scenario == "hot" {
         let r = http.get(format!("{}/api/v1/admin/skus/HOT", server.base)).bearer_auth(&server.admin).send().await?;
@@ -514,6 +604,8 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         latency_ms: latency(std::mem::take(&mut t.confirm_us)),
         errors: t.errors.clone(),
         oversold,
+        cpu_ms_per_op,
+        cpu_ceiling_per_s,
         ..Default::default()
     };
     drop(t);
@@ -770,6 +862,13 @@ pub fn table(r: &Report) -> String {
     );
     row("errors", format!("{:?}", r.errors));
     row("oversold units", r.oversold.to_string());
+    if !r.cpu_ms_per_op.is_empty() {
+        let parts: Vec<String> = r.cpu_ms_per_op.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+        row("CPU ms per operation", parts.join("  "));
+    }
+    if let Some(c) = r.cpu_ceiling_per_s {
+        row("CPU ceiling (estimate)", format!("{c:.0}/s with the load generator elsewhere"));
+    }
     row("server peak RSS", r.server_peak_rss_mb.map(|m| format!("{m:.1} MB")).unwrap_or_else(|| "n/a".into()));
     row(
         "kassa check",
@@ -778,4 +877,36 @@ pub fn table(r: &Report) -> String {
             .unwrap_or_else(|| "not run (no --database-url)".into()),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_from_a_stat_line() {
+        // A name may hold spaces and parentheses: the fields start after the last ')'.
+        let line = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 8 2 20 0 9 0 100 0 0";
+        assert_eq!(stat_cpu_ms(line), Some(("tokio (rt) x", 3250.0, 100.0)));
+        assert_eq!(stat_cpu_ms("4242 (short) S 1 2"), None);
+        let me = process_cpu_ms(std::process::id()).expect("this process's own CPU time");
+        assert!(me >= 0.0);
+    }
+
+    #[test]
+    fn cpu_per_operation_and_the_ceiling() {
+        let from = CpuMark { server: Some(1000.0), load_generator: Some(500.0), postgres: None };
+        let to = CpuMark { server: Some(3000.0), load_generator: Some(1500.0), postgres: None };
+        let (per_op, ceiling) = from.per_op(&to, 1000);
+        assert_eq!(per_op.get("server"), Some(&2.0));
+        assert_eq!(per_op.get("load_generator"), Some(&1.0));
+        assert_eq!(per_op.get("postgres"), None);
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        assert_eq!(ceiling, Some(cores * 500.0));
+        let with_pg = CpuMark { postgres: Some(0.0), ..from };
+        let (per_op, ceiling) = with_pg.per_op(&CpuMark { postgres: Some(2000.0), ..to }, 1000);
+        assert_eq!(per_op.get("postgres"), Some(&2.0));
+        assert_eq!(ceiling, Some(cores * 250.0));
+        assert_eq!(from.per_op(&to, 0), (BTreeMap::new(), None));
+    }
 }
