@@ -309,6 +309,8 @@ pub const TX_RETRIES_MAX: u32 = 8;
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
 /// SQLite: concurrent readers (the writer is a pool of one, see [`Db::connect`]).
 const SQLITE_READERS_MAX: u32 = 4;
+/// A PostgreSQL connection idle this long is pinged before it is used again.
+const PG_PING_IDLE: Duration = Duration::from_secs(1);
 
 /// How SQLite's write commands reach the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -448,6 +450,17 @@ impl Db {
                     .max_connections(max_connections.max(2))
                     .acquire_timeout(Duration::from_secs(30))
                     .after_connect(|conn, _meta| Box::pin(prepared::on_connect(conn)))
+                    // sqlx pings every connection it hands out, a round trip per acquire (several
+                    // per purchase); only one idle for a while can have been dropped by the server.
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for >= PG_PING_IDLE {
+                                sqlx::Connection::ping(conn).await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     .connect(&url)
                     .await
                     .context("connecting to PostgreSQL")?;
@@ -693,6 +706,9 @@ async fn sqlite_pool(url: &str, max: u32, for_good: bool) -> anyhow::Result<AnyP
     options
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(30))
+        // A connection to a file does not drop: no ping (a round trip to its driver thread) each
+        // time one is handed out.
+        .test_before_acquire(false)
         .after_connect(|conn, _meta| {
             Box::pin(async move {
                 // WAL lets readers run beside the writer; synchronous=FULL makes every

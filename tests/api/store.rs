@@ -63,6 +63,34 @@ async fn deadlocked_transactions_are_retried() {
 /// Group commit (SQLite): in batches shared by many concurrent commands, a command that fails
 /// after writing, and one cancelled midway, leave nothing behind, while every other command of
 /// the same batches commits.
+/// Connections are handed out without a round trip to test them, except one that sat idle for a
+/// while: the server may have dropped it meanwhile, and it is tested and replaced before use.
+/// (PostgreSQL only: a connection to a SQLite file does not drop.)
+#[tokio::test]
+async fn a_connection_dropped_while_idle_is_replaced_before_use() {
+    let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
+    let t = TestApp::spawn(backend).await;
+    let pool = t.app.state.db.read_pool().clone();
+    assert_eq!(number(&pool, "SELECT CAST(1 AS BIGINT)").await, 1);
+    // The server ends every connection of this database (as a restart or an idle timeout would).
+    let admin = kassa::store::Db::connect(&t.database_url, 2).await.unwrap();
+    let mut own = admin.read_pool().acquire().await.unwrap();
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut *own)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty() && ended.iter().all(|e| *e), "{ended:?}");
+    // Idle past the threshold: every reader that comes next must find a live connection.
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    for _ in 0..4 {
+        assert_eq!(number(&pool, "SELECT CAST(2 AS BIGINT)").await, 2);
+    }
+    t.create_sku("MUG", "Mug", 100, 3).await;
+    assert_eq!(t.sku("MUG").await["on_hand"], 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn group_commit_isolates_failed_and_cancelled_commands() {
     let t = TestApp::spawn(Backend::Sqlite).await;
