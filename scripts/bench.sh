@@ -68,7 +68,8 @@ if [ -n "${PG_URL:-}" ]; then
   # PostgreSQL's CPU time so far (its processes and the ended backends the postmaster waited for,
   # in clock ticks of 10 ms): PostgreSQL's CPU per pgbench transaction, to read against its CPU
   # per purchase in the kassa runs.
-  pg_ticks() { cat /proc/[0-9]*/stat 2>/dev/null | awk '$2 == "(postgres)" {t += $14 + $15 + $16 + $17} END {print t + 0}'; }
+  # (A process may end between the listing and the read: cat then fails, and that is fine.)
+  pg_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '$2 == "(postgres)" {t += $14 + $15 + $16 + $17} END {print t + 0}'; }
   for i in $(seq 1 "$RUNS"); do
     before=$(pg_ticks)
     result=$(pgbench -c "$BUYERS" -j 2 -T "$SECONDS_PER_RUN" "$PG_URL/kassa_pgbench" 2>/dev/null)
