@@ -709,6 +709,41 @@ fn paid_event(p: &sqlx::any::AnyRow, attempt_ref: &str, source: &str) -> Result<
 mod tests {
     use super::*;
 
+    /// Three ids go as a list of four (the last repeated): exactly those three are marked
+    /// delivered, one try more each, and a fourth delivery is left as it was.
+    #[tokio::test]
+    async fn delivered_ids_are_marked_in_one_padded_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("kassa.db").display());
+        let db = Db::connect(&url, 2).await.unwrap();
+        db.migrate().await.unwrap();
+        let records = db.open_sandbox(&url).await.unwrap();
+        let ids: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+        for id in &ids {
+            records
+                .write_one(|| {
+                    sqlx::query(
+                        "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, \
+                         lease_until, last_error, created_at) VALUES ($1, 'a', 'e', '{}', 'u', 'pending', 2, 5, 9, 'x', 1)",
+                    )
+                    .bind(id)
+                })
+                .await
+                .unwrap();
+        }
+        assert_eq!(mark_delivered(&records, &ids[..3], 77).await.unwrap(), 3);
+        assert_eq!(mark_delivered(&records, &[], 77).await.unwrap(), 0);
+        let rows: Vec<(String, String, i64, i64, i64, Option<String>)> = sqlx::query_as(
+            "SELECT id, status, tries, next_at, lease_until, last_error FROM sandbox_deliveries ORDER BY id",
+        )
+        .fetch_all(records.read_pool())
+        .await
+        .unwrap();
+        let delivered = |id: &str| (id.to_string(), "delivered".to_string(), 3, 77, 0, None);
+        let untouched = ("d3".to_string(), "pending".to_string(), 2, 5, 9, Some("x".to_string()));
+        assert_eq!(rows, vec![delivered("d0"), delivered("d1"), delivered("d2"), untouched]);
+    }
+
     #[test]
     fn backoff_grows_and_is_capped() {
         assert_eq!(backoff_ms(1), 1000);
