@@ -68,6 +68,53 @@ async fn fifty_buyers_ten_units(backend: Backend) {
     t.assert_clean().await;
 }
 
+// The largest basket there is, each SKU on a database page of its own (long names): its confirm
+// and its payment each change a hundred pages of the SKU table in one command. On SQLite a
+// command runs in a savepoint whose journal of the pages it changed spills from memory to a
+// temporary file past a threshold; a threshold above what SQLite writes in one call made that
+// spill fail, and with it the confirm ("database or disk is full").
+on_both!(the_largest_basket_checks_out_and_is_paid, largest_basket);
+async fn largest_basket(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    let lines = usize::try_from(catalog::BASKET_LINES_MAX).unwrap();
+    // A catalogue of 1,500 SKUs with the longest names there are (about fifteen to a 4 KiB
+    // page), and the basket takes every fifteenth: each line's SKU on a page of its own.
+    let name = "n".repeat(190);
+    let now = t.now_ms();
+    t.app
+        .state
+        .db
+        .write_one(|| {
+            sqlx::query(
+                "WITH RECURSIVE n(i) AS (SELECT 1000 UNION ALL SELECT i + 1 FROM n WHERE i < 2499) \
+                 INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, created_at, updated_at) \
+                 SELECT 'BIG-' || CAST(i AS TEXT), $1, 'physical', 100, 'CNY', 5, 0, 0, $2, $2 FROM n",
+            )
+            .bind(&name)
+            .bind(now)
+        })
+        .await
+        .unwrap();
+    let skus: Vec<String> = (0..lines).map(|i| format!("BIG-{}", 1000 + 15 * i)).collect();
+    let buyer = t.buyer().await;
+    let body = json!({"lines": skus.iter().map(|sku| json!({"sku": sku, "quantity": 2})).collect::<Vec<_>>()});
+    let r = t.http.post(t.url("/api/v1/baskets")).bearer_auth(&buyer).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let basket = s(&r.json::<serde_json::Value>().await.unwrap()["basket_id"]);
+    let (status, order) = t.checkout(&buyer, &basket, None).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    assert_eq!(order["total_minor"], 100 * 2 * 100);
+    let (status, answer) = t.complete(&s(&order["attempt_ref"]), "succeeded", 1).await;
+    assert!(status.is_success(), "{answer}");
+    t.settle().await;
+    assert_eq!(t.status(&s(&order["order_no"])).await, "paid");
+    for sku in [&skus[0], &skus[lines - 1]] {
+        let v = t.sku(sku).await;
+        assert_eq!((v["on_hand"].as_i64(), v["reserved"].as_i64(), v["sold"].as_i64()), (Some(3), Some(0), Some(2)));
+    }
+    t.assert_clean().await;
+}
+
 on_both!(double_clicked_confirm_gives_one_order, double_click);
 async fn double_click(backend: Backend) {
     let t = TestApp::spawn(backend).await;
