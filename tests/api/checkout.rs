@@ -78,23 +78,20 @@ async fn largest_basket(backend: Backend) {
     let t = TestApp::spawn(backend).await;
     let lines = usize::try_from(catalog::BASKET_LINES_MAX).unwrap();
     // A catalogue of 1,500 SKUs with the longest names there are (about fifteen to a 4 KiB
-    // page), and the basket takes every fifteenth: each line's SKU on a page of its own.
-    let name = "n".repeat(190);
-    let now = t.now_ms();
-    t.app
-        .state
-        .db
-        .write_one(|| {
-            sqlx::query(
-                "WITH RECURSIVE n(i) AS (SELECT 1000 UNION ALL SELECT i + 1 FROM n WHERE i < 2499) \
-                 INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, created_at, updated_at) \
-                 SELECT 'BIG-' || CAST(i AS TEXT), $1, 'physical', 100, 'CNY', 5, 0, 0, $2, $2 FROM n",
-            )
-            .bind(&name)
-            .bind(now)
-        })
-        .await
-        .unwrap();
+    // page), created in order through the store, and the basket takes every fifteenth: each
+    // line's SKU on a page of its own.
+    let price = kassa::domain::money::Money::new(100, kassa::domain::money::Currency::parse("CNY").unwrap()).unwrap();
+    for i in 1000..2500 {
+        let sku = format!("BIG-{i}");
+        let new = catalog::NewSku {
+            name: format!("{sku} {}", "n".repeat(180)),
+            sku,
+            kind: catalog::SkuKind::Physical,
+            price,
+            stock: 5,
+        };
+        catalog::create_sku(&t.app.state.db, &new, false, t.now_ms()).await.unwrap();
+    }
     let skus: Vec<String> = (0..lines).map(|i| format!("BIG-{}", 1000 + 15 * i)).collect();
     let buyer = t.buyer().await;
     let body = json!({"lines": skus.iter().map(|sku| json!({"sku": sku, "quantity": 2})).collect::<Vec<_>>()});
