@@ -29,6 +29,7 @@ run sqlite-hot --scenario hot
 run sqlite-notify --scenario notify
 run sqlite-notify-direct --scenario notify-direct
 run sqlite-mixed --scenario mixed
+run sqlite-checkout --scenario checkout
 run engine-sqlite-spread --engine --scenario spread
 run engine-sqlite-hot --engine --scenario hot
 run engine-sqlite-confirm --engine --scenario confirm
@@ -42,7 +43,7 @@ fi
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
-    for s in spread spread-line-request spread-unprepared hot notify notify-direct engine-spread engine-confirm \
+    for s in spread spread-line-request spread-unprepared hot notify notify-direct checkout engine-spread engine-confirm \
       engine-confirm-unprepared; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null

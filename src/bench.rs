@@ -5,7 +5,9 @@
 //!   without `--url`) with N concurrent simulated buyers through the full flow: session, basket,
 //!   confirm, sandbox payment, notification applied. `spread` spreads buyers over many SKUs; `hot`
 //!   puts every buyer on one SKU with limited stock; `notify` measures notifications alone (with
-//!   duplicates); `mixed` lets a share of the orders expire while others pay.
+//!   duplicates); `mixed` lets a share of the orders expire while others pay; `checkout` is
+//!   `spread` without the payment (basket and confirm only, the orders left pending as in a flash
+//!   sale whose buyers pay over the following minutes: the engine's `spread` flow, over HTTP).
 //! - `--engine` runs confirms and notifications in-process against the store (no HTTP), so the
 //!   cost of the engine and of the HTTP layer can be told apart.
 //! - `--scenario commit-limit` measures the limit: a loop of single durable SQLite commits.
@@ -40,8 +42,8 @@ const HOT_STOCK: i64 = 5_000;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// spread | hot | notify | notify-direct | mixed | commit-limit | confirm (engine only: confirms
-    /// alone)
+    /// spread | hot | notify | notify-direct | mixed | checkout (spread without the payment) |
+    /// commit-limit | confirm (engine only: confirms alone)
     #[arg(long, default_value = "spread")]
     pub scenario: String,
     /// Concurrent simulated buyers
@@ -568,6 +570,8 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     }
     let pay_every = match scenario {
         "mixed" => 2,
+        // Basket and confirm only: the orders stay pending (900 s holds), as the engine's spread.
+        "checkout" => 0,
         _ => 1,
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -817,14 +821,17 @@ async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     if !matches!(
         args.scenario.as_str(),
-        "spread" | "hot" | "notify" | "notify-direct" | "mixed" | "commit-limit" | "confirm"
+        "spread" | "hot" | "notify" | "notify-direct" | "mixed" | "checkout" | "commit-limit" | "confirm"
     ) {
         anyhow::bail!(
-            "--scenario must be spread, hot, notify, notify-direct, mixed, commit-limit or (with --engine) confirm"
+            "--scenario must be spread, hot, notify, notify-direct, mixed, checkout, commit-limit or (with --engine) confirm"
         );
     }
     if args.scenario == "confirm" && !args.engine {
         anyhow::bail!("--scenario confirm is an engine scenario: add --engine");
+    }
+    if args.scenario == "checkout" && args.engine {
+        anyhow::bail!("--scenario checkout is an HTTP scenario: the engine's spread is the same flow");
     }
     if args.buyers == 0 || args.buyers > 10_000 {
         anyhow::bail!("--buyers must be 1-10000");

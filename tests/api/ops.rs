@@ -255,6 +255,7 @@ async fn bench_tool_runs_each_mode() {
         vec!["--engine", "--scenario", "confirm", "--buyers", "2", "--seconds", "1"],
         vec!["--scenario", "commit-limit", "--seconds", "1"],
         vec!["--scenario", "notify-direct", "--buyers", "4", "--seconds", "2"],
+        vec!["--scenario", "checkout", "--buyers", "4", "--seconds", "1"],
     ]
     .into_iter()
     .enumerate()
@@ -286,6 +287,18 @@ async fn bench_tool_runs_each_mode() {
             assert!(report["confirms"].as_u64().unwrap() > 0, "{report}");
             assert_eq!(report["oversold"], 0);
             assert_eq!(report["check_violations"], 0);
+            if args.contains(&"checkout") {
+                // Basket and confirm only: nothing was paid, so no notification was applied.
+                assert_eq!(report["notifications_applied"], 0, "{report}");
+                assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+            }
         }
     }
+    // `checkout` is the engine's `spread` flow over HTTP; the engine has no scenario of that name.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+        .args(["bench", "--engine", "--scenario", "checkout"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("checkout is an HTTP scenario"), "{out:?}");
 }
