@@ -4,6 +4,7 @@
 #   scripts/bench.sh                          # SQLite scenarios, engine, durable-commit limit
 #   PG_URL=postgres://postgres@127.0.0.1:5432 scripts/bench.sh   # also PostgreSQL and pgbench
 #   SQLITE=0 PG_URL=… scripts/bench.sh        # PostgreSQL and pgbench only
+#   PG_SOCKET=/var/run/postgresql …           # also checkout and spread over PostgreSQL's Unix socket
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
@@ -43,13 +44,17 @@ fi
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
+    # PG_SOCKET=/var/run/postgresql: also checkout and spread over PostgreSQL's Unix socket.
     for s in spread spread-line-request spread-unprepared hot notify notify-direct checkout engine-spread engine-confirm \
-      engine-confirm-unprepared; do
+      engine-confirm-unprepared ${PG_SOCKET:+checkout-socket spread-socket}; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
       unprepared=1
+      url="$PG_URL/$db"
       case "$s" in
         *-unprepared) unprepared=0; s0="${s%-unprepared}";;
+        *-socket) s0="${s%-socket}"; pg_user="${PG_URL#*://}"; pg_user="${pg_user%%@*}"
+          url="postgres://$pg_user@localhost/$db?host=$PG_SOCKET";;
         *) s0="$s";;
       esac
       case "$s0" in
@@ -58,7 +63,7 @@ if [ -n "${PG_URL:-}" ]; then
         *) mode=(--scenario "$s0");;
       esac
       # `-unprepared`: batch statements written out with literals, as before the ninth session.
-      KASSA_PG_PREPARED="$unprepared" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$PG_URL/$db" \
+      KASSA_PG_PREPARED="$unprepared" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$url" \
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
     done
