@@ -670,12 +670,11 @@ async fn batch_statements_are_prepared_on_each_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_postgresql_is_reached_over_its_unix_socket() {
     use kassa::store::{catalog, checkout, payments};
-    let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
     const SOCKET_DIR: &str = "/var/run/postgresql";
-    let Backend::Postgres(tcp) = &backend else { return };
-    let authority = tcp.trim_start_matches("postgres://").split(['/', '?']).next().unwrap();
-    let (user, host) = authority.split_once('@').unwrap_or(("postgres", authority));
-    let user = user.split(':').next().unwrap();
+    let Some(Backend::Postgres(server)) = Backend::postgres() else { return };
+    // `postgres://user[:password]@host[:port]/db`: the same credentials and port, over the socket.
+    let authority = server.trim_start_matches("postgres://").split(['/', '?']).next().unwrap();
+    let (credentials, host) = authority.split_once('@').unwrap_or(("postgres", authority));
     let port = host.rsplit_once(':').map_or("5432", |(_, p)| p);
     if !std::path::Path::new(SOCKET_DIR).join(format!(".s.PGSQL.{port}")).exists() {
         assert!(
@@ -686,10 +685,10 @@ async fn a_local_postgresql_is_reached_over_its_unix_socket() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let tcp = crate::common::fresh_database(&backend, dir.path()).await;
-    let (without_query, _) = tcp.split_once('?').unwrap_or((&tcp, ""));
+    let fresh = crate::common::fresh_database(&Backend::Postgres(server.clone()), dir.path()).await;
+    let (without_query, _) = fresh.split_once('?').unwrap_or((&fresh, ""));
     let (_, name) = without_query.rsplit_once('/').unwrap();
-    let url = format!("postgres://{user}@localhost/{name}?host={SOCKET_DIR}&port={port}");
+    let url = format!("postgres://{credentials}@localhost/{name}?host={SOCKET_DIR}&port={port}");
     let db = kassa::store::Db::connect(&url, 4).await.unwrap();
     db.migrate().await.unwrap();
     let over_socket: bool =
