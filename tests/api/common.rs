@@ -106,8 +106,10 @@ pub async fn fresh_database(backend: &Backend, dir: &std::path::Path) -> String 
             sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
                 .await
                 .expect("create test database");
-            let (prefix, _) = url.rsplit_once('/').expect("database URL ends with /dbname");
-            let query = url.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+            // The query may hold slashes of its own (`?host=/var/run/postgresql`): split it off first.
+            let (path, query) =
+                url.split_once('?').map_or((url.as_str(), String::new()), |(p, q)| (p, format!("?{q}")));
+            let (prefix, _) = path.rsplit_once('/').expect("database URL ends with /dbname");
             format!("{prefix}/{name}{query}")
         }
     }

@@ -667,13 +667,14 @@ async fn batch_statements_are_prepared_on_each_connection() {
 /// (`?host=/var/run/postgresql`: each round trip skips the TCP stack on both sides, README): a
 /// purchase runs end to end on such a connection, and the server sees a socket client (no client
 /// address). Skipped loudly where the local server has no socket there, except in CI.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_local_postgresql_is_reached_over_its_unix_socket() {
-    use kassa::store::{catalog, checkout, payments};
     const SOCKET_DIR: &str = "/var/run/postgresql";
     let Some(Backend::Postgres(server)) = Backend::postgres() else { return };
-    // `postgres://user[:password]@host[:port]/db`: the same credentials and port, over the socket.
-    let authority = server.trim_start_matches("postgres://").split(['/', '?']).next().unwrap();
+    // `postgres://user[:password]@host[:port]/db`: the same credentials, port and database, over
+    // the socket.
+    let (path, _) = server.split_once('?').unwrap_or((&server, ""));
+    let (authority, database) = path.trim_start_matches("postgres://").split_once('/').unwrap();
     let (credentials, host) = authority.split_once('@').unwrap_or(("postgres", authority));
     let port = host.rsplit_once(':').map_or("5432", |(_, p)| p);
     if !std::path::Path::new(SOCKET_DIR).join(format!(".s.PGSQL.{port}")).exists() {
@@ -684,57 +685,17 @@ async fn a_local_postgresql_is_reached_over_its_unix_socket() {
         eprintln!("SKIPPING: no PostgreSQL socket in {SOCKET_DIR}");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let fresh = crate::common::fresh_database(&Backend::Postgres(server.clone()), dir.path()).await;
-    let (without_query, _) = fresh.split_once('?').unwrap_or((&fresh, ""));
-    let (_, name) = without_query.rsplit_once('/').unwrap();
-    let url = format!("postgres://{credentials}@localhost/{name}?host={SOCKET_DIR}&port={port}");
-    let db = kassa::store::Db::connect(&url, 4).await.unwrap();
-    db.migrate().await.unwrap();
-    let over_socket: bool =
-        sqlx::query_scalar("SELECT client_addr IS NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()")
-            .fetch_one(db.read_pool())
-            .await
-            .unwrap();
-    assert!(over_socket, "the connection went over TCP");
-
-    let now = 1_764_475_262_000;
-    let cny = kassa::domain::Currency::parse("CNY").unwrap();
-    let new = catalog::NewSku {
-        sku: "MUG".into(),
-        name: "Mug".into(),
-        kind: catalog::SkuKind::Physical,
-        price: kassa::domain::Money::new(990, cny).unwrap(),
-        stock: 3,
-    };
-    catalog::create_sku(&db, &new, false, now).await.unwrap();
-    let (_, session) = catalog::create_session(&db, now).await.unwrap();
-    let basket = catalog::open_basket(&db, &session.id, vec![("MUG".into(), 2)], now).await.unwrap();
-    let req = checkout::ConfirmRequest {
-        currencies: None,
-        session_id: &session.id,
-        basket_id: &basket.basket_id,
-        gateway: "sandbox",
-        channel: "form",
-        idempotency_key: None,
-        hold_ms: 900_000,
-        now,
-    };
-    let placed = checkout::confirm(&db, &req).await.unwrap();
-    let ev = payments::VerifiedEvent {
-        gateway: "sandbox".into(),
-        event_id: "evt_socket".into(),
-        attempt_ref: placed.attempt_ref.clone(),
-        outcome: payments::Outcome::Succeeded {
-            gateway_txn_id: "txn_socket".into(),
-            amount: kassa::domain::Money::new(1980, cny).unwrap(),
-        },
-        raw_body: b"{}".to_vec(),
-    };
-    let applied = payments::apply_event(&db, &ev, Default::default(), now + 1_000).await.unwrap();
-    assert!(matches!(applied, payments::Applied::Changed { .. }), "{applied:?}");
-    assert_eq!(payments::get_order(&db, &placed.order_no, false).await.unwrap().status, "paid");
-    assert_eq!(number(db.read_pool(), "SELECT sold FROM skus WHERE sku = 'MUG'").await, 2);
-    assert!(kassa::store::check::run(&db).await.unwrap().is_empty());
-    db.close().await;
+    let socket = format!("postgres://{credentials}@localhost/{database}?host={SOCKET_DIR}&port={port}");
+    let t = TestApp::spawn(Backend::Postgres(socket)).await;
+    let over_socket =
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE pid = pg_backend_pid() AND client_addr IS NULL";
+    assert_eq!(t.count(over_socket).await, 1, "the connection went over TCP");
+    t.create_sku("MUG", "Mug", 990, 3).await;
+    let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 2)]).await;
+    let (status, body) = t.complete(&attempt_ref, "succeeded", 2).await;
+    assert!(status.is_success(), "{body}");
+    t.settle().await;
+    assert_eq!(t.status(&order_no).await, "paid");
+    assert_eq!(t.sku("MUG").await["sold"], 2);
+    t.assert_clean().await;
 }
