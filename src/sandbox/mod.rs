@@ -48,6 +48,8 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SENDS_MAX: usize = 64;
 /// Most acknowledged deliveries recorded by one write ([`Sandbox::record_delivered`]).
 const ACKS_MAX: usize = 64;
+/// Most payments registered by one write ([`Sandbox::register`]).
+const REGISTRATIONS_MAX: usize = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxOutcome {
@@ -93,8 +95,10 @@ pub struct Sandbox {
     http: reqwest::Client,
     /// Deliveries to send right away, taken by [`SENDS_MAX`] senders.
     outbound: tokio::sync::mpsc::UnboundedSender<Delivery>,
-    /// Acknowledged deliveries to record, taken by one recorder ([`record_acks`]).
-    acks: tokio::sync::mpsc::UnboundedSender<Ack>,
+    /// Acknowledged deliveries (their ids) to record, taken by one recorder ([`coalesce`]).
+    acks: Queue<String>,
+    /// Payments to register, taken by one recorder ([`coalesce`]).
+    registrations: Queue<Registration>,
 }
 
 /// A payment as the sandbox knows it.
@@ -139,9 +143,13 @@ impl Sandbox {
             .build()
             .map_err(|e| Error::internal(format!("http client: {e}")))?;
         let (outbound, queue) = tokio::sync::mpsc::unbounded_channel();
+        // The recorders hold the records' database only: dropping the sandbox closes their
+        // queues and ends them.
         let (acks, acked) = tokio::sync::mpsc::unbounded_channel();
-        // Holds the records' database only: dropping the sandbox closes the queue and ends it.
-        tokio::spawn(record_acks(records.clone(), clock.clone(), acked));
+        let at = clock.clone();
+        tokio::spawn(coalesce(records.clone(), acked, ACKS_MAX, move |db, ids| mark_delivered(db, ids, at.now_ms())));
+        let (registrations, registered) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(coalesce(records.clone(), registered, REGISTRATIONS_MAX, insert_payments));
         let sandbox = Arc::new(Sandbox {
             db: records,
             clock,
@@ -152,6 +160,7 @@ impl Sandbox {
             http,
             outbound,
             acks,
+            registrations,
         });
         let queue = Arc::new(tokio::sync::Mutex::new(queue));
         for _ in 0..SENDS_MAX {
@@ -200,30 +209,21 @@ impl Sandbox {
         let expires_at: i64 =
             get("expires_at")?.parse().map_err(|_| Error::invalid("invalid_request", "bad expires_at"))?;
         let now = self.clock.now_ms();
-        let (subject, notify_url, return_url) = (get("subject")?, get("notify_url")?, get("return_url")?);
-        let (db, merchant_id, reference) = (self.db.clone(), self.merchant_id.clone(), attempt_ref.clone());
-        // On the sandbox database's writer thread, like kassa's own hot commands (store::writer).
-        self.db
-            .on_writer(async move {
-                db.write_one(|| {
-                    sqlx::query(
-                        "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
-                         expires_at, status, closed, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'open', 0, $9, $9) \
-                         ON CONFLICT (attempt_ref) DO NOTHING",
-                    )
-                    .bind(&reference)
-                    .bind(&merchant_id)
-                    .bind(amount.amount_minor())
-                    .bind(amount.currency().code())
-                    .bind(&subject)
-                    .bind(&notify_url)
-                    .bind(&return_url)
-                    .bind(expires_at.saturating_mul(1000))
-                    .bind(now)
-                })
-                .await
-            })
-            .await??;
+        let registration = Registration {
+            attempt_ref: attempt_ref.clone(),
+            merchant_id: self.merchant_id.clone(),
+            amount,
+            subject: get("subject")?,
+            notify_url: get("notify_url")?,
+            return_url: get("return_url")?,
+            expires_at_ms: expires_at.saturating_mul(1000),
+            now,
+        };
+        // Written together with the registrations made meanwhile: one statement and one commit
+        // for many under load, as a gateway's own servers would batch them.
+        submit(&self.registrations, registration, "the sandbox's payment recorder")
+            .await
+            .map_err(|e| Error::internal(format!("registering a sandbox payment: {e}")))?;
         Ok(attempt_ref)
     }
 
@@ -538,13 +538,8 @@ impl Sandbox {
     /// Returns once it is recorded. Should the process stop first, the delivery stays leased and
     /// is sent again when the lease ends: a duplicate, which kassa acknowledges and ignores.
     async fn record_delivered(&self, id: &str) -> Result<()> {
-        let (done, recorded) = tokio::sync::oneshot::channel();
-        self.acks
-            .send(Ack { id: id.to_string(), done })
-            .map_err(|_| Error::internal("the sandbox's delivery recorder has stopped"))?;
-        recorded
+        submit(&self.acks, id.to_string(), "the sandbox's delivery recorder")
             .await
-            .map_err(|_| Error::internal("the sandbox's delivery recorder has stopped"))?
             .map_err(|e| Error::internal(format!("recording a delivered notification: {e}")))
     }
 
@@ -641,47 +636,124 @@ struct Delivery {
     url: String,
 }
 
-/// An acknowledged delivery to record, and who waits for it to be recorded.
-struct Ack {
-    id: String,
+/// A record waiting for its recorder, and who waits for it to be written.
+struct Pending<T> {
+    item: T,
     done: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
 }
 
-/// Records acknowledged deliveries as they come: whatever queued up while the previous write ran
-/// goes in the next one (at most [`ACKS_MAX`]), so under load one write records many.
-async fn record_acks(db: Db, clock: SharedClock, mut queue: tokio::sync::mpsc::UnboundedReceiver<Ack>) {
+type Queue<T> = tokio::sync::mpsc::UnboundedSender<Pending<T>>;
+
+/// Hands `item` to its recorder ([`coalesce`]) and waits until it is written.
+async fn submit<T>(queue: &Queue<T>, item: T, recorder: &str) -> std::result::Result<(), String> {
+    let (done, written) = tokio::sync::oneshot::channel();
+    queue.send(Pending { item, done }).map_err(|_| format!("{recorder} has stopped"))?;
+    written.await.map_err(|_| format!("{recorder} has stopped"))?
+}
+
+/// Writes records as they come, on `db`'s writer: whatever queued up while the previous write
+/// ran goes in the next one (at most `max`), so under load one write records many, and an idle
+/// recorder writes a lone record at once.
+async fn coalesce<T, W, F>(db: Db, mut queue: tokio::sync::mpsc::UnboundedReceiver<Pending<T>>, max: usize, write: W)
+where
+    W: Fn(Db, Vec<T>) -> F,
+    F: std::future::Future<Output = Result<u64>> + Send + 'static,
+{
     while let Some(first) = queue.recv().await {
-        let mut acks = vec![first];
-        while acks.len() < ACKS_MAX {
+        let mut pending = vec![first];
+        while pending.len() < max {
             match queue.try_recv() {
-                Ok(ack) => acks.push(ack),
+                Ok(p) => pending.push(p),
                 Err(_) => break,
             }
         }
-        let ids: Vec<String> = acks.iter().map(|a| a.id.clone()).collect();
-        let (on, now) = (db.clone(), clock.now_ms());
-        let written = db.on_writer(async move { mark_delivered(&on, &ids, now).await }).await;
-        let outcome = written.and_then(|r| r).map(drop).map_err(|e| e.to_string());
-        for ack in acks {
-            // The sender may have gone (its request was cancelled): the record stands anyway.
-            drop(ack.done.send(outcome.clone()));
+        let (items, waiting): (Vec<T>, Vec<_>) = pending.into_iter().map(|p| (p.item, p.done)).unzip();
+        let outcome = db.on_writer(write(db.clone(), items)).await.and_then(|w| w).map(drop).map_err(|e| e.to_string());
+        for done in waiting {
+            // The submitter may have gone (its request was cancelled): the record stands anyway.
+            drop(done.send(outcome.clone()));
         }
     }
 }
 
-/// Marks `ids` delivered, in one statement. Its list has a power-of-two length, the last id
-/// repeated to fill it, so a handful of statement texts serve every batch (each is prepared once
-/// per connection).
-async fn mark_delivered(db: &Db, ids: &[String], now: i64) -> Result<u64> {
-    let Some(last) = ids.last() else { return Ok(0) };
-    let ids: Vec<&String> = ids.iter().chain(std::iter::repeat(last)).take(ids.len().next_power_of_two()).collect();
-    let params: Vec<String> = (2..ids.len() + 2).map(|i| format!("${i}")).collect();
+/// `items` with the last one repeated up to the next power of two: a multi-row statement then
+/// has one of a handful of texts, each prepared once per connection.
+fn padded<T>(items: &[T]) -> Vec<&T> {
+    let Some(last) = items.last() else { return Vec::new() };
+    items.iter().chain(std::iter::repeat(last)).take(items.len().next_power_of_two()).collect()
+}
+
+/// `$from, $from+1, …`, `n` of them, comma-separated.
+fn params(from: usize, n: usize) -> String {
+    (from..from + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Marks `ids` delivered, in one statement; returns how many it changed.
+async fn mark_delivered(db: Db, ids: Vec<String>, now: i64) -> Result<u64> {
+    let ids = padded(&ids);
+    if ids.is_empty() {
+        return Ok(0);
+    }
     let sql = format!(
         "UPDATE sandbox_deliveries SET status = 'delivered', tries = tries + 1, next_at = $1, lease_until = 0, \
          last_error = NULL WHERE id IN ({})",
-        params.join(", ")
+        params(2, ids.len())
     );
-    db.write_one(|| ids.iter().fold(sqlx::query(&sql).bind(now), |q, id| q.bind(id))).await
+    db.write_one(|| ids.iter().fold(sqlx::query(&sql).bind(now), |q, id| q.bind(*id))).await
+}
+
+/// A payment the merchant asked for, to record.
+struct Registration {
+    attempt_ref: String,
+    merchant_id: String,
+    amount: Money,
+    subject: String,
+    notify_url: String,
+    return_url: String,
+    expires_at_ms: i64,
+    now: i64,
+}
+
+/// Columns of a [`Registration`] as bound, in order.
+const REGISTRATION_COLUMNS: usize = 9;
+
+/// Records `rows`, in one statement on the records' writer. A payment already known keeps its
+/// record (registering is idempotent: the pay page registers again what the hand-off did).
+async fn insert_payments(db: Db, rows: Vec<Registration>) -> Result<u64> {
+    let rows = padded(&rows);
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let values: Vec<String> = (0..rows.len())
+        .map(|i| {
+            let p = i * REGISTRATION_COLUMNS;
+            // The last value (now) serves both created_at and updated_at.
+            format!(
+                "({}, 'open', 0, ${now}, ${now})",
+                params(p + 1, REGISTRATION_COLUMNS - 1),
+                now = p + REGISTRATION_COLUMNS
+            )
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, \
+         return_url, expires_at, status, closed, created_at, updated_at) VALUES {} ON CONFLICT (attempt_ref) DO NOTHING",
+        values.join(", ")
+    );
+    db.write_one(|| {
+        rows.iter().fold(sqlx::query(&sql), |q, r| {
+            q.bind(&r.attempt_ref)
+                .bind(&r.merchant_id)
+                .bind(r.amount.amount_minor())
+                .bind(r.amount.currency().code())
+                .bind(&r.subject)
+                .bind(&r.notify_url)
+                .bind(&r.return_url)
+                .bind(r.expires_at_ms)
+                .bind(r.now)
+        })
+    })
+    .await
 }
 
 /// Exponential backoff: 1 s, 2 s, 4 s, … capped at a minute.
@@ -731,8 +803,8 @@ mod tests {
                 .await
                 .unwrap();
         }
-        assert_eq!(mark_delivered(&records, &ids[..3], 77).await.unwrap(), 3);
-        assert_eq!(mark_delivered(&records, &[], 77).await.unwrap(), 0);
+        assert_eq!(mark_delivered(records.clone(), ids[..3].to_vec(), 77).await.unwrap(), 3);
+        assert_eq!(mark_delivered(records.clone(), Vec::new(), 77).await.unwrap(), 0);
         let rows: Vec<(String, String, i64, i64, i64, Option<String>)> = sqlx::query_as(
             "SELECT id, status, tries, next_at, lease_until, last_error FROM sandbox_deliveries ORDER BY id",
         )
@@ -742,6 +814,72 @@ mod tests {
         let delivered = |id: &str| (id.to_string(), "delivered".to_string(), 3, 77, 0, None);
         let untouched = ("d3".to_string(), "pending".to_string(), 2, 5, 9, Some("x".to_string()));
         assert_eq!(rows, vec![delivered("d0"), delivered("d1"), delivered("d2"), untouched]);
+    }
+
+    fn registration(attempt_ref: &str, subject: &str, amount_minor: i64) -> Registration {
+        Registration {
+            attempt_ref: attempt_ref.to_string(),
+            merchant_id: "m".to_string(),
+            amount: Money::new(amount_minor, Currency::parse("CNY").unwrap()).unwrap(),
+            subject: subject.to_string(),
+            notify_url: format!("https://shop.test/notify/{attempt_ref}"),
+            return_url: format!("https://shop.test/return/{attempt_ref}"),
+            expires_at_ms: 9_000,
+            now: 42,
+        }
+    }
+
+    /// Three payments go as a list of four (the last repeated); one of them is known already and
+    /// keeps its record: registering is idempotent. Every value lands in its own column.
+    #[tokio::test]
+    async fn payments_are_registered_in_one_padded_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("kassa.db").display());
+        let db = Db::connect(&url, 2).await.unwrap();
+        db.migrate().await.unwrap();
+        let records = db.open_sandbox(&url).await.unwrap();
+        assert_eq!(insert_payments(records.clone(), vec![registration("a1", "first", 100)]).await.unwrap(), 1);
+        let again =
+            vec![registration("a0", "zero", 50), registration("a1", "again", 999), registration("a2", "two", 7)];
+        assert_eq!(insert_payments(records.clone(), again).await.unwrap(), 2);
+        assert_eq!(insert_payments(records.clone(), Vec::new()).await.unwrap(), 0);
+        type Row = (String, String, i64, String, String, String, String, i64, String, i64, i64, i64);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, expires_at, \
+             status, closed, created_at, updated_at FROM sandbox_payments ORDER BY attempt_ref",
+        )
+        .fetch_all(records.read_pool())
+        .await
+        .unwrap();
+        let row = |r: &str, subject: &str, amount: i64| {
+            let (notify, back) = (format!("https://shop.test/notify/{r}"), format!("https://shop.test/return/{r}"));
+            (r.into(), "m".into(), amount, "CNY".into(), subject.into(), notify, back, 9_000, "open".into(), 0, 42, 42)
+        };
+        assert_eq!(rows, vec![row("a0", "zero", 50), row("a1", "first", 100), row("a2", "two", 7)]);
+    }
+
+    /// Records submitted while a write runs go together in the next one, and every submitter is
+    /// answered with its own write's outcome: a failed write fails its records only.
+    #[tokio::test]
+    async fn the_recorder_writes_what_queued_meanwhile_together() {
+        let db = Db::connect("sqlite::memory:", 1).await.unwrap();
+        let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (queue, taken) = tokio::sync::mpsc::unbounded_channel();
+        let seen = Arc::clone(&batches);
+        tokio::spawn(coalesce(db, taken, 3, move |_db, items: Vec<u32>| {
+            seen.lock().unwrap().push(items.clone());
+            async move { if items.contains(&13) { Err(Error::internal("thirteen")) } else { Ok(items.len() as u64) } }
+        }));
+        // Queued before the recorder runs: taken three at a time, in order.
+        let submits: Vec<_> = [1, 2, 3, 4, 13, 6, 7].into_iter().map(|i| submit(&queue, i, "the recorder")).collect();
+        let outcomes = futures_util::future::join_all(submits).await;
+        assert_eq!(*batches.lock().unwrap(), vec![vec![1, 2, 3], vec![4, 13, 6], vec![7]]);
+        let failed: Vec<bool> = outcomes.iter().map(|o| o.is_err()).collect();
+        assert_eq!(failed, vec![false, false, false, true, true, true, false]);
+        assert!(outcomes[4].as_ref().unwrap_err().contains("thirteen"));
+        let (gone, taken) = tokio::sync::mpsc::unbounded_channel();
+        drop(taken);
+        assert_eq!(submit(&gone, 1, "a gone recorder").await.unwrap_err(), "a gone recorder has stopped");
     }
 
     #[test]
