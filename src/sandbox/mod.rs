@@ -228,13 +228,16 @@ impl Sandbox {
     }
 
     pub async fn payment(&self, attempt_ref: &str) -> Result<SandboxPayment> {
-        let r = sqlx::query(
-            "SELECT attempt_ref, amount_minor, currency, subject, return_url, status, closed FROM sandbox_payments WHERE attempt_ref = $1",
-        )
-        .bind(attempt_ref)
-        .fetch_optional(self.db.read_pool())
-        .await?
-        .ok_or_else(|| Error::not_found("sandbox payment"))?;
+        let r = self
+            .db
+            .fetch_optional(
+                sqlx::query(
+                    "SELECT attempt_ref, amount_minor, currency, subject, return_url, status, closed FROM sandbox_payments WHERE attempt_ref = $1",
+                )
+                .bind(attempt_ref),
+            )
+            .await?
+            .ok_or_else(|| Error::not_found("sandbox payment"))?;
         Ok(SandboxPayment {
             attempt_ref: col(&r, "attempt_ref")?,
             amount: Money::new(col(&r, "amount_minor")?, Currency::parse(&col::<String>(&r, "currency")?)?)?,
@@ -446,12 +449,15 @@ impl Sandbox {
 
     /// The merchant asks what became of a payment (active query).
     pub async fn query(&self, attempt_ref: &str) -> Result<PaymentState> {
-        let row = sqlx::query(
-            "SELECT status, closed, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1",
-        )
-        .bind(attempt_ref)
-        .fetch_optional(self.db.read_pool())
-        .await?;
+        let row = self
+            .db
+            .fetch_optional(
+                sqlx::query(
+                    "SELECT status, closed, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1",
+                )
+                .bind(attempt_ref),
+            )
+            .await?;
         let Some(p) = row else {
             return Ok(PaymentState::NotFound);
         };

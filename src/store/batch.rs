@@ -134,9 +134,8 @@ impl Batch {
     /// of it). The rows each statement changed are checked only after that commit, so a batch
     /// run this way must hold statements that either change the rows they expect or fail
     /// (inserts of new rows).
-    pub async fn run_script(self, pool: &sqlx::AnyPool) -> Result<()> {
+    pub async fn run_script(self, conn: &mut sqlx::AnyConnection) -> Result<()> {
         let (run, tally, expected) = self.executed();
-        let mut conn = pool.acquire().await?;
         let mut recovered = false;
         let changed = loop {
             let (sql, named) = script(&run)?;

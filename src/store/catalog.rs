@@ -107,16 +107,15 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
 }
 
 pub async fn get_sku(db: &Db, sku: &str) -> Result<SkuView> {
-    let row = sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus WHERE sku = $1"))
-        .bind(sku)
-        .fetch_optional(db.read_pool())
+    let row = db
+        .fetch_optional(sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus WHERE sku = $1")).bind(sku))
         .await?
         .ok_or_else(|| Error::not_found("SKU"))?;
     sku_from_row(&row)
 }
 
 pub async fn list_skus(db: &Db) -> Result<Vec<SkuView>> {
-    let rows = sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus ORDER BY sku")).fetch_all(db.read_pool()).await?;
+    let rows = db.fetch_all(sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus ORDER BY sku"))).await?;
     rows.iter().map(sku_from_row).collect()
 }
 
@@ -235,10 +234,8 @@ pub async fn session_by_token(db: &Db, token: &str) -> Result<Option<Session>> {
     if let Some(found) = db.sessions().get(&hash) {
         return Ok(Some(found));
     }
-    let row = sqlx::query("SELECT id, csrf_token FROM sessions WHERE token_hash = $1")
-        .bind(&hash)
-        .fetch_optional(db.read_pool())
-        .await?;
+    let row =
+        db.fetch_optional(sqlx::query("SELECT id, csrf_token FROM sessions WHERE token_hash = $1").bind(&hash)).await?;
     let session =
         row.map(|r| Ok::<_, Error>(Session { id: col(&r, "id")?, csrf_token: col(&r, "csrf_token")? })).transpose()?;
     if let Some(s) = &session {
@@ -291,8 +288,7 @@ async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], no
         // Two round trips instead of four: the quote needs no lock (a confirm re-prices every
         // line anyway), and the inserts go as one script, which PostgreSQL runs as one implicit
         // transaction (all of it or, on the first failure, none).
-        let found =
-            if lines.is_empty() { Vec::new() } else { bind_skus(&sql, lines).fetch_all(db.read_pool()).await? };
+        let found = if lines.is_empty() { Vec::new() } else { db.fetch_all(bind_skus(&sql, lines)).await? };
         let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
         db.write_script(batch).await?;
         return Ok(view);
@@ -563,7 +559,7 @@ pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, l.sku, s.name, l
 pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<BasketView> {
     // The basket and its lines in one read (one consistent view); a basket without lines is one
     // row whose line columns are null.
-    let rows = sqlx::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id).fetch_all(db.read_pool()).await?;
+    let rows = db.fetch_all(sqlx::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id)).await?;
     let basket = rows.first().ok_or_else(|| Error::not_found("basket"))?;
     let (status, order_no): (String, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
     let mut lines = Vec::with_capacity(rows.len());

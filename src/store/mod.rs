@@ -10,6 +10,7 @@ pub mod checkout;
 pub mod events;
 pub mod fulfilment;
 pub mod group;
+pub mod held;
 pub mod native;
 pub mod orders;
 pub mod outbox;
@@ -28,8 +29,8 @@ use sqlx::{Any, AnyPool, Executor as _};
 
 use crate::error::{Error, Result};
 
-/// A transaction the store's commands run on: sqlx's (PostgreSQL, reads, SQLite without group
-/// commit) or SQLite's native writer ([`native`]). `&mut **tx` is a [`Conn`], which sqlx queries
+/// A transaction the store's commands run on: sqlx's (reads, SQLite without group commit),
+/// PostgreSQL's on a held connection ([`held`]) or SQLite's native writer ([`native`]). `&mut **tx` is a [`Conn`], which sqlx queries
 /// run on like on any connection (`.execute(&mut **tx)`).
 #[derive(Debug)]
 pub struct Tx<'c> {
@@ -41,6 +42,7 @@ pub struct Tx<'c> {
 #[derive(Debug)]
 pub enum Conn {
     Sqlx(sqlx::Transaction<'static, Any>),
+    Pg(held::PgTx),
     Native(NativeTx),
 }
 
@@ -78,6 +80,12 @@ impl From<sqlx::Transaction<'static, Any>> for Tx<'static> {
     }
 }
 
+impl From<held::PgTx> for Tx<'static> {
+    fn from(tx: held::PgTx) -> Self {
+        Tx { conn: Conn::Pg(tx), _borrow: std::marker::PhantomData }
+    }
+}
+
 impl Tx<'static> {
     /// Opens a write transaction (`BEGIN IMMEDIATE`) on the native SQLite writer, waiting for it.
     pub async fn begin_native(writer: &std::sync::Arc<tokio::sync::Mutex<native::NativeConn>>) -> Result<Self> {
@@ -91,6 +99,7 @@ impl Tx<'_> {
     pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
         match self.conn {
             Conn::Sqlx(tx) => tx.commit().await,
+            Conn::Pg(tx) => tx.commit().await,
             // The commit waits for the disk; on a thread of its own, so the commands behind it
             // keep running up to their turn (and gather into the next batch) meanwhile.
             Conn::Native(mut n) => tokio::task::spawn_blocking(move || n.0.exec("COMMIT"))
@@ -102,6 +111,7 @@ impl Tx<'_> {
     pub async fn rollback(self) -> std::result::Result<(), sqlx::Error> {
         match self.conn {
             Conn::Sqlx(tx) => tx.rollback().await,
+            Conn::Pg(tx) => tx.rollback().await,
             Conn::Native(mut n) => n.0.exec("ROLLBACK"),
         }
     }
@@ -112,6 +122,7 @@ impl Conn {
     pub fn backend_name(&self) -> &str {
         match self {
             Conn::Sqlx(tx) => tx.backend_name(),
+            Conn::Pg(_) => "PostgreSQL",
             Conn::Native(_) => "SQLite",
         }
     }
@@ -144,6 +155,10 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::StreamExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).fetch_many(query),
+            Conn::Pg(tx) => match tx.conn() {
+                Some(conn) => conn.fetch_many(query),
+                None => futures_util::stream::once(std::future::ready(Err(held::ended()))).boxed(),
+            },
             Conn::Native(n) => match run_native(n, query, None) {
                 Ok(items) => futures_util::stream::iter(items.into_iter().map(Ok)).boxed(),
                 Err(e) => futures_util::stream::once(std::future::ready(Err(e))).boxed(),
@@ -162,6 +177,10 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::FutureExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).fetch_optional(query),
+            Conn::Pg(tx) => match tx.conn() {
+                Some(conn) => conn.fetch_optional(query),
+                None => std::future::ready(Err(held::ended())).boxed(),
+            },
             Conn::Native(n) => {
                 let row = run_native(n, query, Some(1)).map(|items| {
                     items.into_iter().find_map(|i| match i {
@@ -185,6 +204,10 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::FutureExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).prepare_with(sql, parameters),
+            Conn::Pg(tx) => match tx.conn() {
+                Some(conn) => conn.prepare_with(sql, parameters),
+                None => std::future::ready(Err(held::ended())).boxed(),
+            },
             Conn::Native(_) => {
                 std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer prepares by itself".into())))
                     .boxed()
@@ -202,6 +225,10 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::FutureExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).describe(sql),
+            Conn::Pg(tx) => match tx.conn() {
+                Some(conn) => conn.describe(sql),
+                None => std::future::ready(Err(held::ended())).boxed(),
+            },
             Conn::Native(_) => {
                 std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer does not describe".into())))
                     .boxed()
@@ -357,6 +384,8 @@ pub struct Db {
     writer: Option<writer::WriterThread>,
     /// Buyer sessions already read ([`catalog::session_by_token`]).
     sessions: std::sync::Arc<catalog::SessionCache>,
+    /// PostgreSQL: connections kept between commands ([`held`]).
+    held: Option<std::sync::Arc<held::HeldConns>>,
 }
 
 /// Turns the configured URL into one sqlx can open, creating the SQLite file when missing.
@@ -443,11 +472,12 @@ impl Db {
                     (SqliteWriter::Native | SqliteWriter::Sqlx, _) => Some(group::GroupCommit::new(write.clone())),
                 }
                 .map(std::sync::Arc::new);
-                Ok(Db { kind, write, read, group, writer: Some(writer), sessions: Default::default() })
+                Ok(Db { kind, write, read, group, writer: Some(writer), sessions: Default::default(), held: None })
             }
             DbKind::Postgres => {
+                let max_connections = max_connections.max(2);
                 let pool = AnyPoolOptions::new()
-                    .max_connections(max_connections.max(2))
+                    .max_connections(max_connections)
                     .acquire_timeout(Duration::from_secs(30))
                     .after_connect(|conn, _meta| Box::pin(prepared::on_connect(conn)))
                     // sqlx pings every connection it hands out, a round trip per acquire (several
@@ -466,6 +496,7 @@ impl Db {
                     .context("connecting to PostgreSQL")?;
                 Ok(Db {
                     kind,
+                    held: Some(held::HeldConns::new(pool.clone(), max_connections, PG_PING_IDLE)),
                     write: pool.clone(),
                     read: pool,
                     group: None,
@@ -505,6 +536,39 @@ impl Db {
         &self.read
     }
 
+    /// The rows of one read: on PostgreSQL on a held connection ([`held`]: no round trip to hand
+    /// it back), else from the read pool.
+    pub async fn fetch_all<'q, E>(&self, query: E) -> Result<Vec<sqlx::any::AnyRow>>
+    where
+        E: 'q + sqlx::Execute<'q, Any>,
+    {
+        match &self.held {
+            Some(held) => {
+                let mut conn = held.take().await?;
+                let rows = (&mut *conn).fetch_all(query).await?;
+                conn.done();
+                Ok(rows)
+            }
+            None => Ok(self.read.fetch_all(query).await?),
+        }
+    }
+
+    /// The row of one read, if any ([`Db::fetch_all`]).
+    pub async fn fetch_optional<'q, E>(&self, query: E) -> Result<Option<sqlx::any::AnyRow>>
+    where
+        E: 'q + sqlx::Execute<'q, Any>,
+    {
+        match &self.held {
+            Some(held) => {
+                let mut conn = held.take().await?;
+                let row = (&mut *conn).fetch_optional(query).await?;
+                conn.done();
+                Ok(row)
+            }
+            None => Ok(self.read.fetch_optional(query).await?),
+        }
+    }
+
     /// Row-lock suffix for reading a row the transaction will change. SQLite needs none: its write
     /// transaction (`BEGIN IMMEDIATE`) already excludes every other writer.
     pub fn for_update(&self) -> &'static str {
@@ -535,7 +599,10 @@ impl Db {
     pub async fn begin(&self) -> Result<Tx<'static>> {
         let tx = match self.kind {
             DbKind::Sqlite => self.write.begin_with("BEGIN IMMEDIATE").await?,
-            DbKind::Postgres => self.write.begin().await?,
+            DbKind::Postgres => match &self.held {
+                Some(held) => return Ok(held::PgTx::begin(held).await?.into()),
+                None => self.write.begin().await?,
+            },
         };
         Ok(tx.into())
     }
@@ -551,15 +618,32 @@ impl Db {
         if self.group.is_some() {
             return crate::write_tx!(self, |tx| { Ok(build().execute(&mut **tx).await?.rows_affected()) });
         }
-        retrying(|| async { Ok(build().execute(&self.write).await?.rows_affected()) }).await
+        retrying(|| async {
+            match &self.held {
+                Some(held) => {
+                    let mut conn = held.take().await?;
+                    let changed = build().execute(&mut *conn).await?.rows_affected();
+                    conn.done();
+                    Ok(changed)
+                }
+                None => Ok(build().execute(&self.write).await?.rows_affected()),
+            }
+        })
+        .await
     }
 
     /// Stores `batch` atomically as a write command of its own: on PostgreSQL as one script in
     /// one round trip, no BEGIN/COMMIT ([`batch::Batch::run_script`]: for batches whose
     /// statements either change the rows they expect or fail), on SQLite in the group commit.
     pub async fn write_script(&self, batch: batch::Batch) -> Result<()> {
-        if self.kind == DbKind::Postgres && batch::pg_one_trip() {
-            return retrying(|| batch.clone().run_script(&self.write)).await;
+        if let Some(held) = self.held.as_ref().filter(|_| batch::pg_one_trip()) {
+            return retrying(|| async {
+                let mut conn = held.take().await?;
+                batch.clone().run_script(&mut conn).await?;
+                conn.done();
+                Ok(())
+            })
+            .await;
         }
         crate::write_tx!(self, |tx| { batch.clone().run_checked(tx).await })
     }
@@ -695,6 +779,9 @@ impl Db {
     }
 
     pub async fn close(&self) {
+        if let Some(held) = &self.held {
+            held.release_all();
+        }
         self.write.close().await;
         self.read.close().await;
     }

@@ -118,13 +118,11 @@ pub async fn new_attempt(
 
 /// The active attempt of a pending order, to close at the gateway before cancelling.
 pub async fn active_attempt(db: &Db, order_no: &str) -> Result<Option<ToClose>> {
-    let row = sqlx::query(&format!(
+    let sql = format!(
         "SELECT attempt_ref, gateway, gateway_ref FROM payment_attempts WHERE order_no = $1 AND {} ORDER BY seq DESC LIMIT 1",
         AttemptStatus::active_sql("status")
-    ))
-    .bind(order_no)
-    .fetch_optional(db.read_pool())
-    .await?;
+    );
+    let row = db.fetch_optional(sqlx::query(&sql).bind(order_no)).await?;
     row.map(|r| {
         Ok(ToClose {
             attempt_ref: col(&r, "attempt_ref")?,

@@ -699,3 +699,62 @@ async fn a_local_postgresql_is_reached_over_its_unix_socket() {
     assert_eq!(t.sku("MUG").await["sold"], 2);
     t.assert_clean().await;
 }
+
+/// PostgreSQL (`store::held`): a command that ends cleanly keeps its connection for the next one,
+/// with no round trip to hand it back; a transaction dropped open (a cancelled request) closes
+/// its connection, which ends the transaction on the server and leaves nothing behind; a read
+/// cancelled midway hands its connection back to the pool, which drains it, so the next command
+/// reads its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgresql_connections_are_kept_between_commands() {
+    use sqlx::Row as _;
+    let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
+    let t = TestApp::spawn(backend).await;
+    // A handle of its own: the app's workers would take connections in between.
+    let db = kassa::store::Db::connect(&t.database_url, 4).await.unwrap();
+    let backend_pid = || async {
+        let row = db.fetch_optional(sqlx::query("SELECT CAST(pg_backend_pid() AS BIGINT)")).await.unwrap().unwrap();
+        row.get::<i64, _>(0)
+    };
+    let first = backend_pid().await;
+    assert_eq!(backend_pid().await, first, "a read ended cleanly: its connection is kept");
+    // Time for a connection handed back to reach the pool (sqlx does so on a task of its own).
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let pool = db.read_pool();
+    assert_eq!((pool.size(), pool.num_idle()), (1, 0), "kept out of the pool, not handed back to it");
+    let committed = kassa::write_tx!(db, |tx| {
+        sqlx::query("INSERT INTO settings (name, value) VALUES ('held.kept', 'v')").execute(&mut **tx).await?;
+        Ok::<i64, Error>(sqlx::query_scalar("SELECT CAST(pg_backend_pid() AS BIGINT)").fetch_one(&mut **tx).await?)
+    })
+    .unwrap();
+    assert_eq!(committed, first, "the transaction took the kept connection");
+    assert_eq!(backend_pid().await, first, "and kept it once committed");
+
+    // Dropped open, as a cancelled request drops its command.
+    let mut tx = db.begin().await.unwrap();
+    sqlx::query("INSERT INTO settings (name, value) VALUES ('held.dropped', 'v')").execute(&mut *tx).await.unwrap();
+    drop(tx);
+    let gone = "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE pid = $1";
+    let mut waited = 0;
+    while sqlx::query_scalar::<_, i64>(gone).bind(first).fetch_one(t.app.state.db.read_pool()).await.unwrap() > 0 {
+        assert!(waited < 100, "the connection of the transaction dropped open was not closed");
+        waited += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let other = backend_pid().await;
+    assert_ne!(other, first);
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM settings WHERE name LIKE 'held.%' ORDER BY name")
+        .fetch_all(t.app.state.db.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(names, vec!["held.kept".to_string()], "the dropped transaction left nothing");
+
+    // Cancelled mid-read: the pool drains the connection; no answer reaches the next command.
+    let slow = db.fetch_optional(sqlx::query("SELECT CAST(1 AS BIGINT) FROM pg_sleep(0.3)"));
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(50), slow).await.is_err());
+    for n in 2..6_i64 {
+        let row = db.fetch_optional(sqlx::query("SELECT CAST($1 AS BIGINT)").bind(n)).await.unwrap().unwrap();
+        assert_eq!(row.get::<i64, _>(0), n);
+    }
+    db.close().await;
+}
