@@ -270,7 +270,8 @@ pub struct Output {
 /// fails the call (and on PostgreSQL aborts the transaction).
 pub async fn together(conn: &mut Conn, run: Vec<(&str, Vec<Arg>)>) -> Result<Vec<Output>> {
     let run: Vec<Statement> = run.into_iter().map(|(sql, args)| (sql.to_string(), args)).collect();
-    if conn.backend_name() == "PostgreSQL" && run.len() > 1 && pg_one_trip() {
+    // A transaction's first reads take its BEGIN along (`held::PgTx`), even a single one.
+    if conn.backend_name() == "PostgreSQL" && (run.len() > 1 || conn.begin_pending()) && pg_one_trip() {
         return pg_script(&run, conn).await;
     }
     one_by_one(run, conn).await
@@ -290,7 +291,11 @@ async fn one_by_one(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<Output>>
 /// statements of one message in order, inside the open transaction (the first failure aborts it).
 async fn pg_script(run: &[Statement], conn: &mut Conn) -> Result<Vec<Output>> {
     let (sql, named) = script(run)?;
-    match outputs(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len()).await {
+    let begin = conn.take_begin();
+    let sql = if begin { format!("BEGIN;\n{sql}") } else { sql };
+    match outputs(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len() + usize::from(begin)).await {
+        // BEGIN's own (empty) output is not the caller's.
+        Ok(out) if begin => Ok(out.into_iter().skip(1).collect()),
         Err(Error::Db(e)) if prepared::is_unprepared(&e) => {
             // The transaction is aborted: prepare what this connection lacks, and have the
             // caller run its transaction again (`write_tx!` retries this error).

@@ -128,27 +128,44 @@ impl std::ops::DerefMut for Held {
     }
 }
 
-/// A PostgreSQL transaction on a [`Held`] connection. Committed or rolled back, the connection
-/// goes back to the stack; dropped open (a cancelled request), the connection is closed, which
-/// rolls the transaction back on the server.
+/// A PostgreSQL transaction on a [`Held`] connection. Its BEGIN is not a round trip of its own
+/// where that can be helped: it goes in front of the transaction's first statements when they
+/// are a script ([`PgTx::take_begin`], as a command's first reads are), else just before its first
+/// statement; a transaction that sends nothing sends no BEGIN and no COMMIT. Committed or rolled
+/// back, the connection goes back to the stack; dropped once BEGIN may have gone (a cancelled
+/// request), the connection is closed, which rolls the transaction back on the server.
 #[derive(Debug)]
 pub struct PgTx {
     held: Option<Held>,
-    open: bool,
+    /// BEGIN has been sent, or is about to be: from here on the connection may hold a transaction.
+    begun: bool,
 }
 
 impl PgTx {
     pub async fn begin(conns: &Arc<HeldConns>) -> Result<PgTx, sqlx::Error> {
-        let mut held = conns.take().await?;
-        // Should BEGIN fail, the connection goes back to the pool, which checks it.
-        held.execute(sqlx::raw_sql("BEGIN")).await?;
-        Ok(PgTx { held: Some(held), open: true })
+        Ok(PgTx { held: Some(conns.take().await?), begun: false })
     }
 
-    /// The transaction's connection; `None` once it has ended (only [`PgTx::commit`] and
-    /// [`PgTx::rollback`] end it, and they consume it).
-    pub fn conn(&mut self) -> Option<&mut AnyConnection> {
-        self.held.as_deref_mut()
+    /// True once, if BEGIN has not been sent: the caller sends it in front of its statements.
+    pub fn take_begin(&mut self) -> bool {
+        !std::mem::replace(&mut self.begun, true)
+    }
+
+    /// Whether BEGIN is still to be sent.
+    pub fn begin_pending(&self) -> bool {
+        !self.begun
+    }
+
+    /// The transaction's connection, BEGIN sent first if it has not been. An error once the
+    /// transaction has ended (only [`PgTx::commit`] and [`PgTx::rollback`] end it, and they
+    /// consume it).
+    pub async fn conn(&mut self) -> Result<&mut AnyConnection, sqlx::Error> {
+        let begin = self.take_begin();
+        let conn = self.held.as_deref_mut().ok_or_else(ended)?;
+        if begin {
+            conn.execute(sqlx::raw_sql("BEGIN")).await?;
+        }
+        Ok(conn)
     }
 
     pub async fn commit(self) -> Result<(), sqlx::Error> {
@@ -159,11 +176,13 @@ impl PgTx {
         self.end("ROLLBACK").await
     }
 
-    /// On an error (or if cancelled) before the end is acknowledged, `self` is dropped open and
+    /// On an error (or if cancelled) before the end is acknowledged, `self` is dropped begun and
     /// its connection closed.
     async fn end(mut self, statement: &str) -> Result<(), sqlx::Error> {
-        self.conn().ok_or_else(ended)?.execute(sqlx::raw_sql(statement)).await?;
-        self.open = false;
+        if self.begun {
+            self.held.as_deref_mut().ok_or_else(ended)?.execute(sqlx::raw_sql(statement)).await?;
+            self.begun = false;
+        }
         if let Some(held) = self.held.take() {
             held.done();
         }
@@ -178,10 +197,11 @@ pub fn ended() -> sqlx::Error {
 
 impl Drop for PgTx {
     fn drop(&mut self) {
-        if self.open
-            && let Some(held) = self.held.as_mut()
-        {
-            held.close_on_drop();
+        match self.held.take() {
+            Some(mut held) if self.begun => held.close_on_drop(),
+            // Nothing was sent on it: clean.
+            Some(held) => held.done(),
+            None => {}
         }
     }
 }

@@ -118,6 +118,20 @@ impl Tx<'_> {
 }
 
 impl Conn {
+    /// PostgreSQL: true once, if this transaction's BEGIN has not been sent — the caller sends it
+    /// in front of its statements ([`held::PgTx`]).
+    pub fn take_begin(&mut self) -> bool {
+        match self {
+            Conn::Pg(tx) => tx.take_begin(),
+            Conn::Sqlx(_) | Conn::Native(_) => false,
+        }
+    }
+
+    /// PostgreSQL: whether this transaction's BEGIN is still to be sent.
+    pub fn begin_pending(&self) -> bool {
+        matches!(self, Conn::Pg(tx) if tx.begin_pending())
+    }
+
     /// `"SQLite"` or `"PostgreSQL"`, as sqlx names them.
     pub fn backend_name(&self) -> &str {
         match self {
@@ -155,10 +169,12 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::StreamExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).fetch_many(query),
-            Conn::Pg(tx) => match tx.conn() {
-                Some(conn) => conn.fetch_many(query),
-                None => futures_util::stream::once(std::future::ready(Err(held::ended()))).boxed(),
-            },
+            Conn::Pg(tx) => {
+                use futures_util::TryStreamExt as _;
+                futures_util::stream::once(async move { Ok::<_, sqlx::Error>(tx.conn().await?.fetch_many(query)) })
+                    .try_flatten()
+                    .boxed()
+            }
             Conn::Native(n) => match run_native(n, query, None) {
                 Ok(items) => futures_util::stream::iter(items.into_iter().map(Ok)).boxed(),
                 Err(e) => futures_util::stream::once(std::future::ready(Err(e))).boxed(),
@@ -177,10 +193,7 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::FutureExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).fetch_optional(query),
-            Conn::Pg(tx) => match tx.conn() {
-                Some(conn) => conn.fetch_optional(query),
-                None => std::future::ready(Err(held::ended())).boxed(),
-            },
+            Conn::Pg(tx) => async move { tx.conn().await?.fetch_optional(query).await }.boxed(),
             Conn::Native(n) => {
                 let row = run_native(n, query, Some(1)).map(|items| {
                     items.into_iter().find_map(|i| match i {
@@ -204,10 +217,7 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::FutureExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).prepare_with(sql, parameters),
-            Conn::Pg(tx) => match tx.conn() {
-                Some(conn) => conn.prepare_with(sql, parameters),
-                None => std::future::ready(Err(held::ended())).boxed(),
-            },
+            Conn::Pg(tx) => async move { tx.conn().await?.prepare_with(sql, parameters).await }.boxed(),
             Conn::Native(_) => {
                 std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer prepares by itself".into())))
                     .boxed()
@@ -225,10 +235,7 @@ impl<'c> sqlx::Executor<'c> for &'c mut Conn {
         use futures_util::FutureExt as _;
         match self {
             Conn::Sqlx(tx) => (&mut **tx).describe(sql),
-            Conn::Pg(tx) => match tx.conn() {
-                Some(conn) => conn.describe(sql),
-                None => std::future::ready(Err(held::ended())).boxed(),
-            },
+            Conn::Pg(tx) => async move { tx.conn().await?.describe(sql).await }.boxed(),
             Conn::Native(_) => {
                 std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer does not describe".into())))
                     .boxed()

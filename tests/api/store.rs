@@ -758,3 +758,51 @@ async fn postgresql_connections_are_kept_between_commands() {
     }
     db.close().await;
 }
+
+/// PostgreSQL (`store::held::PgTx`): a transaction's BEGIN goes in front of its first reads (one
+/// round trip less), and they and everything after are one transaction: the same transaction
+/// time throughout, and a failing command undoes its writes. A transaction that sends nothing
+/// sends no BEGIN and keeps its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_postgresql_transaction_begins_with_its_first_reads() {
+    use sqlx::Row as _;
+    let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
+    let t = TestApp::spawn(backend).await;
+    let db = kassa::store::Db::connect(&t.database_url, 4).await.unwrap();
+    let now = "SELECT CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)";
+    // A text new to the connection is prepared and the body run again (`store::prepared`).
+    let failed = kassa::write_tx!(db, |tx| {
+        let first = kassa::store::batch::together(tx, vec![(now, Vec::new())]).await?;
+        let first: i64 = first[0].rows[0].get(0);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let second: i64 = sqlx::query_scalar(now).fetch_one(&mut **tx).await?;
+        assert_eq!(first, second, "one transaction: its time stands still");
+        sqlx::query("INSERT INTO settings (name, value) VALUES ('begin.undone', 'v')").execute(&mut **tx).await?;
+        Err::<(), Error>(Error::invalid("on_purpose", "a command that fails after writing"))
+    });
+    assert!(matches!(failed, Err(e) if e.to_string().contains("a command that fails")));
+    let left: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name = 'begin.undone'")
+        .fetch_one(t.app.state.db.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the failed command's write was undone");
+    // The connection has the statement now.
+    let mut tx = db.begin().await.unwrap();
+    assert!(tx.begin_pending(), "nothing sent yet");
+    kassa::store::batch::together(&mut tx, vec![(now, Vec::new())]).await.unwrap();
+    assert!(!tx.begin_pending(), "sent in front of the first reads");
+    tx.rollback().await.unwrap();
+
+    let pid = || async {
+        db.fetch_optional(sqlx::query("SELECT CAST(pg_backend_pid() AS BIGINT)"))
+            .await
+            .unwrap()
+            .unwrap()
+            .get::<i64, _>(0)
+    };
+    let before = pid().await;
+    kassa::write_tx!(db, |_tx| { Ok::<(), Error>(()) }).unwrap();
+    drop(db.begin().await.unwrap());
+    assert_eq!(pid().await, before, "transactions that sent nothing kept their connection");
+    db.close().await;
+}
