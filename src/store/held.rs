@@ -58,8 +58,8 @@ impl HeldConns {
                 Some(stale) => {
                     let rest = std::mem::take(&mut *idle);
                     drop(idle);
-                    drop(stale);
-                    drop(rest);
+                    // Back to the pool, which checks each one.
+                    drop((stale, rest));
                     None
                 }
                 None => None,
@@ -83,11 +83,6 @@ impl HeldConns {
         self.permits.close();
         let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
         drop(idle);
-    }
-
-    /// Connections idle on the stack now.
-    pub fn idle_count(&self) -> usize {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
 

@@ -30,8 +30,9 @@ use sqlx::{Any, AnyPool, Executor as _};
 use crate::error::{Error, Result};
 
 /// A transaction the store's commands run on: sqlx's (reads, SQLite without group commit),
-/// PostgreSQL's on a held connection ([`held`]) or SQLite's native writer ([`native`]). `&mut **tx` is a [`Conn`], which sqlx queries
-/// run on like on any connection (`.execute(&mut **tx)`).
+/// PostgreSQL's on a held connection ([`held`]) or SQLite's native writer ([`native`]).
+/// `&mut **tx` is a [`Conn`], which sqlx queries run on like on any connection
+/// (`.execute(&mut **tx)`).
 #[derive(Debug)]
 pub struct Tx<'c> {
     conn: Conn,
