@@ -136,24 +136,7 @@ impl Batch {
     /// (inserts of new rows).
     pub async fn run_script(self, conn: &mut sqlx::AnyConnection) -> Result<()> {
         let (run, tally, expected) = self.executed();
-        let mut recovered = false;
-        let changed = loop {
-            let (sql, named) = script(&run)?;
-            match rows_changed(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len()).await {
-                // Nothing ran (the script is one transaction): prepare what this connection
-                // lacks, then run it again on it.
-                Err(Error::Db(e)) if prepared::is_unprepared(&e) && prepared::in_use() => {
-                    if recovered {
-                        // Prepared on this connection a moment ago, and gone: a pooler in between.
-                        prepared::give_up();
-                    } else {
-                        recovered = true;
-                        prepared::prepare_missing(&mut *conn, &named).await?;
-                    }
-                }
-                other => break other?,
-            }
-        };
+        let changed: Vec<u64> = script_on(&run, conn).await?.iter().map(|o| o.changed).collect();
         check(&tally.per_item(&changed), expected)
     }
 
@@ -259,6 +242,35 @@ async fn run_statements(run: Vec<Statement>, conn: &mut Conn) -> Result<Vec<u64>
 pub struct Output {
     pub changed: u64,
     pub rows: Vec<sqlx::any::AnyRow>,
+}
+
+/// PostgreSQL, outside any transaction: `run` as one script in one round trip, which PostgreSQL
+/// runs as one implicit transaction (all of it, or on the first failure none of it), and what
+/// each statement gave — its rows (`RETURNING`) and the rows it changed.
+pub async fn script_outputs(conn: &mut sqlx::AnyConnection, run: Vec<(&str, Vec<Arg>)>) -> Result<Vec<Output>> {
+    let run: Vec<Statement> = run.into_iter().map(|(sql, args)| (sql.to_string(), args)).collect();
+    script_on(&run, conn).await
+}
+
+/// [`script_outputs`]: a connection that lacks a prepared statement is given it, and the script
+/// (nothing of which ran) runs again on it.
+async fn script_on(run: &[Statement], conn: &mut sqlx::AnyConnection) -> Result<Vec<Output>> {
+    let mut recovered = false;
+    loop {
+        let (sql, named) = script(run)?;
+        match outputs(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len()).await {
+            Err(Error::Db(e)) if prepared::is_unprepared(&e) && prepared::in_use() => {
+                if recovered {
+                    // Prepared on this connection a moment ago, and gone: a pooler in between.
+                    prepared::give_up();
+                } else {
+                    recovered = true;
+                    prepared::prepare_missing(&mut *conn, &named).await?;
+                }
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Runs statements one after another inside the connection's transaction, and returns what each

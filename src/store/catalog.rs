@@ -283,22 +283,55 @@ fn check_new_lines(lines: &[(String, i64)]) -> Result<()> {
 
 async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], now: Millis) -> Result<BasketView> {
     let id = new_id();
-    let sql = skus_sql(lines.len());
-    if db.kind() == crate::store::DbKind::Postgres {
-        // Two round trips instead of four: the quote needs no lock (a confirm re-prices every
-        // line anyway), and the inserts go as one script, which PostgreSQL runs as one implicit
-        // transaction (all of it or, on the first failure, none).
-        let found = if lines.is_empty() { Vec::new() } else { db.fetch_all(bind_skus(&sql, lines)).await? };
-        let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
-        db.write_script(batch).await?;
-        return Ok(view);
+    if db.kind() == crate::store::DbKind::Postgres && crate::store::batch::pg_one_trip() {
+        return open_basket_pg(db, &id, session_id, lines, now).await;
     }
+    let sql = skus_sql(lines.len());
     crate::write_tx!(db, |tx| {
         let found = if lines.is_empty() { Vec::new() } else { bind_skus(&sql, lines).fetch_all(&mut **tx).await? };
         let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
         batch.run_checked(tx).await?;
         Ok(view)
     })
+}
+
+/// A basket line priced by the database as it goes in, returned with the SKU's name: no row for
+/// an unknown SKU. (The quote needs no lock: a confirm re-prices every line anyway.)
+const INSERT_PRICED_LINE_SQL: &str = "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) \
+     SELECT CAST($1 AS TEXT), sku, CAST($3 AS BIGINT), price_minor, currency FROM skus WHERE sku = $2 \
+     RETURNING sku, quoted_unit_minor AS price_minor, currency, (SELECT name FROM skus WHERE skus.sku = basket_lines.sku) AS name";
+const INSERT_BASKET_SQL: &str =
+    "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)";
+
+/// PostgreSQL: the basket and its lines in one script — one round trip, one implicit
+/// transaction, where a quote read first and the inserts after were two — each line priced as it
+/// goes in. The checks come after the commit: a basket refused (an unknown SKU went in as no
+/// row, currencies differ, the total overflows) is deleted again, before anyone knows its id.
+async fn open_basket_pg(
+    db: &Db,
+    id: &str,
+    session_id: &str,
+    lines: &[(String, i64)],
+    now: Millis,
+) -> Result<BasketView> {
+    let mut run = Vec::with_capacity(lines.len() + 1);
+    run.push((INSERT_BASKET_SQL, args![id, session_id, now]));
+    for (sku, quantity) in lines {
+        run.push((INSERT_PRICED_LINE_SQL, args![id, sku.as_str(), *quantity]));
+    }
+    let stored = db.pg_script(run).await?.ok_or_else(|| Error::internal("a script needs PostgreSQL"))?;
+    let quoted: Vec<sqlx::any::AnyRow> = stored.into_iter().skip(1).flat_map(|o| o.rows).collect();
+    match new_basket(id, session_id, lines, &quoted, now) {
+        Ok((view, _as_stored)) => Ok(view),
+        Err(refused) => {
+            db.pg_script(vec![
+                ("DELETE FROM basket_lines WHERE basket_id = $1", args![id]),
+                ("DELETE FROM baskets WHERE id = $1", args![id]),
+            ])
+            .await?;
+            Err(refused)
+        }
+    }
 }
 
 /// Today's prices of `n` SKUs, in one read.
@@ -343,12 +376,7 @@ fn new_basket(
         return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
     }
     let mut batch = Batch::new();
-    batch.expect(
-        "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
-        args![id, session_id, now],
-        1,
-        "basket insert",
-    );
+    batch.expect(INSERT_BASKET_SQL, args![id, session_id, now], 1, "basket insert");
     for l in &rows {
         batch.expect(
             "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5)",

@@ -656,6 +656,20 @@ impl Db {
         crate::write_tx!(self, |tx| { batch.clone().run_checked(tx).await })
     }
 
+    /// PostgreSQL: `run` as one script outside any transaction, on a held connection: one round
+    /// trip and one implicit transaction, all of it or none ([`batch::script_outputs`]). What each
+    /// statement gave, in order. `None` on SQLite.
+    pub async fn pg_script(&self, run: Vec<(&str, Vec<batch::Arg>)>) -> Result<Option<Vec<batch::Output>>> {
+        let Some(held) = self.held.as_ref() else { return Ok(None) };
+        retrying(|| async {
+            let mut conn = held.take().await?;
+            let out = batch::script_outputs(&mut conn, run.clone()).await?;
+            conn.done();
+            Ok(Some(out))
+        })
+        .await
+    }
+
     /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
     pub async fn snapshot(&self) -> Result<Tx<'static>> {
         let tx = match self.kind {
