@@ -700,6 +700,13 @@ async fn a_local_postgresql_is_reached_over_its_unix_socket() {
     t.assert_clean().await;
 }
 
+/// The PostgreSQL backend serving `db`'s next read (`Db::fetch_optional`, on a held connection).
+async fn backend_pid(db: &kassa::store::Db) -> i64 {
+    use sqlx::Row as _;
+    let row = db.fetch_optional(sqlx::query("SELECT CAST(pg_backend_pid() AS BIGINT)")).await.unwrap().unwrap();
+    row.get::<i64, _>(0)
+}
+
 /// PostgreSQL (`store::held`): a command that ends cleanly keeps its connection for the next one,
 /// with no round trip to hand it back; a transaction dropped open (a cancelled request) closes
 /// its connection, which ends the transaction on the server and leaves nothing behind; a read
@@ -712,12 +719,8 @@ async fn postgresql_connections_are_kept_between_commands() {
     let t = TestApp::spawn(backend).await;
     // A handle of its own: the app's workers would take connections in between.
     let db = kassa::store::Db::connect(&t.database_url, 4).await.unwrap();
-    let backend_pid = || async {
-        let row = db.fetch_optional(sqlx::query("SELECT CAST(pg_backend_pid() AS BIGINT)")).await.unwrap().unwrap();
-        row.get::<i64, _>(0)
-    };
-    let first = backend_pid().await;
-    assert_eq!(backend_pid().await, first, "a read ended cleanly: its connection is kept");
+    let first = backend_pid(&db).await;
+    assert_eq!(backend_pid(&db).await, first, "a read ended cleanly: its connection is kept");
     // Time for a connection handed back to reach the pool (sqlx does so on a task of its own).
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let pool = db.read_pool();
@@ -728,7 +731,7 @@ async fn postgresql_connections_are_kept_between_commands() {
     })
     .unwrap();
     assert_eq!(committed, first, "the transaction took the kept connection");
-    assert_eq!(backend_pid().await, first, "and kept it once committed");
+    assert_eq!(backend_pid(&db).await, first, "and kept it once committed");
 
     // Dropped open, as a cancelled request drops its command.
     let mut tx = db.begin().await.unwrap();
@@ -741,7 +744,7 @@ async fn postgresql_connections_are_kept_between_commands() {
         waited += 1;
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let other = backend_pid().await;
+    let other = backend_pid(&db).await;
     assert_ne!(other, first);
     let names: Vec<String> = sqlx::query_scalar("SELECT name FROM settings WHERE name LIKE 'held.%' ORDER BY name")
         .fetch_all(t.app.state.db.read_pool())
@@ -793,16 +796,9 @@ async fn a_postgresql_transaction_begins_with_its_first_reads() {
     assert!(!tx.begin_pending(), "sent in front of the first reads");
     tx.rollback().await.unwrap();
 
-    let pid = || async {
-        db.fetch_optional(sqlx::query("SELECT CAST(pg_backend_pid() AS BIGINT)"))
-            .await
-            .unwrap()
-            .unwrap()
-            .get::<i64, _>(0)
-    };
-    let before = pid().await;
+    let before = backend_pid(&db).await;
     kassa::write_tx!(db, |_tx| { Ok::<(), Error>(()) }).unwrap();
     drop(db.begin().await.unwrap());
-    assert_eq!(pid().await, before, "transactions that sent nothing kept their connection");
+    assert_eq!(backend_pid(&db).await, before, "transactions that sent nothing kept their connection");
     db.close().await;
 }
