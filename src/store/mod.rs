@@ -723,6 +723,7 @@ impl Db {
                 (6, include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
                 (7, include_str!("../../migrations/postgres/0007_reconciliation.sql")),
                 (8, include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
+                (9, include_str!("../../migrations/postgres/0009_hot_references.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;
