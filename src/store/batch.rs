@@ -129,17 +129,6 @@ impl Batch {
         check(&tally.per_item(&run_statements(run, conn).await?), expected)
     }
 
-    /// PostgreSQL, outside any transaction: sends the statements as one script in one round trip,
-    /// which PostgreSQL runs as one implicit transaction (all of it, or on the first failure none
-    /// of it). The rows each statement changed are checked only after that commit, so a batch
-    /// run this way must hold statements that either change the rows they expect or fail
-    /// (inserts of new rows).
-    pub async fn run_script(self, conn: &mut sqlx::AnyConnection) -> Result<()> {
-        let (run, tally, expected) = self.executed();
-        let changed: Vec<u64> = script_on(&run, conn).await?.iter().map(|o| o.changed).collect();
-        check(&tally.per_item(&changed), expected)
-    }
-
     /// The statements as they run — those added, then one INSERT per group of appended rows —
     /// with how their results map back to what was added, and what each added item must change.
     fn executed(self) -> (Vec<Statement>, Tally, Vec<Expected>) {

@@ -640,22 +640,6 @@ impl Db {
         .await
     }
 
-    /// Stores `batch` atomically as a write command of its own: on PostgreSQL as one script in
-    /// one round trip, no BEGIN/COMMIT ([`batch::Batch::run_script`]: for batches whose
-    /// statements either change the rows they expect or fail), on SQLite in the group commit.
-    pub async fn write_script(&self, batch: batch::Batch) -> Result<()> {
-        if let Some(held) = self.held.as_ref().filter(|_| batch::pg_one_trip()) {
-            return retrying(|| async {
-                let mut conn = held.take().await?;
-                batch.clone().run_script(&mut conn).await?;
-                conn.done();
-                Ok(())
-            })
-            .await;
-        }
-        crate::write_tx!(self, |tx| { batch.clone().run_checked(tx).await })
-    }
-
     /// PostgreSQL: `run` as one script outside any transaction, on a held connection: one round
     /// trip and one implicit transaction, all of it or none ([`batch::script_outputs`]). What each
     /// statement gave, in order. `None` on SQLite.

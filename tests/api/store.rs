@@ -583,22 +583,22 @@ async fn settings_named(db: &kassa::store::Db, prefix: &str) -> Vec<(String, Str
         .unwrap()
 }
 
-// A script (`Db::write_script`: on PostgreSQL one round trip with no BEGIN/COMMIT, on SQLite a
-// group-commit command) is all or nothing: a failing statement undoes the ones before it.
-crate::on_both!(a_write_script_is_all_or_nothing, write_script);
-async fn write_script(backend: Backend) {
-    use kassa::store::batch::Batch;
+// A script (`Db::pg_script`: on PostgreSQL one round trip with no BEGIN/COMMIT, which PostgreSQL
+// runs as one implicit transaction) is all or nothing: a failing statement undoes the ones before
+// it. SQLite has no such scripts (`None`): its commands go through the group commit.
+crate::on_both!(a_postgresql_script_is_all_or_nothing, pg_script);
+async fn pg_script(backend: Backend) {
     let t = TestApp::spawn(backend).await;
     let db = t.app.state.db.clone();
     let insert = "INSERT INTO settings (name, value) VALUES ($1, $2)";
-    let mut ok = Batch::new();
-    ok.expect(insert, kassa::args!["script.a", "1"], 1, "first insert");
-    ok.expect(insert, kassa::args!["script.b", "it's \\ quoted"], 1, "second insert");
-    db.write_script(ok).await.unwrap();
-    let mut failing = Batch::new();
-    failing.expect(insert, kassa::args!["script.c", "1"], 1, "insert before the failure");
-    failing.expect(insert, kassa::args!["script.a", "again"], 1, "a name already taken");
-    assert!(db.write_script(failing).await.is_err());
+    let ok = vec![(insert, kassa::args!["script.a", "1"]), (insert, kassa::args!["script.b", "it's \\ quoted"])];
+    let Some(out) = db.pg_script(ok).await.unwrap() else {
+        assert_eq!(db.kind(), kassa::store::DbKind::Sqlite);
+        return;
+    };
+    assert_eq!(out.iter().map(|o| o.changed).collect::<Vec<_>>(), vec![1, 1]);
+    let failing = vec![(insert, kassa::args!["script.c", "1"]), (insert, kassa::args!["script.a", "again"])];
+    assert!(db.pg_script(failing).await.is_err(), "a name already taken");
     let stored = settings_named(&db, "script.").await;
     let want = [("script.a", "1"), ("script.b", "it's \\ quoted")].map(|(n, v)| (n.to_string(), v.to_string()));
     assert_eq!(stored, want, "the failed script left nothing, the first kept its text exactly");
@@ -644,10 +644,13 @@ async fn batch_statements_are_prepared_on_each_connection() {
     // `$1 IS NOT NULL` is unknown): the script runs again with it written out.
     let insert2 = format!("INSERT INTO settings (name, value) VALUES ($1, $2) /* {tag} 2 */");
     let unpreparable = format!("UPDATE settings SET value = $2 WHERE $1 IS NOT NULL AND name = $3 /* {tag} */");
-    let mut batch = Batch::new();
-    batch.expect(&insert2, kassa::args!["prep.script", "v"], 1, "insert");
-    batch.expect(&unpreparable, kassa::args!["x", "it's", "prep.script"], 1, "update");
-    db.write_script(batch).await.unwrap();
+    let changed =
+        |out: Option<Vec<kassa::store::batch::Output>>| out.unwrap().iter().map(|o| o.changed).collect::<Vec<_>>();
+    let script = vec![
+        (insert2.as_str(), kassa::args!["prep.script", "v"]),
+        (unpreparable.as_str(), kassa::args!["x", "it's", "prep.script"]),
+    ];
+    assert_eq!(changed(db.pg_script(script).await.unwrap()), vec![1, 1]);
     assert!(matches!(prepared::form(&unpreparable), Form::Literal), "sent with literals from now on");
     assert!(matches!(prepared::form(&insert2), Form::Named { .. }));
     let value: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'prep.script'")
@@ -656,10 +659,11 @@ async fn batch_statements_are_prepared_on_each_connection() {
         .unwrap();
     assert_eq!(value, "it's");
     // And again, now that the statements are known: the same result, nothing left half-done.
-    let mut again = Batch::new();
-    again.expect(&insert2, kassa::args!["prep.script.2", "v"], 1, "insert");
-    again.expect(&unpreparable, kassa::args!["x", "again", "prep.script.2"], 1, "update");
-    db.write_script(again).await.unwrap();
+    let again = vec![
+        (insert2.as_str(), kassa::args!["prep.script.2", "v"]),
+        (unpreparable.as_str(), kassa::args!["x", "again", "prep.script.2"]),
+    ];
+    assert_eq!(changed(db.pg_script(again).await.unwrap()), vec![1, 1]);
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name LIKE 'prep.%'").await, 4);
 }
 
