@@ -10,8 +10,8 @@
 --   - a later attempt goes in under its order's lock.
 -- A foreign-key check is a query of its own per reference, with a share lock on the parent row
 -- (on a hot SKU, one more locker of the row every buyer updates): ten per checkout, 13 % of
--- PostgreSQL's CPU in the checkout benchmark, and the checkout ran 1,000 → 1,234/s without them
--- (BENCHMARKS.md, fifteenth session). `kassa check` reports any row whose parent is missing
+-- PostgreSQL's CPU in the checkout benchmark; without them the checkout ran 1,111 → 1,327/s, the
+-- medians of eight alternated pairs (BENCHMARKS.md, fifteenth session). `kassa check` reports any row whose parent is missing
 -- ("refs"). SQLite keeps the foreign keys: there each check is a lookup in the writer's own
 -- connection, with no lock and no query of its own. The references of refunds, card keys and
 -- the other tables stay.

@@ -1,6 +1,6 @@
 //! `kassa check`: verifies the invariants of DESIGN.md §3, and the references between the rows of a
-//! checkout, on a consistent snapshot. Each query
-//! returns the rows that break an invariant; an empty result means it holds.
+//! checkout, on a consistent snapshot. Each query returns the rows that break an invariant; an
+//! empty result means it holds.
 
 use std::collections::BTreeMap;
 
