@@ -235,18 +235,13 @@ pub struct Output {
 
 /// PostgreSQL, outside any transaction: `run` as one script in one round trip, which PostgreSQL
 /// runs as one implicit transaction (all of it, or on the first failure none of it), and what
-/// each statement gave — its rows (`RETURNING`) and the rows it changed.
+/// each statement gave — its rows (`RETURNING`) and the rows it changed. A connection that lacks
+/// a prepared statement is given it, and the script (nothing of which ran) runs again on it.
 pub async fn script_outputs(conn: &mut sqlx::AnyConnection, run: Vec<(&str, Vec<Arg>)>) -> Result<Vec<Output>> {
     let run: Vec<Statement> = run.into_iter().map(|(sql, args)| (sql.to_string(), args)).collect();
-    script_on(&run, conn).await
-}
-
-/// [`script_outputs`]: a connection that lacks a prepared statement is given it, and the script
-/// (nothing of which ran) runs again on it.
-async fn script_on(run: &[Statement], conn: &mut sqlx::AnyConnection) -> Result<Vec<Output>> {
     let mut recovered = false;
     loop {
-        let (sql, named) = script(run)?;
+        let (sql, named) = script(&run)?;
         match outputs(sqlx::raw_sql(&sql).fetch_many(&mut *conn), run.len()).await {
             Err(Error::Db(e)) if prepared::is_unprepared(&e) && prepared::in_use() => {
                 if recovered {
