@@ -8,7 +8,10 @@
 //! With `KASSA_SQLITE_NATIVE=0` that is still how it runs.)
 //!
 //! The CPU is the first the process may use; `KASSA_SQLITE_PIN=0` leaves the thread unpinned
-//! (for measuring the effect, or where another process owns that CPU).
+//! (for measuring the effect, or where another process owns that CPU). Only kassa's own writer is
+//! held there: the sandbox's (a stand-in for a remote gateway, on a database of its own) is left
+//! to the scheduler, since two writers held on one CPU queue for it while another has room
+//! (BENCHMARKS.md, sixteenth session).
 
 use std::future::Future;
 
@@ -26,8 +29,9 @@ pub struct WriterThread {
 }
 
 impl WriterThread {
-    pub fn start() -> anyhow::Result<WriterThread> {
-        let pin = std::env::var("KASSA_SQLITE_PIN").map_or(true, |v| v != "0");
+    /// Starts the thread; `pin` holds it on the first CPU unless `KASSA_SQLITE_PIN=0`.
+    pub fn start(pin: bool) -> anyhow::Result<WriterThread> {
+        let pin = pin && std::env::var("KASSA_SQLITE_PIN").map_or(true, |v| v != "0");
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         std::thread::Builder::new().name("kassa-sqlite-writer".into()).spawn(move || {
