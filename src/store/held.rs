@@ -72,6 +72,18 @@ impl HeldConns {
         Ok(Held { conn, home: Arc::clone(self), _permit: permit })
     }
 
+    /// Runs `run` on a taken connection, then hands the connection back for the next command. On
+    /// an error it goes back to the pool instead, which checks it (a reply may still be owed).
+    pub async fn with<T, E>(self: &Arc<Self>, run: impl AsyncFnOnce(&mut AnyConnection) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<sqlx::Error>,
+    {
+        let mut conn = self.take().await?;
+        let out = run(&mut conn).await?;
+        conn.done();
+        Ok(out)
+    }
+
     /// Every connection on the stack has its permit's place: there is always room.
     fn put(&self, conn: PoolConnection<Any>) {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner).push((conn, Instant::now()));

@@ -557,12 +557,7 @@ impl Db {
         E: 'q + sqlx::Execute<'q, Any>,
     {
         match &self.held {
-            Some(held) => {
-                let mut conn = held.take().await?;
-                let rows = (&mut *conn).fetch_all(query).await?;
-                conn.done();
-                Ok(rows)
-            }
+            Some(held) => held.with(async |conn| Ok(conn.fetch_all(query).await?)).await,
             None => Ok(self.read.fetch_all(query).await?),
         }
     }
@@ -573,12 +568,7 @@ impl Db {
         E: 'q + sqlx::Execute<'q, Any>,
     {
         match &self.held {
-            Some(held) => {
-                let mut conn = held.take().await?;
-                let row = (&mut *conn).fetch_optional(query).await?;
-                conn.done();
-                Ok(row)
-            }
+            Some(held) => held.with(async |conn| Ok(conn.fetch_optional(query).await?)).await,
             None => Ok(self.read.fetch_optional(query).await?),
         }
     }
@@ -634,12 +624,7 @@ impl Db {
         }
         retrying(|| async {
             match &self.held {
-                Some(held) => {
-                    let mut conn = held.take().await?;
-                    let changed = build().execute(&mut *conn).await?.rows_affected();
-                    conn.done();
-                    Ok(changed)
-                }
+                Some(held) => held.with(async |conn| Ok(build().execute(conn).await?.rows_affected())).await,
                 None => Ok(build().execute(&self.write).await?.rows_affected()),
             }
         })
@@ -651,13 +636,7 @@ impl Db {
     /// statement gave, in order. `None` on SQLite.
     pub async fn pg_script(&self, run: Vec<(&str, Vec<batch::Arg>)>) -> Result<Option<Vec<batch::Output>>> {
         let Some(held) = self.held.as_ref() else { return Ok(None) };
-        retrying(|| async {
-            let mut conn = held.take().await?;
-            let out = batch::script_outputs(&mut conn, run.clone()).await?;
-            conn.done();
-            Ok(Some(out))
-        })
-        .await
+        retrying(|| held.with(async |conn| Ok(Some(batch::script_outputs(conn, run.clone()).await?)))).await
     }
 
     /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
