@@ -457,17 +457,21 @@ impl Db {
 
     /// [`Db::connect`] with SQLite's writer chosen (tests reach every kind; ignored for PostgreSQL).
     pub async fn connect_with(url: &str, max_connections: u32, sqlite_writer: SqliteWriter) -> anyhow::Result<Db> {
-        Db::open(url, max_connections, sqlite_writer, true).await
+        Db::open(url, max_connections, sqlite_writer, writer::Role::Kassa).await
     }
 
-    /// `pin`: SQLite's writer thread is held on one CPU ([`writer`]); kassa's own is, the
-    /// sandbox's is not.
-    async fn open(url: &str, max_connections: u32, sqlite_writer: SqliteWriter, pin: bool) -> anyhow::Result<Db> {
+    /// `role`: whose writes SQLite's writer thread runs ([`writer::Role`]).
+    async fn open(
+        url: &str,
+        max_connections: u32,
+        sqlite_writer: SqliteWriter,
+        role: writer::Role,
+    ) -> anyhow::Result<Db> {
         install_default_drivers();
         let (kind, url) = normalize_url(url)?;
         match kind {
             DbKind::Sqlite => {
-                let writer = writer::WriterThread::start(pin)?;
+                let writer = writer::WriterThread::start(role)?;
                 // Opened from the writer thread, so the driver's thread for this connection shares
                 // its CPU (see `store::writer`); kept open for good, so it is never re-opened
                 // elsewhere.
@@ -752,7 +756,7 @@ impl Db {
             return Ok(self.clone());
         };
         // Its writer thread is not held on kassa's writer's CPU: the two would queue for it.
-        let db = Db::open(&url, 1, SqliteWriter::from_env(), false).await?;
+        let db = Db::open(&url, 1, SqliteWriter::from_env(), writer::Role::Sandbox).await?;
         let mut conn = db.write.acquire().await?;
         sqlx::query("ATTACH DATABASE $1 AS kassa_main").bind(&main_path).execute(&mut *conn).await?;
         let result = db

@@ -20,6 +20,16 @@ use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 
+/// Whose writes a writer thread runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// kassa's own: held on the first CPU unless `KASSA_SQLITE_PIN=0`.
+    Kassa,
+    /// The sandbox's, on a database of its own: left to the scheduler (and named apart in
+    /// profiles).
+    Sandbox,
+}
+
 /// A current-thread runtime on a thread of its own, ended when the last [`Db`](super::Db)
 /// clone holding it is dropped.
 #[derive(Debug, Clone)]
@@ -29,12 +39,15 @@ pub struct WriterThread {
 }
 
 impl WriterThread {
-    /// Starts the thread; `pin` holds it on the first CPU unless `KASSA_SQLITE_PIN=0`.
-    pub fn start(pin: bool) -> anyhow::Result<WriterThread> {
-        let pin = pin && std::env::var("KASSA_SQLITE_PIN").map_or(true, |v| v != "0");
+    /// Starts the thread for `role`'s writes.
+    pub fn start(role: Role) -> anyhow::Result<WriterThread> {
+        let (name, pin) = match role {
+            Role::Kassa => ("kassa-sqlite-writer", std::env::var("KASSA_SQLITE_PIN").map_or(true, |v| v != "0")),
+            Role::Sandbox => ("sandbox-writer", false),
+        };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        std::thread::Builder::new().name("kassa-sqlite-writer".into()).spawn(move || {
+        std::thread::Builder::new().name(name.into()).spawn(move || {
             if pin && let Some(core) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().next()) {
                 // Best effort: an unpinned writer is slower, not wrong.
                 let _ = core_affinity::set_for_current(core);

@@ -215,13 +215,25 @@ async fn sandbox_records_move_to_their_own_sqlite_file() {
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_payments").await, 0);
 }
 
+/// The CPUs the current thread may run on, as Linux lists them (`0-1`).
+fn cpus_allowed() -> String {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string()
+}
+
 /// SQLite's hot write commands run on the writer thread (whose CPU the write connection's driver
-/// thread shares); PostgreSQL runs them where they are called.
+/// thread shares); PostgreSQL runs them where they are called. The sandbox's records have a
+/// writer thread of their own, not held on kassa's writer's CPU.
 #[tokio::test]
 async fn write_commands_run_on_the_sqlite_writer_thread() {
-    let (_dir, _, db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
+    let (_dir, url, db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
     let name = db.on_writer(async { std::thread::current().name().map(str::to_string) }).await.unwrap();
     assert_eq!(name.as_deref(), Some("kassa-sqlite-writer"));
+    let records = db.open_sandbox(&url).await.unwrap();
+    let (name, cpus) =
+        records.on_writer(async { (std::thread::current().name().map(str::to_string), cpus_allowed()) }).await.unwrap();
+    assert_eq!(name.as_deref(), Some("sandbox-writer"));
+    assert_eq!(cpus, cpus_allowed(), "the sandbox's writer may run wherever the process may");
     // Its batches run on the native writer, with no driver thread between (store::native).
     assert!(db.group().is_some_and(|g| g.is_native()));
     // A command on it commits like any other, and a failing one reports its own error.
