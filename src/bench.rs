@@ -37,7 +37,7 @@ const SPREAD_STOCK: i64 = 1_000_000;
 const SPREAD_SKUS: usize = 200;
 /// Baskets each buyer prepares before the clock starts in the engine's `confirm` scenario.
 const PREPARED_BASKETS: usize = 150;
-/// Units of the one SKU in the `hot` scenario (the flash sale).
+/// Units of the one SKU in the `hot` scenario (the flash sale), unless `--hot-stock` says otherwise.
 const HOT_STOCK: i64 = 5_000;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -72,6 +72,10 @@ pub struct BenchArgs {
     /// and write per purchase) instead of creating the basket with it
     #[arg(long)]
     pub line_request: bool,
+    /// Units of the one SKU in the `hot` scenario. At a few thousand sales a second the default
+    /// sells out within two seconds; more units measure a longer sale
+    #[arg(long, default_value_t = HOT_STOCK)]
+    pub hot_stock: i64,
     /// Write the JSON report here as well
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -93,6 +97,8 @@ pub struct Report {
     pub latency_ms: BTreeMap<String, f64>,
     pub errors: BTreeMap<String, u64>,
     pub oversold: i64,
+    /// Units of the one SKU (`hot` only).
+    pub stock: Option<i64>,
     pub server_peak_rss_mb: Option<f64>,
     /// CPU milliseconds per confirm (per notification applied in `notify` and `notify-direct`)
     /// over the timed run, by process: `server`, `load_generator`, and `postgres` (all of
@@ -120,11 +126,11 @@ struct Tally {
     attempts: Vec<(String, i64, String)>,
 }
 
-/// The seconds confirms are counted over: the whole run, or for a flash sale that sold out, up to
-/// its last sale (afterwards every buyer only meets `out_of_stock`).
-fn selling_secs(t: &Tally, hot: bool, started: Instant, secs: f64) -> f64 {
-    match t.last_confirm {
-        Some(last) if hot && i64::try_from(t.confirms).unwrap_or(i64::MAX) >= HOT_STOCK => {
+/// The seconds confirms are counted over: the whole run, or for a flash sale of `stock` units that
+/// sold out, up to its last sale (afterwards every buyer only meets `out_of_stock`).
+fn selling_secs(t: &Tally, stock: Option<i64>, started: Instant, secs: f64) -> f64 {
+    match (t.last_confirm, stock) {
+        (Some(last), Some(stock)) if i64::try_from(t.confirms).unwrap_or(i64::MAX) >= stock => {
             last.duration_since(started).as_secs_f64().max(0.001)
         }
         _ => secs,
@@ -474,7 +480,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         "hot" | "notify" | "notify-direct" => vec!["HOT".to_string()],
         _ => (0..SPREAD_SKUS).map(|i| format!("BENCH-{i:04}")).collect(),
     };
-    let stock = if scenario == "hot" { HOT_STOCK } else { SPREAD_STOCK };
+    let stock = if scenario == "hot" { args.hot_stock } else { SPREAD_STOCK };
     for sku in &skus {
         create_sku(&http, &server, sku, stock).await?;
     }
@@ -596,18 +602,20 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let r = http.get(format!("{}/api/v1/admin/skus/HOT", server.base)).bearer_auth(&server.admin).send().await?;
         let v: Value = r.json().await?;
         let taken = v["reserved"].as_i64().unwrap_or(0) + v["sold"].as_i64().unwrap_or(0);
-        oversold = (taken - HOT_STOCK).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - HOT_STOCK).max(0);
+        oversold = (taken - args.hot_stock).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - args.hot_stock).max(0);
     }
+    let hot_stock = (scenario == "hot").then_some(args.hot_stock);
     let report = Report {
         scenario: scenario.into(),
         seconds: secs,
         confirms: t.confirms,
-        confirms_per_s: t.confirms as f64 / selling_secs(&t, scenario == "hot", started, secs),
+        confirms_per_s: t.confirms as f64 / selling_secs(&t, hot_stock, started, secs),
         notifications_applied: applied,
         notifications_per_s: applied as f64 / secs,
         latency_ms: latency(std::mem::take(&mut t.confirm_us)),
         errors: t.errors.clone(),
         oversold,
+        stock: hot_stock,
         cpu_ms_per_op,
         cpu_ceiling_per_s,
         ..Default::default()
@@ -648,7 +656,7 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
             name: sku.clone(),
             kind: catalog::SkuKind::Physical,
             price: crate::domain::Money::new(990, cny)?,
-            stock: if hot { HOT_STOCK } else { SPREAD_STOCK },
+            stock: if hot { args.hot_stock } else { SPREAD_STOCK },
         };
         catalog::create_sku(&db, &new, true, now).await?;
     }
@@ -778,11 +786,12 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         buyers: args.buyers,
         seconds: secs,
         confirms: t.confirms,
-        confirms_per_s: t.confirms as f64 / selling_secs(&t, hot, started, secs),
+        confirms_per_s: t.confirms as f64 / selling_secs(&t, hot.then_some(args.hot_stock), started, secs),
         notifications_applied: placed.len() as u64,
         notifications_per_s: placed.len() as f64 / nsecs,
         latency_ms: latency(std::mem::take(&mut t.confirm_us)),
         errors: t.errors.clone(),
+        stock: hot.then_some(args.hot_stock),
         check_violations: Some(violations),
         ..Default::default()
     })
@@ -827,6 +836,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             "--scenario must be spread, hot, notify, notify-direct, mixed, checkout, commit-limit or (with --engine) confirm"
         );
     }
+    if args.hot_stock < 1 {
+        anyhow::bail!("--hot-stock must be at least 1");
+    }
     if args.scenario == "confirm" && !args.engine {
         anyhow::bail!("--scenario confirm is an engine scenario: add --engine");
     }
@@ -869,6 +881,9 @@ pub fn table(r: &Report) -> String {
     );
     row("errors", format!("{:?}", r.errors));
     row("oversold units", r.oversold.to_string());
+    if let Some(stock) = r.stock {
+        row("stock (one SKU)", stock.to_string());
+    }
     if !r.cpu_ms_per_op.is_empty() {
         let parts: Vec<String> = r.cpu_ms_per_op.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
         row("CPU ms per operation", parts.join("  "));
@@ -889,6 +904,18 @@ pub fn table(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sold_out_sale_is_timed_up_to_its_last_sale() {
+        let started = Instant::now();
+        let last = started + Duration::from_secs(2);
+        let t = Tally { confirms: 5_000, last_confirm: Some(last), ..Default::default() };
+        assert!((selling_secs(&t, Some(5_000), started, 10.0) - 2.0).abs() < 1e-9);
+        // More units than were sold (a larger --hot-stock): the sale did not end, the whole run counts.
+        assert!((selling_secs(&t, Some(20_000), started, 10.0) - 10.0).abs() < 1e-9);
+        // Not a flash sale: the whole run.
+        assert!((selling_secs(&t, None, started, 10.0) - 10.0).abs() < 1e-9);
+    }
 
     #[test]
     fn cpu_time_is_read_from_a_stat_line() {

@@ -300,7 +300,7 @@ async fn logs_never_contain_secrets() {
 async fn bench_tool_runs_each_mode() {
     let dir = tempfile::tempdir().unwrap();
     for (i, args) in [
-        vec!["--scenario", "hot", "--buyers", "4", "--seconds", "1"],
+        vec!["--scenario", "hot", "--buyers", "4", "--seconds", "1", "--hot-stock", "25"],
         vec!["--engine", "--scenario", "confirm", "--buyers", "2", "--seconds", "1"],
         vec!["--scenario", "commit-limit", "--seconds", "1"],
         vec!["--scenario", "notify-direct", "--buyers", "4", "--seconds", "2"],
@@ -336,6 +336,12 @@ async fn bench_tool_runs_each_mode() {
             assert!(report["confirms"].as_u64().unwrap() > 0, "{report}");
             assert_eq!(report["oversold"], 0);
             assert_eq!(report["check_violations"], 0);
+            if args.contains(&"hot") {
+                // 25 units: the sale sells out within the second, exactly, and refuses the rest.
+                assert_eq!(report["stock"], 25, "{report}");
+                assert_eq!(report["confirms"], 25, "{report}");
+                assert!(report["errors"]["out_of_stock"].as_u64().unwrap() > 0, "{report}");
+            }
             if args.contains(&"checkout") {
                 // Basket and confirm only: nothing was paid, so no notification was applied.
                 assert_eq!(report["notifications_applied"], 0, "{report}");
