@@ -480,7 +480,8 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         "hot" | "notify" | "notify-direct" => vec!["HOT".to_string()],
         _ => (0..SPREAD_SKUS).map(|i| format!("BENCH-{i:04}")).collect(),
     };
-    let stock = if scenario == "hot" { args.hot_stock } else { SPREAD_STOCK };
+    let hot_stock = (scenario == "hot").then_some(args.hot_stock);
+    let stock = hot_stock.unwrap_or(SPREAD_STOCK);
     for sku in &skus {
         create_sku(&http, &server, sku, stock).await?;
     }
@@ -604,7 +605,6 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let taken = v["reserved"].as_i64().unwrap_or(0) + v["sold"].as_i64().unwrap_or(0);
         oversold = (taken - args.hot_stock).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - args.hot_stock).max(0);
     }
-    let hot_stock = (scenario == "hot").then_some(args.hot_stock);
     let report = Report {
         scenario: scenario.into(),
         seconds: secs,
@@ -647,6 +647,7 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     db.migrate().await?;
     let now = SystemClock.now_ms();
     let hot = args.scenario == "hot";
+    let hot_stock = hot.then_some(args.hot_stock);
     let cny = crate::domain::Currency::parse("CNY")?;
     let skus: Vec<String> =
         if hot { vec!["HOT".into()] } else { (0..SPREAD_SKUS).map(|i| format!("E-{i:04}")).collect() };
@@ -656,7 +657,7 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
             name: sku.clone(),
             kind: catalog::SkuKind::Physical,
             price: crate::domain::Money::new(990, cny)?,
-            stock: if hot { args.hot_stock } else { SPREAD_STOCK },
+            stock: hot_stock.unwrap_or(SPREAD_STOCK),
         };
         catalog::create_sku(&db, &new, true, now).await?;
     }
@@ -786,12 +787,12 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         buyers: args.buyers,
         seconds: secs,
         confirms: t.confirms,
-        confirms_per_s: t.confirms as f64 / selling_secs(&t, hot.then_some(args.hot_stock), started, secs),
+        confirms_per_s: t.confirms as f64 / selling_secs(&t, hot_stock, started, secs),
         notifications_applied: placed.len() as u64,
         notifications_per_s: placed.len() as f64 / nsecs,
         latency_ms: latency(std::mem::take(&mut t.confirm_us)),
         errors: t.errors.clone(),
-        stock: hot.then_some(args.hot_stock),
+        stock: hot_stock,
         check_violations: Some(violations),
         ..Default::default()
     })
