@@ -357,3 +357,55 @@ async fn bench_tool_runs_each_mode() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("checkout is an HTTP scenario"), "{out:?}");
 }
+
+/// `scripts/flamegraph.py` (used by `scripts/profile.sh`) folds `perf script` output by thread,
+/// leaves out the runtime's inlined plumbing but keeps kassa's own inlined frames and the
+/// kernel's (marked), and draws every frame with its share and an escaped name.
+#[test]
+fn the_profile_script_folds_perf_stacks_into_a_flame_graph() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/flamegraph.py");
+    let perf_script = "\
+kassa-sqlite-wr 101 10.000001:    1001001 cpu-clock:pppH: 
+\t          16d8bb sqlite3VdbeExec+0xbb (/tmp/kassa)
+\t          7ed9bd poll<kassa::store::Thing> (inlined)
+\t          7ed9bd kassa::store::checkout::confirm_here+0x3d (inlined)
+\t          848a7d kassa::store::writer::run+0x1d (/tmp/kassa)
+
+kassa-sqlite-wr 101 10.000002:    1001001 cpu-clock:pppH: 
+\t          16d8bb sqlite3VdbeExec+0xbb (/tmp/kassa)
+\t          7ed9bd poll<kassa::store::Thing> (inlined)
+\t          7ed9bd kassa::store::checkout::confirm_here+0x3d (inlined)
+\t          848a7d kassa::store::writer::run+0x1d (/tmp/kassa)
+
+tokio-rt-worker 102 10.000003:    1001001 cpu-clock:pppH: 
+\tffffffff81369742 tcp_sendmsg+0x72 ([kernel.kallsyms])
+\t          a10fb6 <Vec<T> as Clone>::clone+0x666 (/tmp/kassa)
+
+";
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("out.folded");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .args(["--title", "a <test> & \"run\"", "--folded"])
+        .arg(&folded)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs scripts/flamegraph.py");
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(perf_script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let folded = std::fs::read_to_string(folded).unwrap();
+    assert_eq!(
+        folded,
+        "kassa-sqlite-wr;kassa::store::writer::run;kassa::store::checkout::confirm_here;sqlite3VdbeExec 2\n\
+         tokio-rt-worker;<Vec<T> as Clone>::clone;[k] tcp_sendmsg 1\n"
+    );
+    let svg = String::from_utf8(out.stdout).unwrap();
+    assert!(svg.starts_with("<svg "), "{svg}");
+    assert!(svg.contains("a &lt;test&gt; &amp; &quot;run&quot; (3 samples"), "{svg}");
+    assert!(svg.contains("<title>sqlite3VdbeExec — 2 samples, 66.67 %</title>"), "{svg}");
+    assert!(svg.contains("<title>&lt;Vec&lt;T&gt; as Clone&gt;::clone — 1 samples, 33.33 %</title>"), "{svg}");
+    assert!(!svg.contains("poll&lt;kassa::store::Thing"), "runtime plumbing is left out: {svg}");
+}
