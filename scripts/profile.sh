@@ -23,6 +23,10 @@ OUT="${OUT:-target/profile}"
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--scenario spread)
 name="${NAME:-$(printf '%s-' "${args[@]}" | sed -e 's/postgres[^-]*/pg/g' -e 's/[^A-Za-z0-9]\+/-/g' -e 's/^-*//' -e 's/-*$//')}"
+need() { command -v "$1" >/dev/null || { echo "profile.sh needs $1 ($2)" >&2; exit 2; }; }
+need python3 "Debian: python3"
+if [ "${CALLGRIND:-0}" = 1 ]; then need valgrind "Debian: valgrind"; else need perf "Debian: linux-perf"; fi
+
 mkdir -p "$OUT"
 cargo build --release -q
 bin="${CARGO_TARGET_DIR:-target}/release/kassa"
@@ -76,7 +80,7 @@ else
   [ -n "$server" ] || { echo "no spawned kassa server found (is this an HTTP scenario?)" >&2; exit 1; }
   target=(-p "$server" --call-graph dwarf,16384)
 fi
-perf record -q -F "$FREQ" "${target[@]}" -o "$OUT/$name.perf.data" -- sleep "$RECORD" 2>/dev/null
+perf record -q -F "$FREQ" "${target[@]}" -o "$OUT/$name.perf.data" -- sleep "$RECORD"
 wait "$bench" || true
 trap - EXIT
 perf script -i "$OUT/$name.perf.data" 2>/dev/null |
