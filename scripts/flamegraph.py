@@ -6,9 +6,10 @@ dependencies beyond Python 3. Used by scripts/profile.sh; usable on its own:
         --folded out.folded > out.svg
 
 Each stack's root is the thread's name (kassa-sqlite-wr, sandbox-writer, tokio-rt-worker, …), so
-the graph shows first who spends the CPU, then on what. Frames are the functions perf resolved,
-inlined ones included; long Rust generic argument lists are shortened to keep them readable (the
-full name is in each frame's tooltip). `--folded` also writes the folded stacks (one line per
+the graph shows first who spends the CPU, then on what. Frames are the functions perf resolved;
+of the inlined ones only kassa's own are kept (`--inlined` keeps all: the async runtime's and the
+standard library's plumbing, dozens a stack), kernel frames are marked `[k]`, and long Rust
+generic argument lists are shortened to keep names readable (each frame's tooltip has more). `--folded` also writes the folded stacks (one line per
 stack: frames separated by `;`, then the sample count), the format other flame graph tools read.
 """
 
@@ -154,7 +155,7 @@ def main():
     p.add_argument("--folded", help="also write the folded stacks here")
     p.add_argument("--min-width", type=float, default=0.5, help="leave out frames narrower than this (pixels)")
     p.add_argument("--inlined", action="store_true", help="keep every inlined frame (deep stacks)")
-    p.add_argument("--top", type=int, default=0, help="print the N largest self-time frames to stderr")
+    p.add_argument("--top", type=int, default=0, help="print the N largest threads and self-time frames to stderr")
     a = p.parse_args()
     src = open(a.input, encoding="utf-8", errors="replace") if a.input else sys.stdin
     stacks = fold(src, a.inlined)

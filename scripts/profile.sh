@@ -22,7 +22,9 @@ FREQ="${FREQ:-499}"
 OUT="${OUT:-target/profile}"
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--scenario spread)
-name="${NAME:-$(printf '%s-' "${args[@]}" | sed -e 's/postgres[^-]*/pg/g' -e 's/[^A-Za-z0-9]\+/-/g' -e 's/^-*//' -e 's/-*$//')}"
+# The arguments as shown in the graph's title: a database URL's password is left out.
+shown="$(printf '%s ' "${args[@]}" | sed -E 's#(://)[^@/ ]*@#\1…@#g; s/ $//')"
+name="${NAME:-$(printf '%s' "$shown" | sed -E 's#[a-z]+://[^ ]*#db#g; s/[^A-Za-z0-9]+/-/g; s/^-+//; s/-+$//')}"
 need() { command -v "$1" >/dev/null || { echo "profile.sh needs $1 ($2)" >&2; exit 2; }; }
 need python3 "Debian: python3"
 if [ "${CALLGRIND:-0}" = 1 ]; then need valgrind "Debian: valgrind"; else need perf "Debian: linux-perf"; fi
@@ -84,5 +86,5 @@ perf record -q -F "$FREQ" "${target[@]}" -o "$OUT/$name.perf.data" -- sleep "$RE
 wait "$bench" || true
 trap - EXIT
 perf script -i "$OUT/$name.perf.data" 2>/dev/null |
-  python3 scripts/flamegraph.py --min-width "${MIN_WIDTH:-0.5}" --title "kassa bench ${args[*]}" --folded "$OUT/$name.folded" --top 15 >"$OUT/$name.svg"
+  python3 scripts/flamegraph.py --min-width "${MIN_WIDTH:-0.5}" --title "kassa bench $shown" --folded "$OUT/$name.folded" --top 15 >"$OUT/$name.svg"
 echo "flame graph: $OUT/$name.svg (folded stacks: $OUT/$name.folded; the run: $OUT/$name.json)"
