@@ -21,6 +21,7 @@ import sys
 import zlib
 
 OFFSET = re.compile(r"\+0x[0-9a-f]+$")
+HEADER = re.compile(r"^(.+?)\s+\d+(?:/\d+)?\s+(?:\[\d+\]\s+)?\d+\.\d+:")
 
 
 def short(name, limit=100):
@@ -61,10 +62,11 @@ def fold(lines, keep_inlined=False):
             thread, frames = None, []
         elif not line[0].isspace():
             flush()
-            # "comm  tid  time: period event:" — the thread's name may contain spaces.
-            head = line.split()
-            idx = next((i for i, w in enumerate(head) if w.isdigit() or "/" in w), len(head))
-            thread, frames = " ".join(head[:idx]) or "?", []
+            # "comm  tid [cpu] time: period event:" (tid may be pid/tid). The thread's name may
+            # hold spaces, digits and slashes (kworker/1:1H), so it is whatever comes before the
+            # last tid-shaped field that a timestamp follows.
+            head = HEADER.match(line)
+            thread, frames = (head.group(1) if head else line.split()[0]) or "?", []
         else:
             parts = line.strip().split(None, 1)
             if len(parts) < 2:

@@ -603,7 +603,7 @@ async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let r = http.get(format!("{}/api/v1/admin/skus/HOT", server.base)).bearer_auth(&server.admin).send().await?;
         let v: Value = r.json().await?;
         let taken = v["reserved"].as_i64().unwrap_or(0) + v["sold"].as_i64().unwrap_or(0);
-        oversold = (taken - args.hot_stock).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - args.hot_stock).max(0);
+        oversold = (taken - stock).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - stock).max(0);
     }
     let report = Report {
         scenario: scenario.into(),

@@ -358,7 +358,8 @@ async fn bench_tool_runs_each_mode() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("checkout is an HTTP scenario"), "{out:?}");
 }
 
-/// `scripts/flamegraph.py` (used by `scripts/profile.sh`) folds `perf script` output by thread,
+/// `scripts/flamegraph.py` (used by `scripts/profile.sh`) folds `perf script` output by thread
+/// (a name with slashes and digits included, with or without a CPU field),
 /// leaves out the runtime's inlined plumbing but keeps kassa's own inlined frames and the
 /// kernel's (marked), and draws every frame with its share and an escaped name.
 #[test]
@@ -381,6 +382,9 @@ tokio-rt-worker 102 10.000003:    1001001 cpu-clock:pppH:
 \tffffffff81369742 tcp_sendmsg+0x72 ([kernel.kallsyms])
 \t          a10fb6 <Vec<T> as Clone>::clone+0x666 (/tmp/kassa)
 
+kworker/1:1H-kb 55 [001] 10.000004:    1001001 cpu-clock:pppH: 
+\tffffffff81369000 worker_thread+0x10 ([kernel.kallsyms])
+
 ";
     let dir = tempfile::tempdir().unwrap();
     let folded = dir.path().join("out.folded");
@@ -400,12 +404,13 @@ tokio-rt-worker 102 10.000003:    1001001 cpu-clock:pppH:
     assert_eq!(
         folded,
         "kassa-sqlite-wr;kassa::store::writer::run;kassa::store::checkout::confirm_here;sqlite3VdbeExec 2\n\
+         kworker/1:1H-kb;[k] worker_thread 1\n\
          tokio-rt-worker;<Vec<T> as Clone>::clone;[k] tcp_sendmsg 1\n"
     );
     let svg = String::from_utf8(out.stdout).unwrap();
     assert!(svg.starts_with("<svg "), "{svg}");
-    assert!(svg.contains("a &lt;test&gt; &amp; &quot;run&quot; (3 samples"), "{svg}");
-    assert!(svg.contains("<title>sqlite3VdbeExec — 2 samples, 66.67 %</title>"), "{svg}");
-    assert!(svg.contains("<title>&lt;Vec&lt;T&gt; as Clone&gt;::clone — 1 samples, 33.33 %</title>"), "{svg}");
+    assert!(svg.contains("a &lt;test&gt; &amp; &quot;run&quot; (4 samples"), "{svg}");
+    assert!(svg.contains("<title>sqlite3VdbeExec — 2 samples, 50.00 %</title>"), "{svg}");
+    assert!(svg.contains("<title>&lt;Vec&lt;T&gt; as Clone&gt;::clone — 1 samples, 25.00 %</title>"), "{svg}");
     assert!(!svg.contains("poll&lt;kassa::store::Thing"), "runtime plumbing is left out: {svg}");
 }
