@@ -225,6 +225,7 @@ impl App {
         let app = router(state.clone());
         let mut rx = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
+            let listener = axum::serve::ListenerExt::tap_io(listener, send_at_once);
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = rx.wait_for(|stop| *stop).await;
             });
@@ -322,5 +323,31 @@ impl App {
             let _ = t.await;
         }
         self.state.db.close().await;
+    }
+}
+
+/// Sets an accepted connection's TCP_NODELAY: an answer goes out as soon as it is written rather
+/// than waiting, by Nagle's algorithm, for the client to acknowledge the segment before it
+/// (BENCHMARKS.md, eighteenth session).
+fn send_at_once(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::send_at_once;
+
+    #[tokio::test]
+    async fn accepted_connections_send_without_delay() -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
+        let (mut accepted, _) = listener.accept().await?;
+        assert!(!accepted.nodelay()?, "a new socket starts with Nagle's algorithm on");
+        send_at_once(&mut accepted);
+        assert!(accepted.nodelay()?);
+        drop(client);
+        Ok(())
     }
 }
