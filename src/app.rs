@@ -225,8 +225,7 @@ impl App {
         let app = router(state.clone());
         let mut rx = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
-            let listener = axum::serve::ListenerExt::tap_io(listener, send_at_once);
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let serve = axum::serve(accepting(listener), app).with_graceful_shutdown(async move {
                 let _ = rx.wait_for(|stop| *stop).await;
             });
             if let Err(e) = serve.await {
@@ -326,28 +325,36 @@ impl App {
     }
 }
 
-/// Sets an accepted connection's TCP_NODELAY: an answer goes out as soon as it is written rather
-/// than waiting, by Nagle's algorithm, for the client to acknowledge the segment before it
-/// (BENCHMARKS.md, eighteenth session).
-fn send_at_once(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
-    }
+/// The listener the server accepts on: each accepted connection has TCP_NODELAY set, so an answer
+/// goes out as soon as it is written rather than waiting, by Nagle's algorithm, for the client to
+/// acknowledge the segment before it (BENCHMARKS.md, eighteenth session).
+fn accepting(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::send_at_once;
+    use axum::serve::Listener;
+
+    use super::accepting;
 
     #[tokio::test]
     async fn accepted_connections_send_without_delay() -> std::io::Result<()> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
-        let (mut accepted, _) = listener.accept().await?;
-        assert!(!accepted.nodelay()?, "a new socket starts with Nagle's algorithm on");
-        send_at_once(&mut accepted);
-        assert!(accepted.nodelay()?);
-        drop(client);
+        let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = plain.local_addr()?;
+        let _client = tokio::net::TcpStream::connect(addr).await?;
+        let (untouched, _) = plain.accept().await?;
+        assert!(!untouched.nodelay()?, "a socket accepted as it comes has Nagle's algorithm on");
+        let mut server = accepting(plain);
+        let _client = tokio::net::TcpStream::connect(addr).await?;
+        let (accepted, _) = server.accept().await;
+        assert!(accepted.nodelay()?, "the server's listener turns it off");
         Ok(())
     }
 }
