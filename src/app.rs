@@ -185,6 +185,18 @@ impl App {
                 }
             }
         };
+        // Card keys are sealed with one secret: a different one would deliver keys nobody can read.
+        match &vault {
+            Some(vault) => crate::store::fulfilment::verify_keys_secret(&db, vault)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .context("the keys secret (--keys-secret, or keys.secret in the data dir)")?,
+            None if crate::store::fulfilment::keys_stored(&db).await? => anyhow::bail!(
+                "this database holds card keys but no keys secret is configured: start with the --keys-secret \
+                 they were imported under (or put it in keys.secret in the data dir)"
+            ),
+            None => {}
+        }
         let refunder = Arc::new(Refunder { db: db.clone(), gateways: gateways.clone(), clock: clock.clone() });
         let state = AppState(Arc::new(Inner {
             db: db.clone(),

@@ -56,7 +56,18 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::Api { code, .. } => code,
+            _ if self.is_unavailable() => "database_unavailable",
             Error::Db(_) | Error::Internal(_) => "internal",
+        }
+    }
+
+    /// The database cannot be reached (down, restarting, refusing connections): the request may
+    /// succeed later, and is answered 503 `database_unavailable` with `Retry-After`.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Db(e) => is_unavailable_db(e),
+            Error::Internal(e) => e.chain().any(|c| c.downcast_ref::<sqlx::Error>().is_some_and(is_unavailable_db)),
+            Error::Api { .. } => false,
         }
     }
 
@@ -73,6 +84,27 @@ impl Error {
     /// (`store::prepared`); nothing of it ran, and the connection has been given the statement.
     pub fn is_unprepared(&self) -> bool {
         matches!(self, Error::Db(e) if crate::store::prepared::is_unprepared(e))
+    }
+}
+
+/// Seconds a client is asked to wait (`Retry-After`) when the database is unavailable.
+pub const DB_UNAVAILABLE_RETRY_AFTER_S: u64 = 5;
+
+/// Whether `e` says the database could not be reached, rather than that a statement failed.
+pub fn is_unavailable_db(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => matches!(
+            db.code().as_deref(),
+            // PostgreSQL: connection_exception (08…), operator_intervention shutting down or not yet
+            // accepting connections (57P01-57P03), too_many_connections (53300).
+            Some(c) if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300")
+        ),
+        _ => false,
     }
 }
 

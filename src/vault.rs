@@ -12,6 +12,9 @@ pub const KEY_LEN_MAX: usize = 512;
 pub struct Vault {
     aead: LessSafeKey,
     fingerprint: hmac::Key,
+    /// A value made with the secret and kept in the database, so a different secret is told
+    /// apart before it seals or is asked to open anything. It reveals nothing of the secret.
+    check: String,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -47,7 +50,18 @@ impl Vault {
         let enc = derive(&secret, "kassa card keys: encryption");
         let aead = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &enc).map_err(|_| VaultError::BadSecret)?);
         let fingerprint = hmac::Key::new(hmac::HMAC_SHA256, &derive(&secret, "kassa card keys: fingerprint"));
-        Ok(Vault { aead, fingerprint })
+        let check = hex::encode(derive(&secret, "kassa card keys: check value"));
+        Ok(Vault { aead, fingerprint, check })
+    }
+
+    /// The secret's check value (hex), as stored beside the keys it sealed.
+    pub fn check_value(&self) -> &str {
+        &self.check
+    }
+
+    /// Whether `stored` is this secret's check value (compared in constant time).
+    pub fn matches_check(&self, stored: &str) -> bool {
+        aws_lc_rs::constant_time::verify_slices_are_equal(stored.as_bytes(), self.check.as_bytes()).is_ok()
     }
 
     /// A fresh random secret, as hex (demo mode).
@@ -102,5 +116,9 @@ mod tests {
         let other = Vault::from_hex(&Vault::generate_secret()).unwrap();
         assert_eq!(other.open("GAME", &nonce, &ct), Err(VaultError::Open));
         assert_eq!(Vault::from_hex("abcd").unwrap_err(), VaultError::BadSecret);
+        assert!(v.matches_check(v.check_value()));
+        assert!(!other.matches_check(v.check_value()), "another secret has another check value");
+        assert_eq!(v.check_value().len(), 64);
+        assert_ne!(v.check_value(), v.fingerprint("", ""), "the check value is not a key fingerprint");
     }
 }

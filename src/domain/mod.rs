@@ -4,6 +4,7 @@
 pub mod decide;
 pub mod ids;
 pub mod money;
+pub mod refund;
 pub mod status;
 
 pub use money::{Currency, Money, MoneyError};

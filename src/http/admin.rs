@@ -189,6 +189,7 @@ struct OrderPage<'a> {
     order: OrderView,
     total: String,
     keys_delivered: usize,
+    keys_unreadable: i64,
     notifications: Vec<NotificationRow>,
     refunds: Vec<RefundView>,
     outbox: Vec<OutboxRow>,
@@ -207,8 +208,9 @@ async fn order_page(
         return Err(Error::not_found("order"));
     }
     let order = payments::get_order(&state.db, &order_no, true).await?;
-    let keys_delivered =
-        fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no).await.map(|k| k.len()).unwrap_or(0);
+    let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
+    let keys_unreadable = keys.unreadable_total();
+    let keys_delivered = keys.keys.len() + usize::try_from(keys_unreadable).unwrap_or(0);
     let message = match query.get("done").map(String::as_str) {
         Some("accept") => "Late payment accepted.",
         Some("refund") => "Refund requested.",
@@ -226,6 +228,7 @@ async fn order_page(
         refund_no: admin::suggest_refund_no(),
         message: message.to_string(),
         keys_delivered,
+        keys_unreadable,
         order,
     }))
 }

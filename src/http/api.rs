@@ -141,7 +141,10 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     json!({"type": "object", "properties": {"gateway": {"type": "string", "enum": ["sandbox", "alipay", "wechatpay", "stripe"], "description": "default: the configured default gateway"}, "channel": {"type": "string", "description": "sandbox: form; alipay: page; wechatpay: jsapi (default) or h5; stripe: checkout"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}}}),
                 ),
                 &[
-                    (201, "{order_no, attempt_ref, expires_at, payment}"),
+                    (
+                        201,
+                        "{order_no, attempt_ref, status, expires_at, payment}; a zero total is paid at once: payment null",
+                    ),
                     (409, "out_of_stock / price_changed"),
                     (
                         422,
@@ -200,7 +203,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "admin",
                 Admin,
                 Some(json!({"type": "object", "required": ["delta"], "properties": {"delta": {"type": "integer"}}})),
-                &[(200, "the SKU"), (409, "insufficient_stock")],
+                &[(200, "the SKU"), (409, "insufficient_stock"), (422, "digital_stock_is_keys / invalid_quantity")],
             ),
             post(adjust_stock),
         ),
@@ -249,7 +252,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             doc(
                 "post",
                 "/api/v1/admin/orders/{order_no}/refunds",
-                "Refund (full or partial) with a caller-supplied refund number; the same number returns the same refund",
+                "Refund (full or partial) with a caller-supplied refund number; the same number and terms return the same refund, other terms are refund_no_reused; a partial refund keeps the order's status",
                 "admin",
                 Admin,
                 Some(
@@ -297,7 +300,11 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 Some(
                     json!({"type": "object", "required": ["keys"], "properties": {"keys": {"type": "array", "items": {"type": "string"}}}}),
                 ),
-                &[(200, "{imported, duplicates}"), (422, "not_digital / keys_secret_missing")],
+                &[
+                    (200, "{imported, duplicates}"),
+                    (409, "keys_secret_mismatch"),
+                    (422, "not_digital / keys_secret_missing"),
+                ],
             ),
             post(import_keys),
         ),
@@ -558,9 +565,21 @@ async fn retry_payment(
     Path(order_no): Path<String>,
     ApiJson(body): ApiJson<CheckoutBody>,
 ) -> Result<Response> {
-    plain(&order_no, "order")?;
     let session = owner(&caller)?;
-    let current = payments::get_order(&state.db, &order_no, false).await?;
+    let (placed, handoff) = retry_flow(&state, session, &order_no, &body).await?;
+    Ok((StatusCode::CREATED, axum::Json(placed_json(&placed, Some(&handoff)))).into_response())
+}
+
+/// A new attempt on a pending order (the old one closed at its gateway, after commit) and its
+/// hand-off. `session` is the buyer's (`None`: an admin). Shared by the API and the pages.
+pub async fn retry_flow(
+    state: &AppState,
+    session: Option<&str>,
+    order_no: &str,
+    body: &CheckoutBody,
+) -> Result<(Placed, Handoff)> {
+    plain(order_no, "order")?;
+    let current = payments::get_order(&state.db, order_no, false).await?;
     if session.is_some_and(|s| s != current.session_id) {
         return Err(Error::not_found("order"));
     }
@@ -578,13 +597,13 @@ async fn retry_payment(
         return Err(Error::api(422, "unsupported_currency", format!("gateway {name} does not take {currency}")));
     }
     let (placed, superseded) =
-        orders::new_attempt(&state.db, session, &order_no, gateway.name(), channel, state.now_ms()).await?;
-    if close_at_gateways(&state, &superseded).await? {
+        orders::new_attempt(&state.db, session, order_no, gateway.name(), channel, state.now_ms()).await?;
+    if close_at_gateways(state, &superseded).await? {
         // The superseded attempt had been paid after all: the order is paid, nothing to hand off.
         return Err(Error::conflict("already_paid", "the previous attempt was paid; no new payment is needed"));
     }
-    let handoff = build_handoff(&state, &placed, &payer).await?;
-    Ok((StatusCode::CREATED, axum::Json(placed_json(&placed, Some(&handoff)))).into_response())
+    let handoff = build_handoff(state, &placed, &payer).await?;
+    Ok((placed, handoff))
 }
 
 /// The buyer's session id, or `None` for the admin (who may act on any order).
@@ -734,14 +753,18 @@ async fn import_keys(
 /// The order as JSON, with the card keys of delivered digital lines (for its buyer and admins).
 async fn order_json(state: &AppState, order_no: &str, admin: bool) -> Result<Value> {
     let order = payments::get_order(&state.db, order_no, admin).await?;
-    let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), order_no).await?;
+    let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), order_no, state.now_ms()).await?;
     let mut value = serde_json::to_value(&order).map_err(|e| Error::internal(e.to_string()))?;
     if let Some(lines) = value["lines"].as_array_mut() {
         for (i, line) in lines.iter_mut().enumerate() {
             let line_no = i64::try_from(i).unwrap_or(i64::MAX) + 1;
-            let line_keys: Vec<&String> = keys.iter().filter(|(n, _)| *n == line_no).map(|(_, k)| k).collect();
+            let line_keys: Vec<&String> = keys.keys.iter().filter(|(n, _)| *n == line_no).map(|(_, k)| k).collect();
             if !line_keys.is_empty() {
                 line["keys"] = json!(line_keys);
+            }
+            let unreadable = keys.unreadable_on(line_no);
+            if unreadable > 0 {
+                line["keys_unavailable"] = json!(unreadable);
             }
         }
     }

@@ -67,6 +67,19 @@ impl IntoResponse for Error {
                 }
                 (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST), json!({"error": err}))
             }
+            Error::Db(_) | Error::Internal(_) if self.is_unavailable() => {
+                tracing::warn!(error = %self, "database unavailable");
+                let body = json!({"error": {
+                    "code": "database_unavailable",
+                    "message": "the database cannot be reached right now; try again shortly",
+                }});
+                let mut response = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+                response.headers_mut().insert(
+                    axum::http::header::RETRY_AFTER,
+                    axum::http::HeaderValue::from(crate::error::DB_UNAVAILABLE_RETRY_AFTER_S),
+                );
+                return response;
+            }
             Error::Db(_) | Error::Internal(_) => {
                 // Logged in full here, shown to nobody.
                 tracing::error!(error = %self, "internal error");

@@ -34,6 +34,14 @@ pub fn document(with_sandbox: bool) -> Value {
         for (code, text) in doc.responses {
             responses.insert(code.to_string(), json!({"description": text}));
         }
+        // Any operation that reads or writes the database may meet it unreachable.
+        responses.entry("503").or_insert_with(|| {
+            json!({
+                "description": "database_unavailable: the database cannot be reached right now; retry after the given seconds",
+                "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait before retrying"}},
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+            })
+        });
         responses.insert("default".into(), json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}));
         let mut op = json!({
             "summary": doc.summary,

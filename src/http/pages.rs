@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::api::{CheckoutBody, place_order};
 use super::{AppState, Auth, Caller, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
-use crate::domain::{OrderStatus, ids};
+use crate::domain::{AttemptStatus, OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
 use crate::store::catalog::{self, BasketView, Session, SkuView};
@@ -51,8 +51,20 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             get(return_page),
         ),
         (
-            doc("get", "/checkout/return/{attempt_ref}/status", "Status polled by the return page: {status, settled}"),
+            doc(
+                "get",
+                "/checkout/return/{attempt_ref}/status",
+                "Status polled by the return page: {status, settled, attempt_status, can_retry}",
+            ),
             get(return_status),
+        ),
+        (
+            doc(
+                "post",
+                "/checkout/retry/{order_no}",
+                "Try again after a failed or cancelled payment: a new attempt and its hand-off (HTML form)",
+            ),
+            post(retry_page),
         ),
         (
             doc(
@@ -111,10 +123,24 @@ fn message(status: StatusCode, title: &str, message: &str, link: &str, link_text
 pub fn error_page(e: &Error, link: &str) -> Response {
     let status = match e {
         Error::Api { status, .. } => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST),
+        _ if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let text = match e {
         Error::Api { .. } => e.to_string(),
+        _ if e.is_unavailable() => {
+            tracing::warn!(error = %e, "page failed: database unavailable");
+            let mut r = message(
+                status,
+                "One moment",
+                "The shop cannot reach its database right now. Please try again in a few seconds.",
+                link,
+                "Try again",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(crate::error::DB_UNAVAILABLE_RETRY_AFTER_S));
+            return r;
+        }
         _ => {
             tracing::error!(error = %e, "page failed");
             "Something went wrong on our side; it has been logged.".to_string()
@@ -277,11 +303,28 @@ struct ReturnPage<'a> {
     attempt_ref: &'a str,
     order_no: &'a str,
     status: &'a str,
+    /// This attempt's status: a failed or cancelled one is said so, with *Try again*.
+    attempt_status: &'a str,
     total: String,
     settled: bool,
     poll_url: String,
     own: bool,
+    /// The buyer's CSRF token for *Try again* (own buyer only).
+    csrf: &'a str,
     keys: Vec<String>,
+    keys_unavailable: i64,
+}
+
+/// Whether the buyer should be offered *Try again*: the order still waits for its payment, and
+/// the attempt in view ended without one.
+fn may_try_again(order: &str, attempt: &str) -> bool {
+    order == OrderStatus::PendingPayment.as_str()
+        && matches!(AttemptStatus::parse(attempt), Some(AttemptStatus::Failed | AttemptStatus::Cancelled))
+}
+
+/// The status of `attempt_ref` on its order.
+fn attempt_status_of<'a>(order: &'a payments::OrderView, attempt_ref: &str) -> &'a str {
+    order.attempts.iter().find(|a| a.attempt_ref == attempt_ref).map_or("", |a| a.status.as_str())
 }
 
 /// Shows what kassa knows. Query parameters are ignored: the browser coming back proves nothing
@@ -295,35 +338,34 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
             .await?
             .ok_or_else(|| Error::not_found("payment"))?;
         let mut order = payments::get_order(&state.db, &order_no, false).await?;
-        let own = caller.session.as_ref().is_some_and(|s| s.id == order.session_id);
-        if own && order.status == OrderStatus::PendingPayment.as_str() {
+        let session = caller.session.as_ref().filter(|s| s.id == order.session_id);
+        if session.is_some() && order.status == OrderStatus::PendingPayment.as_str() {
             // The buyer is back from the gateway and waiting: ask it now rather than wait for the
             // notification (the redirect itself proves nothing).
             super::api::query_for_buyer(&state, &order).await;
             order = payments::get_order(&state.db, &order_no, false).await?;
         }
         let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
-        let poll_url =
-            if own { format!("/api/v1/orders/{order_no}") } else { format!("/checkout/return/{attempt_ref}/status") };
         // Delivered card keys are shown to the order's own buyer only.
-        let keys = if own {
-            crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no)
-                .await?
-                .into_iter()
-                .map(|(_, k)| k)
-                .collect()
-        } else {
-            Vec::new()
+        let keys = match session {
+            Some(_) => {
+                crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms())
+                    .await?
+            }
+            None => Default::default(),
         };
         Ok(render(&ReturnPage {
-            keys,
+            keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
+            keys_unavailable: keys.unreadable_total(),
             attempt_ref: &attempt_ref,
             order_no: &order_no,
             status: status.as_str(),
+            attempt_status: attempt_status_of(&order, &attempt_ref),
             total: order.total_display(),
             settled: status.is_settled(),
-            poll_url,
-            own,
+            poll_url: format!("/checkout/return/{attempt_ref}/status"),
+            own: session.is_some(),
+            csrf: session.map_or("", |s| s.csrf_token.as_str()),
         }))
     }
     .await;
@@ -335,9 +377,13 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
 struct H5Order<'a> {
     order_no: &'a str,
     status: &'a str,
+    /// The newest attempt's status: a failed or cancelled one is said so, with *Try again*.
+    attempt_status: &'a str,
     total: String,
     settled: bool,
+    csrf: &'a str,
     keys: Vec<String>,
+    keys_unavailable: i64,
 }
 
 async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no): Path<String>) -> Response {
@@ -347,22 +393,47 @@ async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no):
         }
         let order = payments::get_order(&state.db, &order_no, false).await?;
         // Only the buyer's own session sees the page (and the keys on it).
-        if caller.session.as_ref().is_none_or(|s| s.id != order.session_id) {
-            return Err(Error::not_found("order"));
-        }
+        let session =
+            caller.session.as_ref().filter(|s| s.id == order.session_id).ok_or_else(|| Error::not_found("order"))?;
         super::note_order(&order_no);
-        let keys = crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no).await?;
+        let keys =
+            crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
         let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
         Ok(render(&H5Order {
             order_no: &order_no,
             status: status.as_str(),
+            attempt_status: order.attempts.last().map_or("", |a| a.status.as_str()),
             total: order.total_display(),
             settled: status.is_settled() && status != OrderStatus::Paid,
-            keys: keys.into_iter().map(|(_, k)| k).collect(),
+            csrf: &session.csrf_token,
+            keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
+            keys_unavailable: keys.unreadable_total(),
         }))
     }
     .await;
     result.unwrap_or_else(|e| error_page(&e, "/"))
+}
+
+/// *Try again* from the return or the H5 page: a new attempt on the same order, handed off as at
+/// confirm (the same flow as `POST /api/v1/orders/{order_no}/attempts`).
+async fn retry_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(order_no): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let result = async {
+        if !ids::is_plain_id(&order_no) {
+            return Err(Error::not_found("order"));
+        }
+        let session = form_session(&state, &headers, &form).await?;
+        let body = CheckoutBody { gateway: None, channel: None, payer: None };
+        let (placed, handoff) = super::api::retry_flow(&state, Some(&session.id), &order_no, &body).await?;
+        Ok(handoff_page(&placed, Some(&handoff)))
+    }
+    .await;
+    let back = if ids::is_plain_id(&order_no) { format!("/h5/orders/{order_no}") } else { "/".to_string() };
+    result.unwrap_or_else(|e| error_page(&e, &back))
 }
 
 async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<String>) -> Result<Response> {
@@ -373,5 +444,12 @@ async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<St
         payments::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
     let order = payments::get_order(&state.db, &order_no, false).await?;
     let settled = OrderStatus::parse(&order.status).is_some_and(OrderStatus::is_settled);
-    Ok(axum::Json(serde_json::json!({"status": order.status, "settled": settled})).into_response())
+    let attempt_status = attempt_status_of(&order, &attempt_ref);
+    Ok(axum::Json(serde_json::json!({
+        "status": order.status,
+        "settled": settled,
+        "attempt_status": attempt_status,
+        "can_retry": may_try_again(&order.status, attempt_status),
+    }))
+    .into_response())
 }

@@ -84,6 +84,8 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
     if !(0..=STOCK_DELTA_MAX).contains(&new.stock) {
         return Err(Error::api(422, "invalid_quantity", "stock must be between 0 and 1000000000"));
     }
+    // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
+    let stock = if new.kind == SkuKind::Digital { 0 } else { new.stock };
     let created = crate::write_tx!(db, |tx| {
         let done = sqlx::query(
                 "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, created_at, updated_at) \
@@ -94,7 +96,7 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
             .bind(new.kind.as_str())
             .bind(new.price.amount_minor())
             .bind(new.price.currency().code())
-            .bind(new.stock)
+            .bind(stock)
             .bind(now)
             .execute(&mut **tx)
             .await?;
@@ -146,14 +148,15 @@ pub async fn update_sku(
     get_sku(db, sku).await
 }
 
-/// Restock (positive) or write off (negative). A write-off can never take away held units.
+/// Restock (positive) or write off (negative) a physical SKU. A write-off can never take away
+/// held units. A digital SKU's stock is its unsold keys: it changes by key imports and sales only.
 pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result<SkuView> {
     if delta == 0 || !(-STOCK_DELTA_MAX..=STOCK_DELTA_MAX).contains(&delta) {
         return Err(Error::api(422, "invalid_quantity", "delta must be non-zero and within ±1000000000"));
     }
     crate::write_tx!(db, |tx| {
         let done = sqlx::query(
-            "UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3 AND on_hand + $1 >= reserved",
+            "UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3 AND kind = 'physical' AND on_hand + $1 >= reserved",
         )
         .bind(delta)
         .bind(now)
@@ -163,10 +166,15 @@ pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result
         if done.rows_affected() == 1 {
             return Ok(());
         }
-        let exists: Option<String> =
-            sqlx::query_scalar("SELECT sku FROM skus WHERE sku = $1").bind(sku).fetch_optional(&mut **tx).await?;
-        match exists {
+        let kind: Option<String> =
+            sqlx::query_scalar("SELECT kind FROM skus WHERE sku = $1").bind(sku).fetch_optional(&mut **tx).await?;
+        match kind.as_deref() {
             None => Err(Error::not_found("SKU")),
+            Some("digital") => Err(Error::api(
+                422,
+                "digital_stock_is_keys",
+                "a digital SKU's stock is its unsold keys: import keys to add stock",
+            )),
             Some(_) => {
                 Err(Error::conflict("insufficient_stock", "the write-off would take away units that are held or sold"))
             }

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use crate::domain::OrderStatus;
 use crate::domain::status::{replay_attempt_log, replay_order_log, replay_refund_log};
 use crate::error::Result;
-use crate::store::{Db, col};
+use crate::store::{Db, col, fulfilment};
+use crate::vault::Vault;
 
 /// `(from, to)` status pairs of one entity, oldest first.
 type StatusLog = Vec<(Option<String>, String)>;
@@ -48,8 +49,44 @@ const REFERENCES_SQL: &str = "\
       WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_no = a.order_no) \
     ORDER BY 1, 2, 3";
 
-/// Runs every implemented check and returns all violations found.
+/// Most unreadable keys listed one by one; past it the count says how many more.
+const UNREADABLE_LISTED_MAX: usize = 1_000;
+
+/// Runs every check that needs no keys secret and returns all violations found.
 pub async fn run(db: &Db) -> Result<Vec<Violation>> {
+    run_with(db, None).await
+}
+
+/// Runs every check; with the keys secret (`vault`), also that it is the one the database's card
+/// keys were sealed with and that every stored key decrypts under it (I9).
+pub async fn run_with(db: &Db, vault: Option<&Vault>) -> Result<Vec<Violation>> {
+    let mut out = run_snapshot(db).await?;
+    if let Some(vault) = vault {
+        if fulfilment::keys_check_matches(db, vault).await? == Some(false) {
+            out.push(Violation {
+                invariant: "I9",
+                detail: "the keys secret given does not match the check value stored with the keys".into(),
+            });
+        }
+        let unreadable = fulfilment::unreadable_keys(db, vault, UNREADABLE_LISTED_MAX + 1).await?;
+        for (id, sku, order_no) in unreadable.iter().take(UNREADABLE_LISTED_MAX) {
+            let whose = order_no.as_deref().map_or("unsold".to_string(), |o| format!("delivered to order {o}"));
+            out.push(Violation {
+                invariant: "I9",
+                detail: format!("key {id} of sku {sku} ({whose}) does not decrypt under the keys secret"),
+            });
+        }
+        if unreadable.len() > UNREADABLE_LISTED_MAX {
+            out.push(Violation {
+                invariant: "I9",
+                detail: "more keys do not decrypt; only the first are listed".into(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     let mut tx = db.snapshot().await?;
     let mut out = Vec::new();
     let mut add = |invariant: &'static str, detail: String| out.push(Violation { invariant, detail });
@@ -204,7 +241,7 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
     for r in &rows {
         let (sku, on_hand, unsold): (String, i64, i64) = (col(r, "sku")?, col(r, "on_hand")?, col(r, "unsold")?);
         if on_hand != unsold {
-            add("I3", format!("digital sku {sku}: on_hand={on_hand} but {unsold} keys are unsold"));
+            add("I9", format!("digital sku {sku}: on_hand={on_hand} but {unsold} keys are unsold"));
         }
     }
 
@@ -246,7 +283,8 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
         }
     }
     let rows = sqlx::query(
-        "SELECT a.attempt_ref FROM payment_attempts a WHERE a.status = 'succeeded' AND NOT EXISTS \
+        "SELECT a.attempt_ref FROM payment_attempts a WHERE a.status = 'succeeded' \
+         AND NOT (a.gateway = 'free' AND a.captured_minor = 0) AND NOT EXISTS \
          (SELECT 1 FROM status_events e JOIN notifications n ON n.id = e.notification_id \
           WHERE e.entity = 'attempt' AND e.entity_id = a.attempt_ref AND e.to_status = 'succeeded' AND n.status = 'applied') \
          ORDER BY a.attempt_ref",
@@ -258,7 +296,21 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
         add("I4", format!("attempt {attempt_ref} succeeded without an applied gateway event"));
     }
 
-    // I8 effects: no fulfilment or "paid" message for an order that was never paid.
+    // A zero-total order is completed without a gateway: its attempt moves no money.
+    let rows = sqlx::query(
+        "SELECT attempt_ref, amount_minor, captured_minor FROM payment_attempts \
+         WHERE gateway = 'free' AND (amount_minor <> 0 OR COALESCE(captured_minor, 0) <> 0) ORDER BY attempt_ref",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let attempt_ref: String = col(r, "attempt_ref")?;
+        add("I4", format!("attempt {attempt_ref} was completed without a gateway but is not for zero"));
+    }
+
+    // I8 effects: no fulfilment or "paid" message for an order that was never paid; at most one
+    // `order.paid` and one `fulfilment.requested` per order, ever; a refund message for every
+    // refund and for how it ended.
     let rows = sqlx::query(
         "SELECT m.id, m.order_no, m.topic FROM outbox m WHERE m.topic IN ('order.paid', 'order.delivered', 'fulfilment.requested') \
          AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.order_no = m.order_no AND a.status = 'succeeded') ORDER BY m.id",
@@ -268,6 +320,45 @@ pub async fn run(db: &Db) -> Result<Vec<Violation>> {
     for r in &rows {
         let (id, order_no, topic): (String, String, String) = (col(r, "id")?, col(r, "order_no")?, col(r, "topic")?);
         add("I8", format!("outbox message {id} ({topic}) for order {order_no}, which was never paid"));
+    }
+    let rows = sqlx::query(
+        "SELECT order_no, topic, CAST(COUNT(*) AS BIGINT) AS n FROM outbox \
+         WHERE topic IN ('order.paid', 'order.delivered', 'fulfilment.requested') \
+         GROUP BY order_no, topic HAVING COUNT(*) > 1 ORDER BY order_no, topic",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (order_no, topic, n): (String, String, i64) = (col(r, "order_no")?, col(r, "topic")?, col(r, "n")?);
+        add("I8", format!("order {order_no} has {n} {topic} messages (at most one ever)"));
+    }
+    let rows = sqlx::query("SELECT topic, payload FROM outbox WHERE topic LIKE 'refund.%'").fetch_all(&mut *tx).await?;
+    let mut sent = std::collections::BTreeSet::new();
+    for r in &rows {
+        let (topic, payload): (String, String) = (col(r, "topic")?, col(r, "payload")?);
+        let refund_no = serde_json::from_str::<serde_json::Value>(&payload)
+            .ok()
+            .and_then(|v| v["refund_no"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        sent.insert((refund_no, topic));
+    }
+    let rows =
+        sqlx::query("SELECT refund_no, order_no, status FROM refunds ORDER BY refund_no").fetch_all(&mut *tx).await?;
+    for r in &rows {
+        let (refund_no, order_no, status): (String, String, String) =
+            (col(r, "refund_no")?, col(r, "order_no")?, col(r, "status")?);
+        let mut due = vec!["refund.requested".to_string()];
+        if matches!(status.as_str(), "succeeded" | "failed") {
+            due.push(format!("refund.{status}"));
+        }
+        for topic in due {
+            if !sent.contains(&(refund_no.clone(), topic.clone())) {
+                add(
+                    "I8",
+                    format!("refund {refund_no} of order {order_no} is {status} but no {topic} message was sent"),
+                );
+            }
+        }
     }
 
     // I7 audit: replaying each log gives the current status.

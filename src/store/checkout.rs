@@ -8,7 +8,8 @@ use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Cause};
-use crate::store::{Db, Tx, col};
+use crate::store::fulfilment::OrderLine;
+use crate::store::{Db, Tx, col, payments};
 
 /// Longest `Idempotency-Key` accepted.
 pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 128;
@@ -118,7 +119,12 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         let lines = price_lines(&read.next().unwrap_or_default())?;
         let total =
             lines.iter().try_fold(Money::zero(lines[0].unit.currency()), |acc, l| acc.checked_add(l.line_total))?;
+        // A zero total is completed here, without a gateway (none takes a zero amount).
+        let free = total.amount_minor() == 0;
+        let (gateway, channel) =
+            if free { (payments::FREE_GATEWAY, payments::FREE_GATEWAY) } else { (req.gateway, req.channel) };
         if let Some(accepted) = req.currencies
+            && !free
             && !accepted.contains(&total.currency())
         {
             return Err(Error::api(
@@ -151,7 +157,7 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                 OrderStatus::PendingPayment.as_str(),
                 total.amount_minor(),
                 total.currency().code(),
-                req.gateway,
+                gateway,
                 expires_at,
                 req.now
             ],
@@ -182,8 +188,8 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             args![
                 &attempt_ref,
                 &order_no,
-                req.gateway,
-                req.channel,
+                gateway,
+                channel,
                 AttemptStatus::Created.as_str(),
                 total.amount_minor(),
                 total.currency().code(),
@@ -215,6 +221,21 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         }
         if changed.iter().any(|n| *n != 1) {
             return Err(Error::internal("basket changed under its lock"));
+        }
+        if free {
+            let order_lines = lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| OrderLine {
+                    line_no: i64::try_from(i).unwrap_or(i64::MAX) + 1,
+                    sku: l.sku.clone(),
+                    name: l.name.clone(),
+                    kind: l.kind.clone(),
+                    quantity: l.quantity,
+                })
+                .collect();
+            payments::complete_free(tx, db.skip_locked(), &order_no, &attempt_ref, total, order_lines, req.now).await?;
+            return load_placed(tx, &order_no, true).await;
         }
         Ok(Placed {
             subject: subject(&lines),

@@ -69,7 +69,7 @@ pub async fn add_order_status(
 ) -> Result<()> {
     add_order_update(batch, order_no, from, to, cause, Also::default())?;
     // The shop's own systems hear about it through the outbox, in this same transaction.
-    super::outbox::add_order_event(conn, batch, order_no, to, cause.at).await
+    super::outbox::add_order_event(conn, batch, order_no, from, to, cause.at).await
 }
 
 /// [`add_order_status`] when the caller already knows what the outbox message carries (which must
@@ -84,7 +84,7 @@ pub fn add_order_status_with(
     also: Also<'_>,
 ) -> Result<()> {
     add_order_update(batch, order_no, from, to, cause, also)?;
-    super::outbox::add_order_event_with(batch, order_no, to, facts, cause.at);
+    super::outbox::add_order_event_with(batch, order_no, from, to, facts, cause.at);
     Ok(())
 }
 

@@ -21,9 +21,93 @@ pub struct ImportCount {
     pub duplicates: i64,
 }
 
+/// The setting that holds the keys secret's check value.
+const KEYS_CHECK_SETTING: &str = "keys_check";
+/// Stored keys read per round when a database without a check value is first given a secret.
+const VERIFY_PAGE_MAX: i64 = 1_000;
+
+/// The answer to a keys secret that is not the one this database's keys were sealed with.
+fn secret_mismatch(detail: &str) -> Error {
+    Error::api(
+        409,
+        "keys_secret_mismatch",
+        format!(
+            "the keys secret is not the one this database's card keys were imported under ({detail}); \
+             use the original --keys-secret"
+        ),
+    )
+}
+
+/// Makes sure `vault`'s secret is the one this database's card keys are sealed with: its check
+/// value must be the stored one. A database with no check value yet gets this secret's, but only
+/// after every key already stored opened under it. Several instances or imports starting at
+/// once with different secrets: one check value wins, the others are refused.
+pub async fn verify_keys_secret(db: &Db, vault: &Vault) -> Result<()> {
+    let stored: Option<String> = sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
+        .bind(KEYS_CHECK_SETTING)
+        .fetch_optional(db.read_pool())
+        .await?;
+    if let Some(stored) = stored {
+        return if vault.matches_check(&stored) { Ok(()) } else { Err(secret_mismatch("its check value differs")) };
+    }
+    let unreadable = unreadable_keys(db, vault, 1).await?;
+    if !unreadable.is_empty() {
+        return Err(secret_mismatch("a stored key does not decrypt under it"));
+    }
+    let value = crate::store::settings::get_or_init(db, KEYS_CHECK_SETTING, || vault.check_value().to_string()).await?;
+    if vault.matches_check(&value) { Ok(()) } else { Err(secret_mismatch("its check value differs")) }
+}
+
+/// Whether the database holds any card key.
+pub async fn keys_stored(db: &Db) -> Result<bool> {
+    let any: Option<String> =
+        sqlx::query_scalar("SELECT id FROM card_keys LIMIT 1").fetch_optional(db.read_pool()).await?;
+    Ok(any.is_some())
+}
+
+/// Whether a check value is stored, and whether it is `vault`'s (for `kassa check`).
+pub async fn keys_check_matches(db: &Db, vault: &Vault) -> Result<Option<bool>> {
+    let stored: Option<String> = sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
+        .bind(KEYS_CHECK_SETTING)
+        .fetch_optional(db.read_pool())
+        .await?;
+    Ok(stored.map(|v| vault.matches_check(&v)))
+}
+
+/// Stored keys that do not decrypt under `vault` (id, SKU, order if delivered), at most `limit`.
+/// Reads every key, a page at a time.
+pub async fn unreadable_keys(db: &Db, vault: &Vault, limit: usize) -> Result<Vec<(String, String, Option<String>)>> {
+    let mut found = Vec::new();
+    let mut after = String::new();
+    loop {
+        let rows = sqlx::query(
+            "SELECT id, sku, order_no, nonce, ciphertext FROM card_keys WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(&after)
+        .bind(VERIFY_PAGE_MAX)
+        .fetch_all(db.read_pool())
+        .await?;
+        for r in &rows {
+            let (id, sku): (String, String) = (col(r, "id")?, col(r, "sku")?);
+            if vault.open(&sku, &col::<Vec<u8>>(r, "nonce")?, &col::<Vec<u8>>(r, "ciphertext")?).is_err() {
+                found.push((id.clone(), sku, col(r, "order_no")?));
+                if found.len() >= limit {
+                    return Ok(found);
+                }
+            }
+            after = id;
+        }
+        if i64::try_from(rows.len()).unwrap_or(0) < VERIFY_PAGE_MAX {
+            return Ok(found);
+        }
+    }
+}
+
 /// Imports one batch of keys for a digital SKU: encrypted, de-duplicated within the SKU (also
-/// within the batch), and added to its stock in the same transaction.
+/// within the batch), and added to its stock in the same transaction. Refused when the vault's
+/// secret is not the one the database's keys are sealed with ([`verify_keys_secret`]).
 pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now: Millis) -> Result<ImportCount> {
+    verify_keys_secret(db, vault).await?;
     let mut sealed = Vec::with_capacity(keys.len());
     let mut seen = std::collections::HashSet::new();
     let mut count = ImportCount::default();
@@ -194,25 +278,67 @@ pub async fn mark_delivered(db: &Db, order_no: &str, now: Millis) -> Result<()> 
     Ok(())
 }
 
-/// The delivered keys of an order, decrypted, per SKU (for the buyer and admins only).
-pub async fn order_keys(db: &Db, vault: Option<&Vault>, order_no: &str) -> Result<Vec<(i64, String)>> {
+/// The delivered keys of an order, as its buyer and admins see them.
+#[derive(Debug, Default)]
+pub struct OrderKeys {
+    /// (line number, key), decrypted.
+    pub keys: Vec<(i64, String)>,
+    /// (line number, how many) of delivered keys that could not be decrypted.
+    pub unreadable: Vec<(i64, i64)>,
+}
+
+impl OrderKeys {
+    pub fn unreadable_on(&self, line_no: i64) -> i64 {
+        self.unreadable.iter().filter(|(n, _)| *n == line_no).map(|(_, c)| c).sum()
+    }
+
+    pub fn unreadable_total(&self) -> i64 {
+        self.unreadable.iter().map(|(_, c)| c).sum()
+    }
+}
+
+/// The delivered keys of an order, decrypted (for the buyer and admins only). A key that does not
+/// decrypt (no secret configured, or not the secret it was sealed with) is counted, not shown: the
+/// order stays readable, and an alert tells the operator.
+pub async fn order_keys(db: &Db, vault: Option<&Vault>, order_no: &str, now: Millis) -> Result<OrderKeys> {
     let rows = sqlx::query(
         "SELECT line_no, sku, nonce, ciphertext FROM card_keys WHERE order_no = $1 ORDER BY line_no, delivered_at, id",
     )
     .bind(order_no)
     .fetch_all(db.read_pool())
     .await?;
-    if rows.is_empty() {
-        return Ok(Vec::new());
+    let mut out = OrderKeys::default();
+    for r in &rows {
+        let (line_no, sku): (i64, String) = (col(r, "line_no")?, col(r, "sku")?);
+        let (nonce, ciphertext): (Vec<u8>, Vec<u8>) = (col(r, "nonce")?, col(r, "ciphertext")?);
+        let opened = vault.map(|v| v.open(&sku, &nonce, &ciphertext));
+        match opened {
+            Some(Ok(key)) => out.keys.push((line_no, key)),
+            _ => match out.unreadable.iter_mut().find(|(n, _)| *n == line_no) {
+                Some((_, c)) => *c += 1,
+                None => out.unreadable.push((line_no, 1)),
+            },
+        }
     }
-    let vault = vault.ok_or_else(|| Error::internal("keys are stored but no keys secret is configured"))?;
-    rows.iter()
-        .map(|r| {
-            let (line_no, sku): (i64, String) = (col(r, "line_no")?, col(r, "sku")?);
-            let key = vault
-                .open(&sku, &col::<Vec<u8>>(r, "nonce")?, &col::<Vec<u8>>(r, "ciphertext")?)
-                .map_err(|e| Error::internal(e.to_string()))?;
-            Ok((line_no, key))
-        })
-        .collect()
+    if out.unreadable_total() > 0 {
+        let why = if vault.is_some() {
+            "do not decrypt under the configured keys secret"
+        } else {
+            "cannot be read: no keys secret is configured"
+        };
+        let details = format!("{} delivered key(s) of order {order_no} {why}", out.unreadable_total());
+        crate::write_tx!(db, |tx| {
+            events::raise_alert(
+                tx,
+                "key_unreadable",
+                events::Severity::Critical,
+                order_no,
+                Some(order_no),
+                &details,
+                now,
+            )
+            .await
+        })?;
+    }
+    Ok(out)
 }

@@ -7,34 +7,41 @@ use serde_json::json;
 use crate::args;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::OrderStatus;
+use crate::domain::refund;
+use crate::domain::status::RefundStatus;
 use crate::error::Result;
 use crate::store::batch::Batch;
 use crate::store::fulfilment::OrderLine;
 use crate::store::{Db, col, new_id};
 
-/// Adds `order.<status>` for an order that is changing status to `batch` (and
-/// `fulfilment.requested` when a paid order has physical goods to ship). Reads what the messages
-/// carry now, so the batch must not change those columns before it.
+/// Adds the messages of an order's change `from -> status` to `batch`, as
+/// [`refund::status_messages`] decides them: `order.<status>`, and `fulfilment.requested` when an
+/// order first paid has physical goods to ship. Reads what the messages carry now, so the batch
+/// must not change those columns before it.
 pub async fn add_order_event(
     conn: &mut Conn,
     batch: &mut Batch,
     order_no: &str,
+    from: OrderStatus,
     status: OrderStatus,
     now: Millis,
 ) -> Result<()> {
+    let messages = refund::status_messages(from, status);
+    if !messages.status && !messages.fulfilment {
+        return Ok(());
+    }
     let row = sqlx::query("SELECT total_minor, currency, captured_minor FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_one(&mut *conn)
         .await?;
-    let lines =
-        if status == OrderStatus::Paid { super::fulfilment::order_lines(conn, order_no).await? } else { Vec::new() };
+    let lines = if messages.fulfilment { super::fulfilment::order_lines(conn, order_no).await? } else { Vec::new() };
     let facts = OrderFacts {
         total_minor: col(&row, "total_minor")?,
         currency: &col::<String>(&row, "currency")?,
         captured_minor: col(&row, "captured_minor")?,
         lines: &lines,
     };
-    add_order_event_with(batch, order_no, status, &facts, now);
+    add_order_event_with(batch, order_no, from, status, &facts, now);
     Ok(())
 }
 
@@ -52,20 +59,16 @@ pub struct OrderFacts<'a> {
 pub fn add_order_event_with(
     batch: &mut Batch,
     order_no: &str,
+    from: OrderStatus,
     status: OrderStatus,
     facts: &OrderFacts<'_>,
     now: Millis,
 ) {
-    let data = json!({
-        "order_no": order_no,
-        "status": status.as_str(),
-        "total_minor": facts.total_minor,
-        "currency": facts.currency,
-        "captured_minor": facts.captured_minor,
-        "at": rfc3339(now),
-    });
-    add(batch, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now);
-    if status == OrderStatus::Paid {
+    let messages = refund::status_messages(from, status);
+    if messages.status {
+        add_status_message(batch, order_no, status, facts, now);
+    }
+    if messages.fulfilment {
         let lines: Vec<serde_json::Value> = facts
             .lines
             .iter()
@@ -77,6 +80,47 @@ pub fn add_order_event_with(
             add(batch, order_no, "fulfilment.requested", &data.to_string(), now);
         }
     }
+}
+
+fn add_status_message(batch: &mut Batch, order_no: &str, status: OrderStatus, facts: &OrderFacts<'_>, now: Millis) {
+    let data = json!({
+        "order_no": order_no,
+        "status": status.as_str(),
+        "total_minor": facts.total_minor,
+        "currency": facts.currency,
+        "captured_minor": facts.captured_minor,
+        "at": rfc3339(now),
+    });
+    add(batch, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now);
+}
+
+/// A refund's change, as the shop hears of it: `refund.requested`, `refund.succeeded` or
+/// `refund.failed`.
+#[derive(Debug)]
+pub struct RefundFacts<'a> {
+    pub refund_no: &'a str,
+    pub order_no: &'a str,
+    pub status: RefundStatus,
+    pub amount_minor: i64,
+    pub currency: &'a str,
+    pub kind: &'a str,
+    /// What the order's refunds that went through add up to, this change included.
+    pub refunded_minor: i64,
+}
+
+/// Adds the message of a refund's change to `batch`.
+pub fn add_refund_event(batch: &mut Batch, facts: &RefundFacts<'_>, now: Millis) {
+    let data = json!({
+        "refund_no": facts.refund_no,
+        "order_no": facts.order_no,
+        "status": facts.status.as_str(),
+        "amount_minor": facts.amount_minor,
+        "currency": facts.currency,
+        "kind": facts.kind,
+        "refunded_minor": facts.refunded_minor,
+        "at": rfc3339(now),
+    });
+    add(batch, facts.order_no, &format!("refund.{}", facts.status.as_str()), &data.to_string(), now);
 }
 
 fn add(batch: &mut Batch, order_no: &str, topic: &str, payload: &str, now: Millis) {

@@ -139,7 +139,7 @@ async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: 
                 let success = Success {
                     order_no: &order_no,
                     attempt_ref: &ev.attempt_ref,
-                    gateway_txn_id,
+                    gateway_txn_id: Some(gateway_txn_id),
                     amount: *amount,
                     order_total: &order_total,
                     others: &others,
@@ -230,7 +230,8 @@ fn add_notification_outcome(batch: &mut Batch, id: &str, status: &str, order_no:
 struct Success<'a> {
     order_no: &'a str,
     attempt_ref: &'a str,
-    gateway_txn_id: &'a str,
+    /// `None` for a zero-total order, completed without a gateway.
+    gateway_txn_id: Option<&'a str>,
     amount: Money,
     /// The order's total and currency (they never change).
     order_total: &'a (i64, String),
@@ -301,7 +302,7 @@ async fn apply_success(
     if decision == SuccessDecision::AlreadyApplied {
         return Ok(None);
     }
-    let cause = Cause { trigger: "payment_succeeded", ..cause };
+    let cause = Cause { trigger: if cause.trigger.is_empty() { "payment_succeeded" } else { cause.trigger }, ..cause };
     // The attempt's success, in one batch with what a payment of a pending order changes.
     let mut batch = Batch::new();
     // The capture in the status update's own statement.
@@ -357,9 +358,9 @@ async fn apply_success(
                 &facts,
                 captured,
             )?;
-            let id =
-                cause.notification_id.ok_or_else(|| Error::internal("a payment applied without its notification"))?;
-            add_notification_outcome(&mut batch, id, "applied", order_no);
+            if let Some(id) = cause.notification_id {
+                add_notification_outcome(&mut batch, id, "applied", order_no);
+            }
             batch.run_checked(tx).await?;
             fulfilment::deliver_keys(tx, skip_locked, order_no, lines, cause).await?;
             Ok(Some(PAID))
@@ -405,7 +406,8 @@ async fn apply_success(
                     )
                     .await?;
                     let cause = Cause { trigger: "late_payment_refund", ..follow_up };
-                    refunds::start_refunding(tx, order_no, OrderStatus::PaidAfterExpiry, cause).await?;
+                    refunds::start_refunding(tx, order_no, OrderStatus::PaidAfterExpiry, OrderStatus::Refunding, cause)
+                        .await?;
                     Ok(Some("paid_after_expiry_refunding"))
                 }
             }
@@ -439,6 +441,48 @@ async fn apply_success(
         }
         SuccessDecision::AlreadyApplied => Ok(None),
     }
+}
+
+/// The gateway name of a zero-total order's attempt: no gateway is involved.
+pub const FREE_GATEWAY: &str = "free";
+
+/// Completes a zero-total order just confirmed in `tx` (pending, its one attempt `created`):
+/// paid with nothing captured, its reservations consumed, its keys delivered and its messages
+/// sent, as a payment would, without a gateway (which would refuse a zero amount).
+pub async fn complete_free(
+    tx: &mut Tx<'_>,
+    skip_locked: &str,
+    order_no: &str,
+    attempt_ref: &str,
+    total: Money,
+    lines: Vec<fulfilment::OrderLine>,
+    now: Millis,
+) -> Result<()> {
+    if total.amount_minor() != 0 {
+        return Err(Error::internal("only a zero total completes without a gateway"));
+    }
+    let mut reservations: Vec<(String, i64)> = lines.iter().map(|l| (l.sku.clone(), l.quantity)).collect();
+    reservations.sort();
+    let parts = OrderParts {
+        attempts: vec![(attempt_ref.to_string(), AttemptStatus::Created.as_str().into())],
+        reservations,
+        lines,
+    };
+    let order_total = (0, total.currency().code().to_string());
+    let success = Success {
+        order_no,
+        attempt_ref,
+        gateway_txn_id: None,
+        amount: total,
+        order_total: &order_total,
+        others: &[],
+        parts: &parts,
+    };
+    let cause = Cause { trigger: "zero_total", notification_id: None, at: now };
+    let status = OrderStatus::PendingPayment;
+    apply_success(tx, skip_locked, &success, status, AttemptStatus::Created, LatePolicy::Manual, cause).await?;
+    metrics::counter!("kassa_zero_total_orders_total").increment(1);
+    Ok(())
 }
 
 /// Takes stock again for an order whose reservations were released (a late payment): every line
@@ -814,6 +858,8 @@ pub struct OrderView {
     pub total_minor: i64,
     pub currency: String,
     pub captured_minor: Option<i64>,
+    /// What the order's refunds that went through add up to (a duplicate payment's refund aside).
+    pub refunded_minor: i64,
     pub expires_at: String,
     pub created_at: String,
     pub lines: Vec<OrderLineView>,
@@ -842,7 +888,10 @@ pub async fn order_no_for_attempt(db: &Db, attempt_ref: &str) -> Result<Option<S
 pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<OrderView> {
     let pool = db.read_pool();
     let o = sqlx::query(
-        "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at FROM orders WHERE order_no = $1",
+        "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
+         CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = orders.order_no \
+         AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
+         FROM orders WHERE order_no = $1",
     )
     .bind(order_no)
     .fetch_optional(pool)
@@ -914,6 +963,7 @@ pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<Ord
         total_minor: col(&o, "total_minor")?,
         currency: col(&o, "currency")?,
         captured_minor: col(&o, "captured_minor")?,
+        refunded_minor: col(&o, "refunded_minor")?,
         expires_at: rfc3339(col(&o, "hold_expires_at")?),
         created_at: rfc3339(col(&o, "created_at")?),
         lines,

@@ -5,10 +5,13 @@
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
+use crate::domain::refund::{self, RefundRefusal, RefundTotals};
 use crate::domain::status::RefundStatus;
 use crate::domain::{Money, OrderStatus};
 use crate::error::{Error, Result};
+use crate::store::batch::Batch;
 use crate::store::events::{self, Cause, Severity};
+use crate::store::outbox::{self, RefundFacts};
 use crate::store::{Db, Tx, col};
 
 /// Longest refund number (gateways allow 64).
@@ -83,9 +86,11 @@ pub async fn get(db: &Db, refund_no: &str) -> Result<RefundView> {
     view(&row)
 }
 
-/// A merchant refund of a paid order. Idempotent on `refund_no`; refused (and not stored) when the
-/// refunds of the order would exceed what was captured. Checked under the order lock, so
-/// concurrent requests cannot together exceed it.
+/// A merchant refund of a paid order. Idempotent on `refund_no`: the same number with the same
+/// terms (order, amount, reason) answers the refund made first; with other terms it is refused
+/// (`refund_no_reused`). Refused, and not stored, when the order's refunds would exceed what was
+/// captured; checked under the order lock, so concurrent requests cannot together exceed it.
+/// The order keeps its status unless the refunds in flight now cover the whole capture.
 pub async fn request(
     db: &Db,
     order_no: &str,
@@ -100,44 +105,81 @@ pub async fn request(
     if amount_minor <= 0 {
         return Err(Error::api(422, "invalid_amount", "amount_minor must be positive"));
     }
+    let reason = clean_reason(reason);
     let lock = db.for_update();
     let created = crate::write_tx!(db, |tx| {
-        let order = sqlx::query(&format!("SELECT status, captured_minor FROM orders WHERE order_no = $1{lock}"))
+        let order = sqlx::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
             .bind(order_no)
             .fetch_optional(&mut **tx)
             .await?
             .ok_or_else(|| Error::not_found("order"))?;
-        let existing: Option<String> = sqlx::query_scalar("SELECT order_no FROM refunds WHERE refund_no = $1")
+        let existing = sqlx::query("SELECT order_no, amount_minor, reason, kind FROM refunds WHERE refund_no = $1")
             .bind(refund_no)
             .fetch_optional(&mut **tx)
             .await?;
-        match existing {
-            Some(o) if o == order_no => return Ok(false),
-            Some(_) => return Err(Error::conflict("refund_no_reused", "this refund number belongs to another order")),
-            None => {}
+        if let Some(r) = existing {
+            let same = col::<String>(&r, "order_no")? == order_no
+                && col::<i64>(&r, "amount_minor")? == amount_minor
+                && col::<String>(&r, "reason")? == reason
+                && col::<String>(&r, "kind")? == RefundKind::Merchant.as_str();
+            if same {
+                return Ok(false);
+            }
+            return Err(Error::conflict(
+                "refund_no_reused",
+                "this refund number was used for another refund (other order, amount or reason)",
+            ));
         }
         let status =
             OrderStatus::parse(&col::<String>(&order, "status")?).ok_or_else(|| Error::internal("bad status"))?;
-        if !matches!(
-            status,
-            OrderStatus::Paid | OrderStatus::Delivered | OrderStatus::Refunding | OrderStatus::PaidAfterExpiry
-        ) {
-            return Err(Error::conflict("not_refundable", format!("the order is {status}")));
-        }
+        let totals = order_totals(tx, order_no).await?;
+        let to = refund::decide_request(status, totals, amount_minor).map_err(|refusal| match refusal {
+            RefundRefusal::NotRefundable => Error::conflict("not_refundable", format!("the order is {status}")),
+            RefundRefusal::InvalidAmount => Error::api(422, "invalid_amount", "amount_minor must be positive"),
+            RefundRefusal::Overflow => Error::api(422, "amount_overflow", "amount overflows"),
+            RefundRefusal::ExceedsCaptured { total } => Error::conflict(
+                "refund_exceeds_captured",
+                format!(
+                    "refunds would total {total}, but {} was captured ({} already refunded or in flight)",
+                    totals.captured, totals.committed
+                ),
+            ),
+        })?;
         let attempt = paid_attempt(tx, order_no).await?;
-        insert(tx, order_no, &attempt, refund_no, amount_minor, reason, RefundKind::Merchant, now).await?;
-        if status != OrderStatus::Refunding {
-            start_refunding(
-                tx,
-                order_no,
-                status,
-                Cause { trigger: "refund_requested", notification_id: None, at: now },
-            )
-            .await?;
+        insert(tx, order_no, &attempt, refund_no, amount_minor, &reason, RefundKind::Merchant, now).await?;
+        if let Some(to) = to {
+            let cause = Cause { trigger: "refund_requested", notification_id: None, at: now };
+            start_refunding(tx, order_no, status, to, cause).await?;
         }
         Ok(true)
     })?;
     Ok((get(db, refund_no).await?, created))
+}
+
+/// A refund's reason as stored: no control characters, at most 256 characters.
+fn clean_reason(reason: &str) -> String {
+    reason.chars().filter(|c| !c.is_control()).take(256).collect()
+}
+
+/// What the order's own refunds add up to (a duplicate payment's refund is not the order's).
+pub async fn order_totals(tx: &mut Tx<'_>, order_no: &str) -> Result<RefundTotals> {
+    let row = sqlx::query(
+        "SELECT o.captured_minor, \
+         CAST(COALESCE(SUM(CASE WHEN r.status <> 'failed' THEN r.amount_minor ELSE 0 END), 0) AS BIGINT) AS committed, \
+         CAST(COALESCE(SUM(CASE WHEN r.status = 'succeeded' THEN r.amount_minor ELSE 0 END), 0) AS BIGINT) AS succeeded, \
+         CAST(COALESCE(SUM(CASE WHEN r.status IN ('requested', 'processing') THEN 1 ELSE 0 END), 0) AS BIGINT) AS open \
+         FROM orders o LEFT JOIN refunds r ON r.order_no = o.order_no AND r.kind <> 'duplicate_payment' \
+         WHERE o.order_no = $1 GROUP BY o.order_no, o.captured_minor",
+    )
+    .bind(order_no)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(RefundTotals {
+        captured: col::<Option<i64>>(&row, "captured_minor")?.unwrap_or(0),
+        committed: col(&row, "committed")?,
+        succeeded: col(&row, "succeeded")?,
+        open: col(&row, "open")?,
+    })
 }
 
 /// The attempt that captured the order's money.
@@ -183,7 +225,8 @@ pub async fn insert(
             ),
         ));
     }
-    let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
+    let reason = clean_reason(reason);
+    let currency: String = col(&a, "currency")?;
     sqlx::query(
         "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', 0, $8, 0, $8, $8)",
@@ -192,7 +235,7 @@ pub async fn insert(
     .bind(order_no)
     .bind(attempt_ref)
     .bind(amount_minor)
-    .bind(col::<String>(&a, "currency")?)
+    .bind(&currency)
     .bind(&reason)
     .bind(kind.as_str())
     .bind(now)
@@ -205,18 +248,38 @@ pub async fn insert(
         Cause { trigger: kind.as_str(), notification_id: None, at: now },
     )
     .await?;
+    let refunded_minor = order_totals(tx, order_no).await?.succeeded;
+    let facts = RefundFacts {
+        refund_no,
+        order_no,
+        status: RefundStatus::Requested,
+        amount_minor,
+        currency: &currency,
+        kind: kind.as_str(),
+        refunded_minor,
+    };
+    let mut batch = Batch::new();
+    outbox::add_refund_event(&mut batch, &facts, now);
+    batch.run_checked(tx).await?;
     metrics::counter!("kassa_refunds_total", "result" => "requested").increment(1);
     Ok(())
 }
 
-/// Moves an order into `refunding`, remembering where it returns if the refunds do not cover all.
-pub async fn start_refunding(tx: &mut Tx<'_>, order_no: &str, from: OrderStatus, cause: Cause<'_>) -> Result<()> {
+/// Moves an order into `to` (`refunding`), remembering where it returns if the refunds end up
+/// not covering the capture.
+pub async fn start_refunding(
+    tx: &mut Tx<'_>,
+    order_no: &str,
+    from: OrderStatus,
+    to: OrderStatus,
+    cause: Cause<'_>,
+) -> Result<()> {
     sqlx::query("UPDATE orders SET pre_refund_status = $1 WHERE order_no = $2")
         .bind(from.as_str())
         .bind(order_no)
         .execute(&mut **tx)
         .await?;
-    events::set_order_status(tx, order_no, from, OrderStatus::Refunding, cause).await
+    events::set_order_status(tx, order_no, from, to, cause).await
 }
 
 /// A refund to send now.
@@ -389,40 +452,38 @@ pub async fn settle_locked(
     if !succeeded {
         events::raise_alert(tx, "refund_failed", Severity::Critical, refund_no, Some(order_no), detail, now).await?;
     }
-    // When the last open refund of a refunding order settles: refunded if everything captured went
-    // back, otherwise back to where the order was.
-    let order = sqlx::query("SELECT status, captured_minor, pre_refund_status FROM orders WHERE order_no = $1")
+    let refund = sqlx::query("SELECT amount_minor, currency, kind FROM refunds WHERE refund_no = $1")
+        .bind(refund_no)
+        .fetch_one(&mut **tx)
+        .await?;
+    let totals = order_totals(tx, order_no).await?;
+    let facts = RefundFacts {
+        refund_no,
+        order_no,
+        status: to,
+        amount_minor: col(&refund, "amount_minor")?,
+        currency: &col::<String>(&refund, "currency")?,
+        kind: &col::<String>(&refund, "kind")?,
+        refunded_minor: totals.succeeded,
+    };
+    let mut batch = Batch::new();
+    outbox::add_refund_event(&mut batch, &facts, now);
+    batch.run_checked(tx).await?;
+    // The order moves only when it is refunding: to `refunded` once everything captured went
+    // back, or back to where it was when a failure leaves part of the capture unrefunded.
+    let order = sqlx::query("SELECT status, pre_refund_status FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_one(&mut **tx)
         .await?;
-    if col::<String>(&order, "status")? != OrderStatus::Refunding.as_str() {
-        return Ok(true);
+    let status =
+        OrderStatus::parse(&col::<String>(&order, "status")?).ok_or_else(|| Error::internal("bad order status"))?;
+    let back = col::<Option<String>>(&order, "pre_refund_status")?
+        .as_deref()
+        .and_then(OrderStatus::parse)
+        .unwrap_or(OrderStatus::Paid);
+    if let Some(next) = refund::decide_settled(status, back, totals) {
+        let cause = Cause { trigger: "refunds_settled", notification_id: None, at: now };
+        events::set_order_status(tx, order_no, status, next, cause).await?;
     }
-    let open: i64 = sqlx::query_scalar(
-        "SELECT CAST(COUNT(*) AS BIGINT) FROM refunds WHERE order_no = $1 AND kind <> 'duplicate_payment' AND status IN ('requested', 'processing')",
-    )
-    .bind(order_no)
-    .fetch_one(&mut **tx)
-    .await?;
-    if open > 0 {
-        return Ok(true);
-    }
-    let refunded: i64 = sqlx::query_scalar(
-        "SELECT CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) FROM refunds WHERE order_no = $1 AND kind <> 'duplicate_payment' AND status = 'succeeded'",
-    )
-    .bind(order_no)
-    .fetch_one(&mut **tx)
-    .await?;
-    let captured = col::<Option<i64>>(&order, "captured_minor")?.unwrap_or(0);
-    let cause = Cause { trigger: "refunds_settled", notification_id: None, at: now };
-    let to = if refunded >= captured && captured > 0 {
-        OrderStatus::Refunded
-    } else {
-        col::<Option<String>>(&order, "pre_refund_status")?
-            .as_deref()
-            .and_then(OrderStatus::parse)
-            .unwrap_or(OrderStatus::Paid)
-    };
-    events::set_order_status(tx, order_no, OrderStatus::Refunding, to, cause).await?;
     Ok(true)
 }

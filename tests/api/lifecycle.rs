@@ -309,7 +309,7 @@ async fn refunds(backend: Backend) {
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM refunds").await, 3, "refused refunds are not stored");
     t.settle().await;
     let order = t.order(&order_no).await;
-    assert_eq!(order["status"], "paid", "partial refunds return the order to paid: {order}");
+    assert_eq!(order["status"], "paid", "partial refunds keep the order paid: {order}");
     assert!(order["refunds"].as_array().unwrap().iter().all(|r| r["status"] == "succeeded"), "{order}");
     // The same refund number five times at once: one refund, paid out once.
     let mut set = tokio::task::JoinSet::new();
@@ -512,9 +512,33 @@ async fn check_corruption(backend: Backend) {
         .execute(pool)
         .await
         .unwrap();
+    // A second payment message for the paid order, and a refund the shop never heard of.
+    sqlx::query("INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) VALUES ('y', $1, 'order.paid', '{}', 'pending', 0, 0, 0, 0)")
+        .bind(&paid)
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at) \
+         VALUES ('R-SILENT', $1, $2, 1, 'CNY', '', 'merchant', 'succeeded', 0, 0, 0, 0, 0)",
+    )
+    .bind(&paid)
+    .bind(&attempt_ref)
+    .execute(pool)
+    .await
+    .unwrap();
     let v: Vec<String> = t.violations().await.iter().map(|v| v.to_string()).collect();
     assert!(v.iter().any(|l| l.starts_with("I3:") && l.contains("never paid")), "{v:#?}");
-    assert!(v.iter().any(|l| l.starts_with("I3:") && l.contains("unsold")), "{v:#?}");
+    assert!(v.iter().any(|l| l.starts_with("I9:") && l.contains("unsold")), "{v:#?}");
+    assert!(v.iter().any(|l| l.starts_with("I8:") && l.contains(&format!("order {paid} has 2 order.paid"))), "{v:#?}");
+    assert!(
+        v.iter().any(|l| l.starts_with("I8:") && l.contains("R-SILENT") && l.contains("refund.requested")),
+        "{v:#?}"
+    );
+    assert!(
+        v.iter().any(|l| l.starts_with("I8:") && l.contains("R-SILENT") && l.contains("refund.succeeded")),
+        "{v:#?}"
+    );
     assert!(v.iter().any(|l| l.starts_with("I4:") && l.contains(&paid)), "{v:#?}");
     assert!(v.iter().any(|l| l.starts_with("I8:") && l.contains(&unpaid)), "{v:#?}");
 }

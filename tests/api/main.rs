@@ -7,6 +7,7 @@ mod common;
 mod browser;
 mod checkout;
 mod crash;
+mod edges;
 mod expiry;
 mod fakes;
 mod fleet;

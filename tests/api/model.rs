@@ -1,8 +1,10 @@
 //! Model-based randomized schedules. A reference model of orders, stock, attempts, keys and refunds
 //! runs beside the real store; random schedules of confirm, double confirm, pay (with duplicated
-//! notifications), pay an old attempt, fail, clock ticks, sweeps, retry, cancel, refund and engine
-//! restarts are applied to both, and after every step the real system must agree with the model
-//! and `kassa check` must find nothing. Failing schedules shrink to a minimal one; the seed is
+//! notifications), pay an old attempt, failed and cancelled attempts, clock ticks, sweeps, retry,
+//! cancel, partial, failed and repeated refunds, the operator's moves (stock changes on both kinds
+//! of SKU, key imports with duplicates, price changes down to zero) and engine restarts are applied
+//! to both, and after every step the real system must agree with the model, each order's outbox
+//! must be a legal sequence, and `kassa check` (with the keys secret) must find nothing. Failing schedules shrink to a minimal one; the seed is
 //! printed so `KASSA_MODEL_SEED=<seed>` replays the run. `KASSA_MODEL_CASES` and
 //! `KASSA_MODEL_CASES_PG` set how many schedules run (default 600 on SQLite, 40 on PostgreSQL; CI
 //! runs 2,000 and 100).
@@ -26,16 +28,60 @@ const SKUS: [(&str, i64, i64, bool); 2] = [("A", 1000, 5, false), ("K", 300, 4, 
 
 #[derive(Debug, Clone)]
 enum Op {
-    Confirm { buyer: usize, sku: usize, qty: i64 },
-    Reconfirm { order: usize },
-    Pay { order: usize, copies: u8 },
-    PayOld { order: usize },
-    Fail { order: usize },
-    Tick { secs: i64 },
+    Confirm {
+        buyer: usize,
+        sku: usize,
+        qty: i64,
+    },
+    Reconfirm {
+        order: usize,
+    },
+    Pay {
+        order: usize,
+        copies: u8,
+    },
+    PayOld {
+        order: usize,
+    },
+    Fail {
+        order: usize,
+        cancel: bool,
+    },
+    Tick {
+        secs: i64,
+    },
     Sweep,
-    Retry { order: usize },
-    Cancel { order: usize },
-    Refund { order: usize, quarters: i64 },
+    Retry {
+        order: usize,
+    },
+    Cancel {
+        order: usize,
+    },
+    Refund {
+        order: usize,
+        quarters: i64,
+        succeed: bool,
+    },
+    /// The last refund number of the order again: the same terms replay, others are refused.
+    RefundAgain {
+        order: usize,
+        same: bool,
+    },
+    /// The operator restocks or writes off (a digital SKU's stock is its keys: refused).
+    Stock {
+        sku: usize,
+        delta: i64,
+    },
+    /// The operator imports `new` keys, and one already imported when `dup`.
+    ImportKeys {
+        new: i64,
+        dup: bool,
+    },
+    /// The operator changes a SKU's price (zero included) and name.
+    Price {
+        sku: usize,
+        price: i64,
+    },
     Restart,
 }
 
@@ -45,12 +91,17 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..8_usize).prop_map(|order| Op::Reconfirm { order }),
         4 => (0..8_usize, 1..4_u8).prop_map(|(order, copies)| Op::Pay { order, copies }),
         1 => (0..8_usize).prop_map(|order| Op::PayOld { order }),
-        1 => (0..8_usize).prop_map(|order| Op::Fail { order }),
+        1 => (0..8_usize, any::<bool>()).prop_map(|(order, cancel)| Op::Fail { order, cancel }),
         2 => (1..90_i64).prop_map(|secs| Op::Tick { secs }),
         2 => Just(Op::Sweep),
         1 => (0..8_usize).prop_map(|order| Op::Retry { order }),
         1 => (0..8_usize).prop_map(|order| Op::Cancel { order }),
-        2 => (0..8_usize, 1..5_i64).prop_map(|(order, quarters)| Op::Refund { order, quarters }),
+        2 => (0..8_usize, 1..5_i64, prop::bool::weighted(0.8))
+            .prop_map(|(order, quarters, succeed)| Op::Refund { order, quarters, succeed }),
+        1 => (0..8_usize, any::<bool>()).prop_map(|(order, same)| Op::RefundAgain { order, same }),
+        1 => (0..2_usize, -3..4_i64).prop_map(|(sku, delta)| Op::Stock { sku, delta }),
+        1 => (0..3_i64, any::<bool>()).prop_map(|(new, dup)| Op::ImportKeys { new, dup }),
+        1 => (0..2_usize, prop_oneof![Just(0_i64), Just(300), Just(1000)]).prop_map(|(sku, price)| Op::Price { sku, price }),
         1 => Just(Op::Restart),
     ]
 }
@@ -70,6 +121,10 @@ struct MOrder {
     captured: i64,
     refunded: i64,
     ever_paid: bool,
+    /// Refunds asked for and accepted: (refund number, amount, whether it went through).
+    refunds: Vec<(String, i64, bool)>,
+    /// Automatic refunds of a second capture.
+    duplicate_refunds: usize,
 }
 
 #[derive(Debug, Default)]
@@ -79,12 +134,17 @@ struct Model {
     orders: Vec<MOrder>,
     sessions: Vec<Option<String>>,
     refund_seq: usize,
+    /// Today's unit price per SKU.
+    prices: Vec<i64>,
+    /// Keys imported into the digital SKU so far.
+    keys_imported: i64,
 }
 
 struct Real {
     db: Db,
     url: String,
     clock: ManualClock,
+    vault: Vault,
 }
 
 fn fail(msg: String) -> TestCaseError {
@@ -134,8 +194,12 @@ async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
             fulfilment::import_keys(&db, &vault, sku, &keys, clock.now_ms()).await.unwrap();
         }
         model.stock.push((stock, 0, 0));
+        model.prices.push(price);
+        if digital {
+            model.keys_imported = stock;
+        }
     }
-    (Real { db, url, clock }, model)
+    (Real { db, url, clock, vault }, model)
 }
 
 fn pick(model: &Model, i: usize) -> Option<usize> {
@@ -171,21 +235,38 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let (on_hand, reserved, _) = model.stock[sku];
             if on_hand - reserved >= qty {
                 let placed = result.map_err(|e| fail(format!("confirm refused: {e}")))?;
-                model.stock[sku].1 += qty;
-                model.orders.push(MOrder {
+                let total = model.prices[sku] * qty;
+                let mut o = MOrder {
                     order_no: placed.order_no,
                     session,
                     basket,
                     sku,
                     qty,
-                    total: SKUS[sku].1 * qty,
+                    total,
                     status: "pending_payment",
                     attempts: vec![(placed.attempt_ref, "created")],
                     hold_until: now + HOLD_MS,
                     captured: 0,
                     refunded: 0,
                     ever_paid: false,
-                });
+                    refunds: Vec::new(),
+                    duplicate_refunds: 0,
+                };
+                if total == 0 {
+                    // A zero total completes at once, without a gateway.
+                    o.status = if SKUS[sku].3 { "delivered" } else { "paid" };
+                    o.ever_paid = true;
+                    o.attempts[0].1 = "succeeded";
+                    let s = &mut model.stock[sku];
+                    s.0 -= qty;
+                    s.2 += qty;
+                } else {
+                    model.stock[sku].1 += qty;
+                }
+                if placed.status.as_str() != o.status {
+                    return Err(fail(format!("confirm answered {} but the model says {}", placed.status, o.status)));
+                }
+                model.orders.push(o);
             } else {
                 match result {
                     Err(e) if e.code() == "out_of_stock" => {}
@@ -214,7 +295,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::Pay { order, copies } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             let (attempt_ref, state) = model.orders[i].attempts.last().cloned().unwrap();
-            if state == "failed" {
+            if matches!(state, "failed" | "cancelled") {
                 return Ok(());
             }
             pay(real, model, i, &attempt_ref, copies).await?;
@@ -227,15 +308,19 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             };
             pay(real, model, i, &attempt_ref, 1).await?;
         }
-        Op::Fail { order } => {
+        Op::Fail { order, cancel } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             let (attempt_ref, state) = model.orders[i].attempts.last().cloned().unwrap();
-            let applied = payments::apply_event(db, &event(&attempt_ref, false, 0), LatePolicy::Manual, now)
-                .await
-                .map_err(|e| fail(e.to_string()))?;
+            let mut ev = event(&attempt_ref, false, 0);
+            if cancel {
+                ev.outcome = Outcome::Cancelled;
+                ev.event_id = format!("evt-{attempt_ref}-cancel");
+            }
+            let applied =
+                payments::apply_event(db, &ev, LatePolicy::Manual, now).await.map_err(|e| fail(e.to_string()))?;
             let active = matches!(state, "created");
             if active {
-                model.orders[i].attempts.last_mut().unwrap().1 = "failed";
+                model.orders[i].attempts.last_mut().unwrap().1 = if cancel { "cancelled" } else { "failed" };
             }
             let changed = matches!(applied, Applied::Changed { .. });
             if changed != active {
@@ -298,7 +383,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                 return Err(fail(format!("cancel allowed on a {} order", o.status)));
             }
         }
-        Op::Refund { order, quarters } => {
+        Op::Refund { order, quarters, succeed } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             model.refund_seq += 1;
             let refund_no = format!("R{}", model.refund_seq);
@@ -306,12 +391,23 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let amount = o.total * quarters / 4;
             let result = refunds::request(db, &o.order_no, &refund_no, amount, "model", now).await;
             let refundable = matches!(o.status, "paid" | "delivered" | "paid_after_expiry");
-            if refundable && o.refunded + amount <= o.captured {
+            if amount <= 0 {
+                match result {
+                    Err(e) if e.code() == "invalid_amount" => {}
+                    other => return Err(fail(format!("refund of {amount}: {other:?}"))),
+                }
+            } else if refundable && o.refunded + amount <= o.captured {
                 result.map_err(|e| fail(format!("refund: {e}")))?;
                 // The gateway answers at once.
-                refunds::settle(db, &refund_no, true, "", None, now).await.map_err(|e| fail(e.to_string()))?;
+                refunds::settle(db, &refund_no, succeed, "refused", None, now)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
                 let o = &mut model.orders[i];
-                o.refunded += amount;
+                o.refunds.push((refund_no, amount, succeed));
+                if succeed {
+                    o.refunded += amount;
+                }
+                // A partial refund keeps the status; refunded once everything captured went back.
                 if o.refunded == o.captured {
                     o.status = "refunded";
                 }
@@ -326,6 +422,62 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                     }
                 }
             }
+        }
+        Op::RefundAgain { order, same } => {
+            let Some(i) = pick(model, order) else { return Ok(()) };
+            let o = model.orders[i].clone();
+            let Some((refund_no, amount, _)) = o.refunds.last().cloned() else { return Ok(()) };
+            let asked = if same { amount } else { amount + 1 };
+            let result = refunds::request(db, &o.order_no, &refund_no, asked, "model", now).await;
+            match (same, result) {
+                (true, Ok((_, false))) => {}
+                (false, Err(e)) if e.code() == "refund_no_reused" => {}
+                (_, other) => return Err(fail(format!("refund number {refund_no} again (same {same}): {other:?}"))),
+            }
+        }
+        Op::Stock { sku, delta } => {
+            let result = catalog::adjust_stock(db, SKUS[sku].0, delta, now).await;
+            let (on_hand, reserved, _) = model.stock[sku];
+            let expected = if delta == 0 {
+                Err("invalid_quantity")
+            } else if SKUS[sku].3 {
+                Err("digital_stock_is_keys")
+            } else if on_hand + delta < reserved {
+                Err("insufficient_stock")
+            } else {
+                Ok(())
+            };
+            match (expected, result) {
+                (Ok(()), Ok(_)) => model.stock[sku].0 += delta,
+                (Err(code), Err(e)) if e.code() == code => {}
+                (expected, got) => {
+                    return Err(fail(format!("stock {delta} on {}: {got:?}, expected {expected:?}", SKUS[sku].0)));
+                }
+            }
+        }
+        Op::ImportKeys { new, dup } => {
+            let (sku, ..) = SKUS[1];
+            let mut keys: Vec<String> = (0..new).map(|n| format!("{sku}-KEY-{}", model.keys_imported + n)).collect();
+            if dup {
+                keys.push(format!("{sku}-KEY-0"));
+            }
+            if keys.is_empty() {
+                return Ok(());
+            }
+            let count =
+                fulfilment::import_keys(db, &real.vault, sku, &keys, now).await.map_err(|e| fail(e.to_string()))?;
+            if (count.imported, count.duplicates) != (new, i64::from(dup)) {
+                return Err(fail(format!("import of {new} new keys (dup {dup}): {count:?}")));
+            }
+            model.keys_imported += new;
+            model.stock[1].0 += new;
+        }
+        Op::Price { sku, price } => {
+            let name = format!("{} at {price}", SKUS[sku].0);
+            catalog::update_sku(db, SKUS[sku].0, Some(&name), Some(price), now)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            model.prices[sku] = price;
         }
         Op::Restart => {
             real.db.close().await;
@@ -375,7 +527,8 @@ async fn pay(real: &mut Real, model: &mut Model, i: usize, attempt_ref: &str, co
             o.status = "paid_after_expiry";
             o.captured = o.total;
         }
-        _ => {} // a duplicate payment: refunded automatically, the order stays as it is
+        // A duplicate payment: refunded automatically, the order stays as it is.
+        _ => o.duplicate_refunds += 1,
     }
     if let Some(a) = o.attempts.iter_mut().find(|(r, _)| r == attempt_ref) {
         a.1 = "succeeded";
@@ -412,9 +565,47 @@ async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseE
             )));
         }
     }
-    let violations = check::run(&real.db).await.map_err(|e| fail(e.to_string()))?;
+    outbox_agrees(real, model, after).await?;
+    let violations = check::run_with(&real.db, Some(&real.vault)).await.map_err(|e| fail(e.to_string()))?;
     if !violations.is_empty() {
         return Err(fail(format!("after {after:?}: kassa check: {violations:?}")));
+    }
+    Ok(())
+}
+
+/// Each order's outbox messages form a legal sequence: at most one `order.paid`, `order.delivered`
+/// and `fulfilment.requested` ever, none of them (nor a refund message) for an order never paid,
+/// and a `refund.*` message for every refund and for how it ended.
+async fn outbox_agrees(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseError> {
+    for o in &model.orders {
+        let topics: Vec<String> =
+            sqlx::query_scalar("SELECT topic FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
+                .bind(&o.order_no)
+                .fetch_all(real.db.read_pool())
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+        let n = |topic: &str| topics.iter().filter(|t| *t == topic).count();
+        let digital = SKUS[o.sku].3;
+        let paid = usize::from(o.ever_paid);
+        let succeeded = o.refunds.iter().filter(|r| r.2).count();
+        let expected = [
+            ("order.paid", paid),
+            ("fulfilment.requested", if digital { 0 } else { paid }),
+            ("order.delivered", if digital { paid } else { 0 }),
+            ("refund.requested", o.refunds.len() + o.duplicate_refunds),
+            ("refund.succeeded", succeeded),
+            ("refund.failed", o.refunds.len() - succeeded),
+        ];
+        for (topic, count) in expected {
+            if n(topic) != count {
+                return Err(fail(format!(
+                    "after {after:?}: order {} ({}) has {} {topic} messages, the model says {count}: {topics:?}",
+                    o.order_no,
+                    o.status,
+                    n(topic)
+                )));
+            }
+        }
     }
     Ok(())
 }
