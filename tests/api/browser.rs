@@ -99,6 +99,13 @@ async fn buy_lamps(t: &TestApp, c: &Client) {
     qty.send_keys("2").await.unwrap();
 }
 
+/// Two lamps in the basket, on its review page: its confirm button.
+async fn review_lamps(t: &TestApp, c: &Client) -> fantoccini::elements::Element {
+    buy_lamps(t, c).await;
+    c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("confirm")).await.unwrap()
+}
+
 async fn purchase(javascript: bool) {
     let Some(driver) = chromedriver() else { return };
     let t = TestApp::spawn_with(Backend::Sqlite, Opts { demo: true, ..Default::default() }).await;
@@ -148,9 +155,7 @@ async fn double_click_on_confirm_gives_one_order() {
     let t = TestApp::spawn_with(Backend::Sqlite, Opts { demo: true, ..Default::default() }).await;
     let profile = tempfile::tempdir().unwrap();
     let c = browser(&driver, true, profile.path()).await;
-    buy_lamps(&t, &c).await;
-    c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
-    c.wait().for_element(Locator::Id("confirm")).await.unwrap();
+    review_lamps(&t, &c).await;
     // Two clicks as fast as a user's double click: two submits of the same form.
     c.execute("var b = document.getElementById('confirm'); b.click(); b.click(); return true;", vec![]).await.unwrap();
     c.wait().for_element(Locator::Id("pay")).await.unwrap();
@@ -195,6 +200,42 @@ async fn admin_signs_in_and_resolves_a_late_payment() {
     screenshot(&c, "admin-order-accepted").await;
     assert_eq!(status, "paid");
     assert_eq!(t.status(&order_no).await, "paid");
+    c.close().await.unwrap();
+    t.assert_clean().await;
+}
+
+/// A failed payment does not leave the buyer waiting: the return page says it failed and *Try
+/// again* hands off a new attempt, which pays the order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_payment_then_try_again() {
+    let Some(driver) = chromedriver() else { return };
+    let t = TestApp::spawn_with(Backend::Sqlite, Opts { demo: true, ..Default::default() }).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, true, profile.path()).await;
+    review_lamps(&t, &c).await.click().await.unwrap();
+    c.wait().for_element(Locator::Id("fail")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("status")).await.unwrap();
+    let mut attempt = String::new();
+    for _ in 0..100 {
+        attempt = c.find(Locator::Id("status")).await.unwrap().attr("data-attempt").await.unwrap().unwrap_or_default();
+        if attempt == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(attempt, "failed", "the page learns the payment failed");
+    let text = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
+    assert_eq!(text, "payment failed");
+    let again = c.find(Locator::Id("try-again")).await.unwrap();
+    assert!(again.is_displayed().await.unwrap(), "Try again is shown");
+    screenshot(&c, "return-payment-failed").await;
+    again.click().await.unwrap();
+    c.wait().for_element(Locator::Id("pay")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("status")).await.unwrap();
+    let status = wait_status(&c, "paid", false).await;
+    screenshot(&c, "return-paid-after-retry").await;
+    assert_eq!(status, "paid");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM payment_attempts").await, 2);
     c.close().await.unwrap();
     t.assert_clean().await;
 }
