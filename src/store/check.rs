@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::domain::OrderStatus;
 use crate::domain::status::{replay_attempt_log, replay_order_log, replay_refund_log};
 use crate::error::Result;
-use crate::store::{Db, col, fulfilment};
+use crate::store::{Db, col, fulfilment, payments};
 use crate::vault::Vault;
 
 /// `(from, to)` status pairs of one entity, oldest first.
@@ -284,11 +284,12 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     }
     let rows = sqlx::query(
         "SELECT a.attempt_ref FROM payment_attempts a WHERE a.status = 'succeeded' \
-         AND NOT (a.gateway = 'free' AND a.captured_minor = 0) AND NOT EXISTS \
+         AND NOT (a.gateway = $1 AND a.captured_minor = 0) AND NOT EXISTS \
          (SELECT 1 FROM status_events e JOIN notifications n ON n.id = e.notification_id \
           WHERE e.entity = 'attempt' AND e.entity_id = a.attempt_ref AND e.to_status = 'succeeded' AND n.status = 'applied') \
          ORDER BY a.attempt_ref",
     )
+    .bind(payments::FREE_GATEWAY)
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {
@@ -299,8 +300,9 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     // A zero-total order is completed without a gateway: its attempt moves no money.
     let rows = sqlx::query(
         "SELECT attempt_ref, amount_minor, captured_minor FROM payment_attempts \
-         WHERE gateway = 'free' AND (amount_minor <> 0 OR COALESCE(captured_minor, 0) <> 0) ORDER BY attempt_ref",
+         WHERE gateway = $1 AND (amount_minor <> 0 OR COALESCE(captured_minor, 0) <> 0) ORDER BY attempt_ref",
     )
+    .bind(payments::FREE_GATEWAY)
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {

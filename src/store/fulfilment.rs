@@ -43,11 +43,7 @@ fn secret_mismatch(detail: &str) -> Error {
 /// after every key already stored opened under it. Several instances or imports starting at
 /// once with different secrets: one check value wins, the others are refused.
 pub async fn verify_keys_secret(db: &Db, vault: &Vault) -> Result<()> {
-    let stored: Option<String> = sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
-        .bind(KEYS_CHECK_SETTING)
-        .fetch_optional(db.read_pool())
-        .await?;
-    if let Some(stored) = stored {
+    if let Some(stored) = stored_check(db).await? {
         return if vault.matches_check(&stored) { Ok(()) } else { Err(secret_mismatch("its check value differs")) };
     }
     let unreadable = unreadable_keys(db, vault, 1).await?;
@@ -67,11 +63,15 @@ pub async fn keys_stored(db: &Db) -> Result<bool> {
 
 /// Whether a check value is stored, and whether it is `vault`'s (for `kassa check`).
 pub async fn keys_check_matches(db: &Db, vault: &Vault) -> Result<Option<bool>> {
-    let stored: Option<String> = sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
+    Ok(stored_check(db).await?.map(|v| vault.matches_check(&v)))
+}
+
+/// The keys secret's check value as stored, if one is.
+async fn stored_check(db: &Db) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
         .bind(KEYS_CHECK_SETTING)
         .fetch_optional(db.read_pool())
-        .await?;
-    Ok(stored.map(|v| vault.matches_check(&v)))
+        .await?)
 }
 
 /// Stored keys that do not decrypt under `vault` (id, SKU, order if delivered), at most `limit`.

@@ -289,6 +289,12 @@ impl TestApp {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// What the return page polls for an attempt (`/checkout/return/{attempt_ref}/status`).
+    pub async fn return_status(&self, attempt_ref: &str) -> Value {
+        let url = self.url(&format!("/checkout/return/{attempt_ref}/status"));
+        self.http.get(url).send().await.expect("status").json().await.expect("json")
+    }
+
     pub async fn order(&self, order_no: &str) -> Value {
         self.admin_get(&format!("/api/v1/admin/orders/{order_no}")).await
     }

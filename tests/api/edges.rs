@@ -297,15 +297,7 @@ async fn failed_payment(backend: Backend) {
         let (status, body) = t.complete(&attempt, outcome, 1).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         t.settle().await;
-        let status: Value = t
-            .http
-            .get(t.url(&format!("/checkout/return/{attempt}/status")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status = t.return_status(&attempt).await;
         assert_eq!(
             (s(&status["status"]), s(&status["attempt_status"]), status["can_retry"].as_bool()),
             ("pending_payment".into(), outcome.to_string(), Some(true)),
@@ -353,15 +345,7 @@ async fn failed_payment(backend: Backend) {
         assert_eq!(status, StatusCode::OK);
         t.settle().await;
         assert_eq!(t.status(&order_no).await, "paid");
-        let status: Value = t
-            .http
-            .get(t.url(&format!("/checkout/return/{attempt}/status")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status = t.return_status(&attempt).await;
         assert_eq!(status["can_retry"], false, "{status}");
     }
     t.assert_clean().await;

@@ -144,14 +144,7 @@ async fn browser_flow(backend: Backend) {
     // The page polls its attempt's status (the order's, and how this attempt ended).
     let order_no = html.split("<h1>Order ").nth(1).unwrap().split('<').next().unwrap().to_string();
     assert!(html.contains(&format!("data-poll=\"/checkout/return/{attempt_ref}/status\"")), "{html}");
-    let polled: serde_json::Value = browser
-        .get(t.url(&format!("/checkout/return/{attempt_ref}/status")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let polled = t.return_status(&attempt_ref).await;
     assert_eq!((polled["status"].as_str(), polled["attempt_status"].as_str()), (Some("paid"), Some("succeeded")));
     let r = browser.get(t.url(&format!("/api/v1/orders/{order_no}"))).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "paid");
