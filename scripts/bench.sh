@@ -62,7 +62,7 @@ if [ -n "${PG_URL:-}" ]; then
         spread-line-request) mode=(--scenario spread --line-request);;
         *) mode=(--scenario "$s0");;
       esac
-      # `-unprepared`: batch statements written out with literals, as before the ninth session.
+      # `-unprepared`: batch statements written out with literals (the unprepared path, for comparison).
       KASSA_PG_PREPARED="$unprepared" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$url" \
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null

@@ -339,7 +339,7 @@ impl App {
 
 /// The listener the server accepts on: each accepted connection has TCP_NODELAY set, so an answer
 /// goes out as soon as it is written rather than waiting, by Nagle's algorithm, for the client to
-/// acknowledge the segment before it (BENCHMARKS.md, eighteenth session).
+/// acknowledge the segment before it (BENCHMARKS.md).
 fn accepting(
     listener: tokio::net::TcpListener,
 ) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {

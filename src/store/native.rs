@@ -214,11 +214,10 @@ impl NativeConn {
         // Every group-commit member runs in a savepoint, whose sub-journal holds the first change
         // of each page it touches; it only ever serves a rollback to the savepoint, so it needs
         // no durability (the WAL carries every commit) and stays in memory however large
-        // (`temp_store=MEMORY`, as on the sqlx pools). Until the twelfth session it stayed in
-        // memory only up to SQLITE_STMTJRNL_SPILL (then 256 KiB) and moved to a temporary file
-        // past that in one write, which SQLite's unix VFS cuts at 0x1ffff bytes: every command
-        // that changed more than 63 pages (a confirm or payment of a large basket over a large
-        // catalogue) failed with "database or disk is full" (BENCHMARKS.md, twelfth session).
+        // (`temp_store=MEMORY`, as on the sqlx pools). Kept only up to SQLITE_STMTJRNL_SPILL, it
+        // would move to a temporary file in one write, which SQLite's unix VFS cuts at 0x1ffff
+        // bytes: a command that changed more than 63 pages (a confirm or payment of a large basket
+        // over a large catalogue) would fail with "database or disk is full" (BENCHMARKS.md).
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;")?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(NativeConn { conn, plans: sqlx_core::HashMap::default() })

@@ -94,7 +94,7 @@ async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: 
         // statement that waited for its lock, not the rows it joined; the attempts may have moved
         // meanwhile. The two go in one round trip on PostgreSQL. (Not the claim as well: a
         // duplicate would then run both reads for nothing, and PostgreSQL's CPU per statement
-        // costs more than the round trip saved — BENCHMARKS.md, tenth session.)
+        // costs more than the round trip saved — BENCHMARKS.md.)
         let attempt_sql = format!(
             "SELECT t.order_no, t.amount_minor, t.currency, \
              o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \

@@ -11,7 +11,7 @@
 //! (for measuring the effect, or where another process owns that CPU). Only kassa's own writer is
 //! held there: the sandbox's (a stand-in for a remote gateway, on a database of its own) is left
 //! to the scheduler, since two writers held on one CPU queue for it while another has room
-//! (BENCHMARKS.md, sixteenth session).
+//! (BENCHMARKS.md).
 
 use std::future::Future;
 
