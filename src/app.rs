@@ -209,6 +209,7 @@ impl App {
                 .map(|t| aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, t.as_bytes()).as_ref().to_vec()),
             demo: settings.demo,
             late_policy: settings.late_payment_policy,
+            refund_policy: settings.refund_policy,
             vault,
             refunder: refunder.clone(),
             metrics: metrics_handle(),

@@ -761,11 +761,11 @@ async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
             loop {
                 let Some(attempt_ref) = queue.lock().await.pop() else { return 0_u64 };
                 let Ok(amount) = crate::domain::Money::new(990, cny) else { return 0 };
-                let ev = payments::VerifiedEvent {
+                let ev = crate::domain::event::VerifiedEvent {
                     gateway: "sandbox".into(),
                     event_id: format!("evt_{attempt_ref}"),
                     attempt_ref,
-                    outcome: payments::Outcome::Succeeded { gateway_txn_id: "txn".into(), amount },
+                    outcome: crate::domain::event::Outcome::Succeeded { gateway_txn_id: "txn".into(), amount },
                     raw_body: b"{}".to_vec(),
                 };
                 for _ in 0..2 {

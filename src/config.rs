@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 
 use crate::domain::decide::LatePolicy;
+use crate::domain::refund::{RefundPolicy, WINDOW_DAYS_MAX};
 use crate::gateway::config::GatewaysFile;
 
 /// Options shared by `serve`, `check` and `migrate`.
@@ -59,6 +60,10 @@ pub struct ServeArgs {
     /// again if it is there, else refund), refund, or manual [default: reallocate]
     #[arg(long, env = "KASSA_LATE_PAYMENT_POLICY")]
     pub late_payment_policy: Option<String>,
+    /// Merchant refunds only within this many days of the payment (1-3650) [default: no limit];
+    /// automatic refunds of late and duplicate payments are never held to it
+    #[arg(long, env = "KASSA_REFUND_WINDOW_DAYS")]
+    pub refund_window_days: Option<u32>,
     /// Merchant webhook that receives order events (outbox), e.g. https://shop.example/kassa-events
     #[arg(long, env = "KASSA_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
@@ -106,6 +111,7 @@ pub struct FileConfig {
     pub hold_seconds: Option<u64>,
     pub sweep_interval_ms: Option<u64>,
     pub late_payment_policy: Option<String>,
+    pub refund_window_days: Option<u32>,
     pub webhook_url: Option<String>,
     pub webhook_secret: Option<String>,
     pub keys_secret: Option<String>,
@@ -136,6 +142,7 @@ pub struct Settings {
     pub hold_seconds: u64,
     pub sweep_interval_ms: u64,
     pub late_payment_policy: LatePolicy,
+    pub refund_policy: RefundPolicy,
     pub webhook_url: Option<String>,
     pub webhook_secret: Option<String>,
     pub keys_secret: Option<String>,
@@ -199,6 +206,12 @@ impl Settings {
             Some(p) => LatePolicy::parse(p)
                 .with_context(|| format!("--late-payment-policy {p:?}: use reallocate, refund or manual"))?,
         };
+        let window_days = args.refund_window_days.or(file.refund_window_days);
+        if let Some(days) = window_days
+            && !(1..=WINDOW_DAYS_MAX).contains(&days)
+        {
+            anyhow::bail!("--refund-window-days must be between 1 and {WINDOW_DAYS_MAX} (leave it out for no limit)");
+        }
         let webhook_url = args.webhook_url.clone().or(file.webhook_url.clone()).filter(|u| !u.is_empty());
         if let Some(url) = &webhook_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -230,6 +243,7 @@ impl Settings {
                 .or(file.alert_webhook_url.clone())
                 .filter(|u| !u.is_empty()),
             late_payment_policy,
+            refund_policy: RefundPolicy { window_days },
             webhook_url,
             webhook_secret,
             keys_secret,
@@ -292,6 +306,21 @@ mod tests {
         assert!(s.demo && s.sandbox);
         assert_eq!(s.sweep_interval_ms, DEFAULT_SWEEP_INTERVAL_MS);
         assert!(s.database_url.starts_with("sqlite://./kassa-data"));
+        assert_eq!(s.refund_policy.window_days, None);
+    }
+
+    #[test]
+    fn the_refund_window_is_off_unless_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kassa.toml");
+        std::fs::write(&file, "refund_window_days = 90\n").unwrap();
+        let mut args = ServeArgs::default();
+        args.common.config = Some(file);
+        assert_eq!(Settings::resolve(&args).unwrap().refund_policy.window_days, Some(90));
+        args.refund_window_days = Some(30);
+        assert_eq!(Settings::resolve(&args).unwrap().refund_policy.window_days, Some(30));
+        args.refund_window_days = Some(0);
+        assert!(Settings::resolve(&args).is_err());
     }
 
     #[test]

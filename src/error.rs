@@ -1,13 +1,16 @@
-//! The one error type of the engine. Every error has a stable machine-readable code; the HTTP layer
-//! maps it to a status in one place. Internal errors are logged and never shown to the caller.
+//! The one error type of the engine. Every error has a stable machine-readable code; a refusal
+//! carries its kind ([`RefusalKind`]) and the HTTP layer maps that to a status in one place
+//! (`http::status_of`). Internal errors are logged and never shown to the caller.
 
 use serde_json::Value;
+
+pub use crate::domain::refusal::{Refusal, RefusalKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A refusal the caller can act on: bad input, missing thing, business rule.
-    #[error("{message}")]
-    Api { status: u16, code: &'static str, message: String, details: Option<Value> },
+    #[error("{0}")]
+    Refused(Refusal),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
     #[error("internal error: {0:#}")]
@@ -17,35 +20,46 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn api(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Error::Api { status, code, message: message.into(), details: None }
+    pub fn refused(kind: RefusalKind, code: &'static str, message: impl Into<String>) -> Self {
+        Error::Refused(Refusal::new(kind, code, message))
     }
 
     pub fn with_details(self, value: Value) -> Self {
         match self {
-            Error::Api { status, code, message, .. } => Error::Api { status, code, message, details: Some(value) },
+            Error::Refused(r) => Error::Refused(r.with_details(value)),
             other => other,
         }
     }
 
     pub fn not_found(what: &str) -> Self {
-        Error::api(404, "not_found", format!("{what} not found"))
+        Error::Refused(Refusal::not_found(what))
     }
 
+    /// A malformed request (unreadable body, bad header or identifier).
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
-        Error::api(400, code, message)
+        Error::refused(RefusalKind::Malformed, code, message)
+    }
+
+    /// Well-formed, and against a business rule or a field's limits.
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        Error::Refused(Refusal::unprocessable(code, message))
     }
 
     pub fn unauthorized() -> Self {
-        Error::api(401, "unauthorized", "missing or unknown credentials")
+        Error::refused(RefusalKind::Unauthenticated, "unauthorized", "missing or unknown credentials")
     }
 
     pub fn forbidden() -> Self {
-        Error::api(403, "forbidden", "not allowed")
+        Error::refused(RefusalKind::Forbidden, "forbidden", "not allowed")
     }
 
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
-        Error::api(409, code, message)
+        Error::Refused(Refusal::conflict(code, message))
+    }
+
+    /// A gateway could not be reached or did not answer usefully; the caller may retry.
+    pub fn upstream(code: &'static str, message: impl Into<String>) -> Self {
+        Error::refused(RefusalKind::Upstream, code, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
@@ -55,7 +69,7 @@ impl Error {
     /// The stable code of this error (`internal` for anything unexpected).
     pub fn code(&self) -> &'static str {
         match self {
-            Error::Api { code, .. } => code,
+            Error::Refused(r) => r.code,
             _ if self.is_unavailable() => "database_unavailable",
             Error::Db(_) | Error::Internal(_) => "internal",
         }
@@ -67,7 +81,7 @@ impl Error {
         match self {
             Error::Db(e) => is_unavailable_db(e),
             Error::Internal(e) => e.chain().any(|c| c.downcast_ref::<sqlx::Error>().is_some_and(is_unavailable_db)),
-            Error::Api { .. } => false,
+            Error::Refused(_) => false,
         }
     }
 
@@ -123,20 +137,19 @@ pub fn is_retryable_db(e: &sqlx::Error) -> bool {
 
 impl From<crate::domain::MoneyError> for Error {
     fn from(e: crate::domain::MoneyError) -> Self {
-        use crate::domain::MoneyError::*;
-        let code = match e {
-            UnknownCurrency(_) => "unknown_currency",
-            Negative => "invalid_amount",
-            Overflow => "amount_overflow",
-            CurrencyMismatch(_, _) => "currency_mismatch",
-        };
-        Error::api(422, code, e.to_string())
+        Error::Refused(e.into())
     }
 }
 
 impl From<crate::domain::status::IllegalTransition> for Error {
     fn from(e: crate::domain::status::IllegalTransition) -> Self {
         // An illegal transition reaching the store is a refused command, not a crash.
-        Error::api(409, "illegal_transition", e.to_string())
+        Error::conflict("illegal_transition", e.to_string())
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(r: Refusal) -> Self {
+        Error::Refused(r)
     }
 }

@@ -1,6 +1,7 @@
 //! Pure decisions: given what the store read under lock, what must change. No I/O here, so every
 //! branch is unit-tested exhaustively.
 
+use super::refusal::Refusal;
 use super::status::{AttemptStatus, OrderStatus};
 
 /// What a verified payment success does to an order.
@@ -69,6 +70,50 @@ pub fn decide_failure(attempt: AttemptStatus, outcome: AttemptStatus) -> Failure
     }
 }
 
+/// Whether an order may be cancelled (by its buyer or an operator): only while it awaits payment.
+pub fn may_cancel(order: OrderStatus) -> Result<(), Refusal> {
+    if order == OrderStatus::PendingPayment {
+        Ok(())
+    } else {
+        Err(Refusal::conflict("not_cancellable", format!("the order is {order}")))
+    }
+}
+
+/// Whether a buyer may start a new payment attempt: the order awaits payment and still holds its
+/// stock.
+pub fn may_retry(order: OrderStatus, hold_expires_at_ms: i64, now_ms: i64) -> Result<(), Refusal> {
+    if order != OrderStatus::PendingPayment {
+        return Err(Refusal::conflict("not_payable", format!("the order is {order}")));
+    }
+    if hold_expires_at_ms <= now_ms {
+        return Err(Refusal::conflict("order_expired", "the order's hold has run out"));
+    }
+    Ok(())
+}
+
+/// Whether an operator may accept a late payment (take the stock again and fulfil the order).
+pub fn may_accept_late(order: OrderStatus) -> Result<(), Refusal> {
+    if order == OrderStatus::PaidAfterExpiry {
+        Ok(())
+    } else {
+        Err(Refusal::conflict("not_late_payment", format!("the order is {order}")))
+    }
+}
+
+/// Refusal when a late payment's stock could not be taken again.
+pub fn late_stock_gone() -> Refusal {
+    Refusal::conflict("out_of_stock", "the stock is no longer there; refund the payment instead")
+}
+
+/// Whether an operator may mark an order shipped (`paid -> delivered`).
+pub fn may_mark_shipped(order: OrderStatus) -> Result<(), Refusal> {
+    if order == OrderStatus::Paid {
+        Ok(())
+    } else {
+        Err(Refusal::conflict("not_deliverable", format!("the order is {order}, not paid")))
+    }
+}
+
 /// Whether the sweeper may expire an order it has locked and re-read.
 pub fn may_expire(order: OrderStatus, hold_expires_at_ms: i64, now_ms: i64) -> bool {
     order == OrderStatus::PendingPayment && hold_expires_at_ms <= now_ms
@@ -116,6 +161,32 @@ mod tests {
         assert_eq!(decide_failure(Unknown, Cancelled), FailureDecision::CloseAttempt(Cancelled));
         assert_eq!(decide_failure(Succeeded, Failed), FailureDecision::Ignore);
         assert_eq!(decide_failure(Expired, Failed), FailureDecision::Ignore);
+    }
+
+    #[test]
+    fn only_pending_orders_may_be_cancelled() {
+        for order in OrderStatus::ALL {
+            match may_cancel(*order) {
+                Ok(()) => {
+                    assert_eq!(*order, OrderStatus::PendingPayment);
+                    assert!(order.transition(OrderStatus::Cancelled).is_ok());
+                }
+                Err(r) => assert_eq!(r.code, "not_cancellable"),
+            }
+        }
+    }
+
+    #[test]
+    fn retries_need_a_pending_order_that_still_holds_its_stock() {
+        assert!(may_retry(OrderStatus::PendingPayment, 101, 100).is_ok());
+        assert_eq!(may_retry(OrderStatus::PendingPayment, 100, 100).unwrap_err().code, "order_expired");
+        assert_eq!(may_retry(OrderStatus::Paid, 101, 100).unwrap_err().code, "not_payable");
+        assert!(may_accept_late(OrderStatus::PaidAfterExpiry).is_ok());
+        assert_eq!(may_accept_late(OrderStatus::Paid).unwrap_err().code, "not_late_payment");
+        assert!(may_mark_shipped(OrderStatus::Paid).is_ok());
+        for order in OrderStatus::ALL.iter().filter(|o| **o != OrderStatus::Paid) {
+            assert_eq!(may_mark_shipped(*order).unwrap_err().code, "not_deliverable");
+        }
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! The pure domain core: money, identifiers, statuses with their transition table, and the
 //! decisions the store applies. No I/O and no clock here.
 
+pub mod basket;
+pub mod checkout;
 pub mod decide;
+pub mod event;
 pub mod ids;
 pub mod money;
 pub mod refund;
+pub mod refusal;
 pub mod status;
 
 pub use money::{Currency, Money, MoneyError};

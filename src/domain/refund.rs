@@ -4,6 +4,7 @@
 //! a status change sends to the shop is decided here too, so a refund never re-sends a payment or
 //! a fulfilment request.
 
+use super::refusal::Refusal;
 use super::status::OrderStatus;
 
 /// What the order's refunds add up to, read under the order's lock. Refunds of a second capture
@@ -20,17 +21,50 @@ pub struct RefundTotals {
     pub open: i64,
 }
 
-/// Why a refund request is refused (nothing is stored).
+/// Longest refund number a merchant may choose.
+pub const REFUND_NO_LEN_MAX: usize = 64;
+/// Longest refund reason kept (characters; control characters are dropped).
+pub const REASON_LEN_MAX: usize = 256;
+/// Longest refund window that can be configured: ten years.
+pub const WINDOW_DAYS_MAX: u32 = 3650;
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
+/// The shop's refund rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RefundPolicy {
+    /// Merchant refunds only within this many days of the payment; `None`: any time.
+    /// Automatic refunds (a late or duplicate payment) are never held to it.
+    pub window_days: Option<u32>,
+}
+
+/// A merchant's refund request, with what was read about the order under its lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefundRefusal {
-    /// The order is in a status that has no capture to refund.
-    NotRefundable,
-    /// The amount is zero or negative.
-    InvalidAmount,
-    /// The refunds would add up to more than was captured.
-    ExceedsCaptured { total: i64 },
-    /// The sum does not fit in 64 bits.
-    Overflow,
+pub struct RefundRequest {
+    pub status: OrderStatus,
+    pub totals: RefundTotals,
+    pub amount: i64,
+    /// When the order's payment was captured (ms since the Unix epoch); `None` if never.
+    pub paid_at: Option<i64>,
+    pub now: i64,
+}
+
+/// A merchant's refund number: a plain identifier of at most [`REFUND_NO_LEN_MAX`] characters.
+pub fn check_refund_no(refund_no: &str) -> Result<(), Refusal> {
+    if refund_no.len() <= REFUND_NO_LEN_MAX && super::ids::is_plain_id(refund_no) {
+        Ok(())
+    } else {
+        Err(Refusal::unprocessable("invalid_refund_no", "refund_no must be 1-64 letters, digits, '_', '-' or '.'"))
+    }
+}
+
+/// A refund amount: positive minor units.
+pub fn check_amount(amount: i64) -> Result<(), Refusal> {
+    if amount > 0 { Ok(()) } else { Err(Refusal::unprocessable("invalid_amount", "amount_minor must be positive")) }
+}
+
+/// A refund's reason as stored: no control characters, at most [`REASON_LEN_MAX`] characters.
+pub fn clean_reason(reason: &str) -> String {
+    reason.chars().filter(|c| !c.is_control()).take(REASON_LEN_MAX).collect()
 }
 
 /// Whether an order in `status` holds a capture a merchant may refund.
@@ -39,24 +73,96 @@ pub fn refundable(status: OrderStatus) -> bool {
     matches!(status, Paid | Delivered | Refunding | PaidAfterExpiry)
 }
 
-/// A new refund of `amount` on an order in `status`: refused, or accepted with the order's new
-/// status (`refunding` when the refunds in flight now cover the whole capture).
-pub fn decide_request(
-    status: OrderStatus,
-    totals: RefundTotals,
-    amount: i64,
-) -> Result<Option<OrderStatus>, RefundRefusal> {
-    if !refundable(status) {
-        return Err(RefundRefusal::NotRefundable);
+/// Refunds of one capture (`committed` not failed so far) plus `amount` stay within `captured`.
+pub fn check_within_capture(captured: i64, committed: i64, amount: i64) -> Result<i64, Refusal> {
+    let total = committed.checked_add(amount).ok_or_else(|| Refusal::amount_overflow("amount overflows"))?;
+    if total > captured {
+        return Err(Refusal::conflict(
+            "refund_exceeds_captured",
+            format!(
+                "refunds would total {total}, but {captured} was captured ({committed} already refunded or in flight)"
+            ),
+        ));
     }
-    if amount <= 0 {
-        return Err(RefundRefusal::InvalidAmount);
+    Ok(total)
+}
+
+/// A merchant's refund request: refused, or accepted with the order's new status (`refunding`
+/// when the refunds in flight now cover the whole capture).
+pub fn decide_request(policy: RefundPolicy, req: RefundRequest) -> Result<Option<OrderStatus>, Refusal> {
+    if !refundable(req.status) {
+        return Err(Refusal::conflict("not_refundable", format!("the order is {}", req.status)));
     }
-    let total = totals.committed.checked_add(amount).ok_or(RefundRefusal::Overflow)?;
-    if total > totals.captured {
-        return Err(RefundRefusal::ExceedsCaptured { total });
+    check_amount(req.amount)?;
+    check_window(policy, req.paid_at, req.now)?;
+    let total = check_within_capture(req.totals.captured, req.totals.committed, req.amount)?;
+    Ok((total == req.totals.captured && req.status != OrderStatus::Refunding).then_some(OrderStatus::Refunding))
+}
+
+/// The refund window: a payment older than the policy's window may no longer be refunded.
+pub fn check_window(policy: RefundPolicy, paid_at: Option<i64>, now: i64) -> Result<(), Refusal> {
+    let (Some(days), Some(paid_at)) = (policy.window_days, paid_at) else { return Ok(()) };
+    let closes_at = paid_at.saturating_add(i64::from(days).saturating_mul(DAY_MS));
+    if now > closes_at {
+        return Err(Refusal::conflict(
+            "refund_window_closed",
+            format!("refunds are accepted within {days} days of payment"),
+        )
+        .with_details(serde_json::json!({"window_days": days, "paid_at_ms": paid_at, "closed_at_ms": closes_at})));
     }
-    Ok((total == totals.captured && status != OrderStatus::Refunding).then_some(OrderStatus::Refunding))
+    Ok(())
+}
+
+/// Who asked for a refund.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundKind {
+    /// Asked for by the merchant (admin API or console).
+    Merchant,
+    /// Automatic: a payment that arrived after the order expired and could not be re-allocated.
+    LatePayment,
+    /// Automatic: a second capture on an order that was already paid.
+    DuplicatePayment,
+}
+
+impl RefundKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundKind::Merchant => "merchant",
+            RefundKind::LatePayment => "late_payment",
+            RefundKind::DuplicatePayment => "duplicate_payment",
+        }
+    }
+}
+
+/// Why kassa refunds a payment by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutomaticRefund {
+    /// Paid after the order expired or was cancelled, and its stock could not be taken again.
+    LatePayment,
+    /// A second capture on an order another attempt had already paid.
+    DuplicatePayment,
+}
+
+impl From<AutomaticRefund> for RefundKind {
+    fn from(a: AutomaticRefund) -> Self {
+        match a {
+            AutomaticRefund::LatePayment => RefundKind::LatePayment,
+            AutomaticRefund::DuplicatePayment => RefundKind::DuplicatePayment,
+        }
+    }
+}
+
+impl AutomaticRefund {
+    /// The refund's number (one per attempt, so applying the payment twice cannot refund twice)
+    /// and its reason.
+    pub fn terms(self, attempt_ref: &str) -> (String, &'static str) {
+        match self {
+            AutomaticRefund::LatePayment => {
+                (format!("LATE-{attempt_ref}"), "paid after the order expired; stock could not be re-allocated")
+            }
+            AutomaticRefund::DuplicatePayment => (format!("DUP-{attempt_ref}"), "duplicate payment"),
+        }
+    }
 }
 
 /// After a refund settled (the totals include it): the order's new status, if it changes. A
@@ -99,23 +205,24 @@ mod tests {
         RefundTotals { captured, committed, succeeded, open }
     }
 
+    const DAY: i64 = 24 * 3600 * 1000;
+
+    fn ask(status: OrderStatus, totals: RefundTotals, amount: i64) -> Result<Option<OrderStatus>, &'static str> {
+        let req = RefundRequest { status, totals, amount, paid_at: Some(0), now: DAY };
+        decide_request(RefundPolicy::default(), req).map_err(|r| r.code)
+    }
+
     #[test]
     fn a_partial_refund_keeps_the_status_and_a_full_one_starts_refunding() {
-        assert_eq!(decide_request(Paid, totals(1000, 0, 0, 0), 300), Ok(None));
-        assert_eq!(decide_request(Delivered, totals(1000, 300, 300, 0), 700), Ok(Some(Refunding)));
-        assert_eq!(decide_request(PaidAfterExpiry, totals(500, 0, 0, 0), 500), Ok(Some(Refunding)));
-        assert_eq!(
-            decide_request(Paid, totals(1000, 300, 0, 1), 701),
-            Err(RefundRefusal::ExceedsCaptured { total: 1001 })
-        );
-        assert_eq!(
-            decide_request(Refunding, totals(1000, 1000, 0, 1), 1),
-            Err(RefundRefusal::ExceedsCaptured { total: 1001 })
-        );
-        assert_eq!(decide_request(Paid, totals(1000, 0, 0, 0), 0), Err(RefundRefusal::InvalidAmount));
-        assert_eq!(decide_request(Paid, totals(1000, i64::MAX, 0, 0), 1), Err(RefundRefusal::Overflow));
+        assert_eq!(ask(Paid, totals(1000, 0, 0, 0), 300), Ok(None));
+        assert_eq!(ask(Delivered, totals(1000, 300, 300, 0), 700), Ok(Some(Refunding)));
+        assert_eq!(ask(PaidAfterExpiry, totals(500, 0, 0, 0), 500), Ok(Some(Refunding)));
+        assert_eq!(ask(Paid, totals(1000, 300, 0, 1), 701), Err("refund_exceeds_captured"));
+        assert_eq!(ask(Refunding, totals(1000, 1000, 0, 1), 1), Err("refund_exceeds_captured"));
+        assert_eq!(ask(Paid, totals(1000, 0, 0, 0), 0), Err("invalid_amount"));
+        assert_eq!(ask(Paid, totals(1000, i64::MAX, 0, 0), 1), Err("amount_overflow"));
         for status in [PendingPayment, Expired, Cancelled, Refunded] {
-            assert_eq!(decide_request(status, totals(1000, 0, 0, 0), 1), Err(RefundRefusal::NotRefundable));
+            assert_eq!(ask(status, totals(1000, 0, 0, 0), 1), Err("not_refundable"));
         }
     }
 
@@ -123,11 +230,46 @@ mod tests {
     fn every_accepted_request_is_a_legal_transition() {
         for status in OrderStatus::ALL {
             for (committed, amount) in [(0, 1), (0, 1000), (999, 1), (500, 200)] {
-                if let Ok(Some(to)) = decide_request(*status, totals(1000, committed, 0, 0), amount) {
+                if let Ok(Some(to)) = ask(*status, totals(1000, committed, 0, 0), amount) {
                     assert!(status.transition(to).is_ok(), "{status} -> {to}");
                 }
             }
         }
+    }
+
+    /// "Refunds only within 90 days of payment": off by default; on, the 90th day is the last.
+    #[test]
+    fn the_refund_window_closes_after_its_days() {
+        let policy = RefundPolicy { window_days: Some(90) };
+        let at = |now: i64| RefundRequest {
+            status: Paid,
+            totals: totals(1000, 0, 0, 0),
+            amount: 100,
+            paid_at: Some(DAY),
+            now,
+        };
+        assert_eq!(decide_request(policy, at(DAY + 90 * DAY)), Ok(None));
+        let closed = decide_request(policy, at(DAY + 90 * DAY + 1)).unwrap_err();
+        assert_eq!(closed.code, "refund_window_closed");
+        assert_eq!(closed.details.unwrap()["window_days"], 90);
+        assert_eq!(decide_request(RefundPolicy::default(), at(DAY + 10_000 * DAY)), Ok(None));
+        // The status is refused first: an order that was never paid has no window to speak of.
+        let never = RefundRequest { status: PendingPayment, paid_at: None, ..at(DAY) };
+        assert_eq!(decide_request(policy, never).unwrap_err().code, "not_refundable");
+    }
+
+    #[test]
+    fn refund_terms_are_checked_and_cleaned() {
+        assert!(check_refund_no("R-1.a_b").is_ok());
+        for bad in ["", "a b", "x/y", &"r".repeat(REFUND_NO_LEN_MAX + 1)] {
+            assert_eq!(check_refund_no(bad).unwrap_err().code, "invalid_refund_no", "{bad:?}");
+        }
+        assert_eq!(clean_reason("a\nb\u{7}c"), "abc");
+        assert_eq!(clean_reason(&"x".repeat(300)).chars().count(), REASON_LEN_MAX);
+        assert_eq!(check_within_capture(1000, 400, 600), Ok(1000));
+        assert_eq!(check_within_capture(1000, 400, 601).unwrap_err().code, "refund_exceeds_captured");
+        assert_eq!(AutomaticRefund::LatePayment.terms("KS1_2").0, "LATE-KS1_2");
+        assert_eq!(AutomaticRefund::DuplicatePayment.terms("KS1_2").0, "DUP-KS1_2");
     }
 
     #[test]

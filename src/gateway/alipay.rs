@@ -16,8 +16,8 @@ use super::{
     transport_error,
 };
 use crate::clock::Millis;
+use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::{Currency, Money};
-use crate::store::payments::{Outcome, VerifiedEvent};
 
 pub const NAME: &str = "alipay";
 

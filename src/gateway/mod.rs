@@ -18,8 +18,8 @@ use axum::http::HeaderMap;
 use serde::Serialize;
 
 use crate::clock::Millis;
+use crate::domain::event::VerifiedEvent;
 use crate::domain::{Currency, Money};
-use crate::store::payments::VerifiedEvent;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -15,9 +15,9 @@ use super::{
     RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, json_error_reply,
 };
 use crate::clock::Millis;
+use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::{Currency, Money};
 use crate::sandbox::Sandbox;
-use crate::store::payments::{Outcome, VerifiedEvent};
 
 pub const NAME: &str = "sandbox";
 /// Header carrying `t=<unix seconds>,v1=<base64 Ed25519 signature of "t.body">`.

@@ -13,9 +13,9 @@ use super::{
     json_error_reply, reject, transport_error, unix_seconds,
 };
 use crate::clock::Millis;
+use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
 use crate::domain::{Currency, Money};
-use crate::store::payments::{Outcome, VerifiedEvent};
 
 pub const NAME: &str = "stripe";
 pub const SIGNATURE_HEADER: &str = "stripe-signature";

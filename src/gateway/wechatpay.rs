@@ -18,9 +18,9 @@ use super::{
     transport_error, unix_seconds,
 };
 use crate::clock::{Clock, Millis, SystemClock};
+use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
 use crate::domain::{Currency, Money};
-use crate::store::payments::{Outcome, VerifiedEvent};
 
 pub const NAME: &str = "wechatpay";
 /// Responses and notifications signed further than this from our clock are refused (SDKs: 5 min).

@@ -89,8 +89,9 @@ impl FromRequestParts<AppState> for Operator {
 impl Operator {
     fn check(&self, form: &BTreeMap<String, String>) -> Result<()> {
         let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
-        aws_lc_rs::constant_time::verify_slices_are_equal(given, self.csrf.as_bytes())
-            .map_err(|_| Error::api(403, "csrf_failed", "the form has expired; reload the page"))
+        aws_lc_rs::constant_time::verify_slices_are_equal(given, self.csrf.as_bytes()).map_err(|_| {
+            Error::refused(crate::error::RefusalKind::Forbidden, "csrf_failed", "the form has expired; reload the page")
+        })
     }
 }
 
@@ -254,7 +255,7 @@ async fn order_action(
             }
             "refund" => {
                 let amount: i64 = form.get("amount_minor").and_then(|a| a.trim().parse().ok()).ok_or_else(|| {
-                    Error::api(422, "invalid_amount", "the amount must be a whole number of minor units")
+                    Error::unprocessable("invalid_amount", "the amount must be a whole number of minor units")
                 })?;
                 let refund_no = form.get("refund_no").map(String::as_str).unwrap_or_default();
                 let reason = form.get("reason").map(String::as_str).unwrap_or_default();

@@ -261,7 +261,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 &[
                     (201, "the refund"),
                     (200, "the existing refund"),
-                    (409, "refund_exceeds_captured / not_refundable / refund_no_reused"),
+                    (409, "refund_exceeds_captured / not_refundable / refund_no_reused / refund_window_closed"),
                 ],
             ),
             post(request_refund),
@@ -423,9 +423,9 @@ pub async fn place_order(
         .gateway
         .as_deref()
         .or(state.gateways.default)
-        .ok_or_else(|| Error::api(422, "unknown_gateway", "no gateway configured"))?;
+        .ok_or_else(|| Error::unprocessable("unknown_gateway", "no gateway configured"))?;
     let gateway = state.gateways.get(name).ok_or_else(|| {
-        Error::api(422, "unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
+        Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
     })?;
     let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
     let payer = parse_payer(body.payer.as_ref())?;
@@ -460,8 +460,7 @@ pub async fn place_order(
 fn checked_channel<'a>(gateway: &'a dyn crate::gateway::Gateway, asked: Option<&'a str>) -> Result<&'a str> {
     let channel = asked.unwrap_or(gateway.default_channel());
     if !gateway.channels().contains(&channel) {
-        return Err(Error::api(
-            422,
+        return Err(Error::unprocessable(
             "unsupported_channel",
             format!("gateway {} offers the channels {:?}", gateway.name(), gateway.channels()),
         ));
@@ -471,7 +470,7 @@ fn checked_channel<'a>(gateway: &'a dyn crate::gateway::Gateway, asked: Option<&
 
 /// The optional `payer` object of a checkout: `openid` (WeChat JSAPI), `client_ip` (WeChat H5).
 fn parse_payer(value: Option<&Value>) -> Result<Payer> {
-    let invalid = |m: &str| Error::api(422, "invalid_payer", m.to_string());
+    let invalid = |m: &str| Error::unprocessable("invalid_payer", m.to_string());
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Ok(Payer::default());
     };
@@ -495,9 +494,9 @@ fn parse_payer(value: Option<&Value>) -> Result<Payer> {
 /// A gateway's refusal or failure as an API error.
 fn gateway_error(e: GatewayError) -> Error {
     match e {
-        GatewayError::Invalid { code, message } => Error::api(422, code, message),
+        GatewayError::Invalid { code, message } => Error::unprocessable(code, message),
         GatewayError::Unavailable(_) => {
-            Error::api(502, "gateway_unavailable", "the gateway could not be reached; retry the payment")
+            Error::upstream("gateway_unavailable", "the gateway could not be reached; retry the payment")
         }
     }
 }
@@ -523,10 +522,9 @@ async fn build_handoff(state: &AppState, placed: &Placed, payer: &Payer) -> Resu
         tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off failed");
         match e {
             GatewayError::Invalid { code, message } => {
-                Error::api(422, code, format!("{message}; order {} is kept, retry the payment", placed.order_no))
+                Error::unprocessable(code, format!("{message}; order {} is kept, retry the payment", placed.order_no))
             }
-            GatewayError::Unavailable(_) => Error::api(
-                502,
+            GatewayError::Unavailable(_) => Error::upstream(
                 "gateway_unavailable",
                 format!("the gateway could not be reached; order {} is kept, retry the payment", placed.order_no),
             ),
@@ -552,7 +550,7 @@ pub async fn close_at_gateways(state: &AppState, attempts: &[orders::ToClose]) -
             Ok(CloseOutcome::Closed | CloseOutcome::NotFound) => {}
             Err(e) => {
                 tracing::warn!(attempt_ref = %a.attempt_ref, error = %e, "close failed");
-                return Err(Error::api(502, "gateway_unavailable", "the gateway could not be reached; try again"));
+                return Err(Error::upstream("gateway_unavailable", "the gateway could not be reached; try again"));
             }
         }
     }
@@ -585,7 +583,7 @@ pub async fn retry_flow(
     }
     let name = body.gateway.clone().or_else(|| current.attempts.last().map(|a| a.gateway.clone())).unwrap_or_default();
     let gateway = state.gateways.get(&name).ok_or_else(|| {
-        Error::api(422, "unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
+        Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
     })?;
     let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
     let payer = parse_payer(body.payer.as_ref())?;
@@ -594,7 +592,7 @@ pub async fn retry_flow(
         && let Ok(currency) = crate::domain::Currency::parse(&current.currency)
         && !accepted.contains(&currency)
     {
-        return Err(Error::api(422, "unsupported_currency", format!("gateway {name} does not take {currency}")));
+        return Err(Error::unprocessable("unsupported_currency", format!("gateway {name} does not take {currency}")));
     }
     let (placed, superseded) =
         orders::new_attempt(&state.db, session, order_no, gateway.name(), channel, state.now_ms()).await?;
@@ -624,9 +622,8 @@ pub async fn cancel_flow(
     rebasket: bool,
 ) -> Result<Option<String>> {
     let order_no = current.order_no.as_str();
-    if current.status != OrderStatus::PendingPayment.as_str() {
-        return Err(Error::conflict("not_cancellable", format!("the order is {}", current.status)));
-    }
+    let status = OrderStatus::parse(&current.status).ok_or_else(|| Error::internal("unknown order status"))?;
+    crate::domain::decide::may_cancel(status)?;
     if let Some(active) = orders::active_attempt(&state.db, order_no).await?
         && close_at_gateways(state, &[active]).await?
     {
@@ -645,7 +642,8 @@ pub async fn refund_flow(
     reason: &str,
 ) -> Result<(refunds::RefundView, bool)> {
     let (refund, created) =
-        refunds::request(&state.db, order_no, refund_no, amount_minor, reason, state.now_ms()).await?;
+        refunds::request(&state.db, state.refund_policy, order_no, refund_no, amount_minor, reason, state.now_ms())
+            .await?;
     if created && let Err(e) = state.refunder.send_now(&refund.refund_no).await {
         tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
     }
@@ -733,10 +731,9 @@ async fn import_keys(
     let vault = state
         .vault
         .as_ref()
-        .ok_or_else(|| Error::api(422, "keys_secret_missing", "digital goods need --keys-secret"))?;
+        .ok_or_else(|| Error::unprocessable("keys_secret_missing", "digital goods need --keys-secret"))?;
     if body.keys.len() > fulfilment::IMPORT_API_MAX {
-        return Err(Error::api(
-            422,
+        return Err(Error::unprocessable(
             "too_many_keys",
             format!("at most {} keys per call; use `kassa keys import` for files", fulfilment::IMPORT_API_MAX),
         ));
@@ -874,7 +871,7 @@ async fn get_order(
         return Err(Error::unauthorized());
     }
     let Query(query) =
-        query.map_err(|_| Error::api(422, "invalid_query", "the only query parameter is refresh=true"))?;
+        query.map_err(|_| Error::unprocessable("invalid_query", "the only query parameter is refresh=true"))?;
     super::note_order(&order_no);
     let order = payments::get_order(&state.db, &order_no, false).await?;
     let own = caller.session.as_ref().is_some_and(|s| s.id == order.session_id);
@@ -906,12 +903,12 @@ const SKU_NAME_LEN_MAX: usize = 200;
 
 async fn create_sku(State(state): State<AppState>, _admin: Admin, ApiJson(body): ApiJson<SkuBody>) -> Result<Response> {
     let sku = ids::parse_sku(&body.sku)
-        .ok_or_else(|| Error::api(422, "invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
+        .ok_or_else(|| Error::unprocessable("invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
     let name = valid_name(&body.name)?;
     let kind = match body.kind.as_deref() {
         None | Some("physical") => SkuKind::Physical,
         Some("digital") => SkuKind::Digital,
-        Some(_) => return Err(Error::api(422, "unsupported_kind", "kind must be physical or digital")),
+        Some(_) => return Err(Error::unprocessable("unsupported_kind", "kind must be physical or digital")),
     };
     // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
     let stock = if kind == SkuKind::Digital { 0 } else { body.stock };
@@ -958,7 +955,7 @@ async fn update_sku(
 fn valid_name(name: &str) -> Result<&str> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > SKU_NAME_LEN_MAX || name.chars().any(char::is_control) {
-        return Err(Error::api(422, "invalid_name", "name must be 1-200 printable characters"));
+        return Err(Error::unprocessable("invalid_name", "name must be 1-200 printable characters"));
     }
     Ok(name)
 }

@@ -44,6 +44,7 @@ pub struct Inner {
     pub admin_token_hash: Option<Vec<u8>>,
     pub demo: bool,
     pub late_policy: crate::domain::decide::LatePolicy,
+    pub refund_policy: crate::domain::refund::RefundPolicy,
     /// Card-key encryption; `None` when no keys secret is configured (digital goods disabled).
     pub vault: Option<Arc<crate::vault::Vault>>,
     pub refunder: Arc<crate::workers::refunds::Refunder>,
@@ -57,15 +58,30 @@ impl std::ops::Deref for AppState {
     }
 }
 
+/// The HTTP status of a refusal: the one place a kind of refusal becomes a status.
+pub fn status_of(kind: crate::error::RefusalKind) -> StatusCode {
+    use crate::error::RefusalKind::*;
+    match kind {
+        Malformed => StatusCode::BAD_REQUEST,
+        Unauthenticated => StatusCode::UNAUTHORIZED,
+        Forbidden => StatusCode::FORBIDDEN,
+        NotFound => StatusCode::NOT_FOUND,
+        Conflict => StatusCode::CONFLICT,
+        TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        Upstream => StatusCode::BAD_GATEWAY,
+    }
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, body) = match &self {
-            Error::Api { status, code, message, details } => {
-                let mut err = json!({"code": code, "message": message});
-                if let Some(d) = details {
+            Error::Refused(r) => {
+                let mut err = json!({"code": r.code, "message": r.message});
+                if let Some(d) = &r.details {
                     err["details"] = d.clone();
                 }
-                (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST), json!({"error": err}))
+                (status_of(r.kind), json!({"error": err}))
             }
             Error::Db(_) | Error::Internal(_) if self.is_unavailable() => {
                 tracing::warn!(error = %self, "database unavailable");
@@ -108,7 +124,11 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
 }
 
 pub fn payload_too_large() -> Error {
-    Error::api(413, "payload_too_large", format!("request bodies are limited to {BODY_LIMIT_BYTES} bytes"))
+    Error::refused(
+        crate::error::RefusalKind::TooLarge,
+        "payload_too_large",
+        format!("request bodies are limited to {BODY_LIMIT_BYTES} bytes"),
+    )
 }
 
 /// A JSON body; an empty body reads as `{}` so all-optional bodies may be left out.

@@ -122,12 +122,12 @@ fn message(status: StatusCode, title: &str, message: &str, link: &str, link_text
 
 pub fn error_page(e: &Error, link: &str) -> Response {
     let status = match e {
-        Error::Api { status, .. } => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST),
+        Error::Refused(r) => super::status_of(r.kind),
         _ if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let text = match e {
-        Error::Api { .. } => e.to_string(),
+        Error::Refused(_) => e.to_string(),
         _ if e.is_unavailable() => {
             tracing::warn!(error = %e, "page failed: database unavailable");
             let mut r = message(
@@ -199,7 +199,11 @@ async fn form_session(state: &AppState, headers: &HeaderMap, form: &BTreeMap<Str
     let session = catalog::session_by_token(&state.db, token).await?.ok_or_else(Error::unauthorized)?;
     let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
     if aws_lc_rs::constant_time::verify_slices_are_equal(given, session.csrf_token.as_bytes()).is_err() {
-        return Err(Error::api(403, "csrf_failed", "the form has expired; reload the page"));
+        return Err(Error::refused(
+            crate::error::RefusalKind::Forbidden,
+            "csrf_failed",
+            "the form has expired; reload the page",
+        ));
     }
     Ok(session)
 }
@@ -218,13 +222,13 @@ async fn shop_basket(
             let quantity: i64 = value
                 .trim()
                 .parse()
-                .map_err(|_| Error::api(422, "invalid_quantity", "quantities must be whole numbers"))?;
+                .map_err(|_| Error::unprocessable("invalid_quantity", "quantities must be whole numbers"))?;
             if quantity > 0 && ids::is_plain_id(sku) {
                 lines.push((sku.to_string(), quantity));
             }
         }
         if lines.is_empty() {
-            return Err(Error::api(422, "basket_empty", "choose at least one item"));
+            return Err(Error::unprocessable("basket_empty", "choose at least one item"));
         }
         // Every chosen line or, if one is refused, no basket at all.
         let basket_id = catalog::open_basket(&state.db, &session.id, lines, now).await?.basket_id;

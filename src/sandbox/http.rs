@@ -139,7 +139,7 @@ async fn complete(
         return Err(Error::not_found("sandbox payment"));
     }
     let outcome = SandboxOutcome::parse(&body.outcome)
-        .ok_or_else(|| Error::api(422, "invalid_request", "outcome must be succeeded, failed or cancelled"))?;
+        .ok_or_else(|| Error::unprocessable("invalid_request", "outcome must be succeeded, failed or cancelled"))?;
     let done = sandbox.complete(&attempt_ref, outcome, body.copies, body.delay_ms).await?;
     Ok((StatusCode::OK, axum::Json(done)).into_response())
 }

@@ -19,12 +19,12 @@ use serde_json::json;
 
 use crate::args;
 use crate::clock::SharedClock;
+use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::{Currency, Money};
 use crate::error::{Error, Result};
 use crate::gateway::sandbox::{SIGNATURE_HEADER, verify_fields};
 use crate::gateway::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::store::batch::Batch;
-use crate::store::payments::{Outcome, VerifiedEvent};
 use crate::store::{Db, col, new_id, settings};
 
 /// Most notification copies one `complete` call may ask for.
@@ -194,7 +194,7 @@ impl Sandbox {
     /// Records a payment the merchant asked for (signed form fields). Idempotent.
     pub async fn register(&self, fields: &BTreeMap<String, String>) -> Result<String> {
         if !verify_fields(&self.merchant_key(), fields) {
-            return Err(Error::api(400, "invalid_signature", "merchant signature does not verify"));
+            return Err(Error::invalid("invalid_signature", "merchant signature does not verify"));
         }
         let get = |k: &str| {
             fields.get(k).cloned().ok_or_else(|| Error::invalid("invalid_request", format!("missing field {k}")))
@@ -257,8 +257,7 @@ impl Sandbox {
         delay_ms: u64,
     ) -> Result<Completed> {
         if !(1..=COPIES_MAX).contains(&copies) || delay_ms > DELAY_MS_MAX {
-            return Err(Error::api(
-                422,
+            return Err(Error::unprocessable(
                 "invalid_request",
                 format!("copies must be 1-{COPIES_MAX}, delay_ms at most {DELAY_MS_MAX}"),
             ));

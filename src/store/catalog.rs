@@ -4,15 +4,12 @@ use serde::Serialize;
 
 use crate::args;
 use crate::clock::Millis;
-use crate::domain::{Money, ids};
+use crate::domain::{Money, basket, ids};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
 
-/// Largest quantity of one SKU in one basket line: bounds every stock update and money product.
-pub const LINE_QUANTITY_MAX: i64 = 10_000;
-/// Most lines in a basket: bounds the checkout transaction.
-pub const BASKET_LINES_MAX: i64 = 100;
+pub use crate::domain::basket::{BASKET_LINES_MAX, LINE_QUANTITY_MAX};
 /// Largest stock movement in one admin call.
 pub const STOCK_DELTA_MAX: i64 = 1_000_000_000;
 
@@ -82,7 +79,7 @@ fn sku_from_row(row: &sqlx::any::AnyRow) -> Result<SkuView> {
 /// otherwise an existing SKU is a `sku_exists` conflict.
 pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> Result<SkuView> {
     if !(0..=STOCK_DELTA_MAX).contains(&new.stock) {
-        return Err(Error::api(422, "invalid_quantity", "stock must be between 0 and 1000000000"));
+        return Err(Error::unprocessable("invalid_quantity", "stock must be between 0 and 1000000000"));
     }
     // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
     let stock = if new.kind == SkuKind::Digital { 0 } else { new.stock };
@@ -131,7 +128,7 @@ pub async fn update_sku(
     now: Millis,
 ) -> Result<SkuView> {
     if price_minor.is_some_and(|p| p < 0) {
-        return Err(Error::api(422, "invalid_amount", "price must not be negative"));
+        return Err(Error::unprocessable("invalid_amount", "price must not be negative"));
     }
     crate::write_tx!(db, |tx| {
         let done = sqlx::query(
@@ -152,7 +149,7 @@ pub async fn update_sku(
 /// held units. A digital SKU's stock is its unsold keys: it changes by key imports and sales only.
 pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result<SkuView> {
     if delta == 0 || !(-STOCK_DELTA_MAX..=STOCK_DELTA_MAX).contains(&delta) {
-        return Err(Error::api(422, "invalid_quantity", "delta must be non-zero and within ±1000000000"));
+        return Err(Error::unprocessable("invalid_quantity", "delta must be non-zero and within ±1000000000"));
     }
     crate::write_tx!(db, |tx| {
         let done = sqlx::query(
@@ -170,8 +167,7 @@ pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result
             sqlx::query_scalar("SELECT kind FROM skus WHERE sku = $1").bind(sku).fetch_optional(&mut **tx).await?;
         match kind.as_deref() {
             None => Err(Error::not_found("SKU")),
-            Some("digital") => Err(Error::api(
-                422,
+            Some("digital") => Err(Error::unprocessable(
                 "digital_stock_is_keys",
                 "a digital SKU's stock is its unsold keys: import keys to add stock",
             )),
@@ -260,33 +256,9 @@ pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<Str
 /// on any bad line, nothing at all. One write command however many lines (a "buy now" button
 /// needs one request, not one per line). Returns the basket as created.
 pub async fn open_basket(db: &Db, session_id: &str, lines: Vec<(String, i64)>, now: Millis) -> Result<BasketView> {
-    check_new_lines(&lines)?;
+    basket::check_new_lines(&lines)?;
     let (on, session_id) = (db.clone(), session_id.to_string());
     db.on_writer(async move { open_basket_here(&on, &session_id, &lines, now).await }).await?
-}
-
-/// What can be refused without reading anything: quantities, repeats and the basket's size.
-fn check_new_lines(lines: &[(String, i64)]) -> Result<()> {
-    if i64::try_from(lines.len()).unwrap_or(i64::MAX) > BASKET_LINES_MAX {
-        return Err(Error::api(422, "basket_too_large", format!("a basket holds at most {BASKET_LINES_MAX} lines")));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for (sku, quantity) in lines {
-        if !(1..=LINE_QUANTITY_MAX).contains(quantity) {
-            return Err(Error::api(
-                422,
-                "invalid_quantity",
-                format!("a new line's quantity must be between 1 and {LINE_QUANTITY_MAX}"),
-            ));
-        }
-        if !ids::is_plain_id(sku) {
-            return Err(Error::not_found("SKU"));
-        }
-        if !seen.insert(sku.as_str()) {
-            return Err(Error::api(422, "duplicate_line", format!("SKU {sku} is listed twice")));
-        }
-    }
-    Ok(())
 }
 
 async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], now: Millis) -> Result<BasketView> {
@@ -380,9 +352,7 @@ fn new_basket(
             currency: col(r, "currency")?,
         });
     }
-    if rows.windows(2).any(|w| w[0].currency != w[1].currency) {
-        return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
-    }
+    basket::check_one_currency(rows.iter().map(|r| r.currency.as_str()))?;
     let mut batch = Batch::new();
     batch.expect(INSERT_BASKET_SQL, args![id, session_id, now], 1, "basket insert");
     for l in &rows {
@@ -419,9 +389,7 @@ async fn set_basket_line_here(
     quantity: i64,
     now: Millis,
 ) -> Result<BasketView> {
-    if !(0..=LINE_QUANTITY_MAX).contains(&quantity) {
-        return Err(Error::api(422, "invalid_quantity", format!("quantity must be between 0 and {LINE_QUANTITY_MAX}")));
-    }
+    basket::check_set_quantity(quantity)?;
     crate::write_tx!(db, |tx| {
         // PostgreSQL: lock the basket first, in a statement of its own. A statement that waited
         // for a row lock re-reads only the locked row, not the rows it joined, so reading the
@@ -483,23 +451,9 @@ async fn set_basket_line_here(
         ) else {
             return Err(Error::not_found("SKU"));
         };
-        if others.iter().any(|l| l.currency != currency) {
-            return Err(Error::api(422, "currency_mismatch", "all lines of a basket must share one currency"));
-        }
-        let overflow = || Error::api(422, "amount_overflow", "the basket total would overflow");
-        let mut total = price.checked_mul(quantity).ok_or_else(overflow)?;
-        for l in &others {
-            let line = l.quoted.checked_mul(l.quantity).ok_or_else(overflow)?;
-            total = total.checked_add(line).ok_or_else(overflow)?;
-        }
-        let lines = i64::try_from(others.len()).unwrap_or(i64::MAX);
-        if lines >= BASKET_LINES_MAX {
-            return Err(Error::api(
-                422,
-                "basket_too_large",
-                format!("a basket holds at most {BASKET_LINES_MAX} lines"),
-            ));
-        }
+        basket::check_one_currency(others.iter().map(|l| l.currency.as_str()).chain([currency.as_str()]))?;
+        basket::total_minor(others.iter().map(|l| (l.quoted, l.quantity)).chain([(price, quantity)]))?;
+        basket::check_room_for_line(others.len())?;
         let mut batch = Batch::new();
         batch.expect(
             "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5) \
@@ -535,13 +489,12 @@ fn basket_view(
     mut rows: Vec<LineRow>,
 ) -> Result<BasketView> {
     rows.sort_by(|a, b| a.sku.cmp(&b.sku));
-    let overflow = || Error::api(422, "amount_overflow", "basket total overflows");
+    let total = basket::total_minor(rows.iter().map(|r| (r.quoted, r.quantity)))?;
     let mut lines = Vec::with_capacity(rows.len());
-    let mut total: i64 = 0;
     let mut currency = None;
     for r in rows {
-        let line_total = r.quoted.checked_mul(r.quantity).ok_or_else(overflow)?;
-        total = total.checked_add(line_total).ok_or_else(overflow)?;
+        // Within the total, which did not overflow.
+        let line_total = r.quoted.saturating_mul(r.quantity);
         currency = Some(r.currency);
         lines.push(BasketLineView {
             sku: r.sku,

@@ -4,6 +4,7 @@ use serde_json::json;
 
 use crate::args;
 use crate::clock::Millis;
+use crate::domain::checkout::{self, QuotedLine};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
@@ -11,8 +12,7 @@ use crate::store::events::{self, Cause};
 use crate::store::fulfilment::OrderLine;
 use crate::store::{Db, Tx, col, payments};
 
-/// Longest `Idempotency-Key` accepted.
-pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 128;
+pub use crate::domain::checkout::IDEMPOTENCY_KEY_LEN_MAX;
 
 #[derive(Debug, Clone)]
 pub struct ConfirmRequest<'a> {
@@ -42,15 +42,6 @@ pub struct Placed {
     pub created: bool,
 }
 
-struct PricedLine {
-    sku: String,
-    name: String,
-    kind: String,
-    quantity: i64,
-    unit: Money,
-    line_total: Money,
-}
-
 /// Confirms a basket in one transaction: re-price, hold stock, freeze the basket, create the order,
 /// its line snapshot, reservations with `expires_at`, and the first payment attempt. Nothing remote
 /// happens here; the hand-off is built by the caller after commit.
@@ -77,10 +68,8 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
 }
 
 async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
-    if let Some(key) = req.idempotency_key
-        && (key.is_empty() || key.len() > IDEMPOTENCY_KEY_LEN_MAX || key.chars().any(char::is_control))
-    {
-        return Err(Error::invalid("invalid_idempotency_key", "Idempotency-Key must be 1-128 printable characters"));
+    if let Some(key) = req.idempotency_key {
+        checkout::check_idempotency_key(key)?;
     }
     let lock = db.for_update();
     let result = crate::write_tx!(db, |tx| {
@@ -100,8 +89,7 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         {
             let basket: String = col(&row, "basket_id")?;
             if basket != req.basket_id {
-                return Err(Error::api(
-                    422,
+                return Err(Error::unprocessable(
                     "idempotency_key_reused",
                     "this Idempotency-Key was used for another basket",
                 ));
@@ -116,29 +104,17 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             return load_placed(tx, &order_no, false).await;
         }
         // Re-priced from today's catalog; the preview's total is never trusted.
-        let lines = price_lines(&read.next().unwrap_or_default())?;
-        let total =
-            lines.iter().try_fold(Money::zero(lines[0].unit.currency()), |acc, l| acc.checked_add(l.line_total))?;
+        let pricing = checkout::price(&quoted_lines(&read.next().unwrap_or_default())?, req.gateway, req.currencies)?;
         // A zero total is completed here, without a gateway (none takes a zero amount).
-        let free = total.amount_minor() == 0;
-        let (gateway, channel) =
-            if free { (payments::FREE_GATEWAY, payments::FREE_GATEWAY) } else { (req.gateway, req.channel) };
-        if let Some(accepted) = req.currencies
-            && !free
-            && !accepted.contains(&total.currency())
-        {
-            return Err(Error::api(
-                422,
-                "unsupported_currency",
-                format!("gateway {} does not take {}", req.gateway, total.currency()),
-            ));
-        }
+        let (free, total) = (pricing.free, pricing.total);
+        let (gateway, channel) = pricing.payer(req.gateway, req.channel);
+        let lines = &pricing.lines;
         // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell); then
         // 5. create the order, its lines, reservations and first attempt; freeze the basket.
         // All in one batch (one round trip on SQLite, see store::batch): a hold that finds too
         // little stock changes no row, the total shows it, and the whole command rolls back.
         let mut batch = Batch::new();
-        for line in &lines {
+        for line in lines {
             batch.add(
                 "UPDATE skus SET reserved = reserved + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
                 args![line.quantity, req.now, &line.sku],
@@ -146,7 +122,7 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         }
         let order_no = ids::new_order_no();
         let attempt_ref = ids::attempt_ref(&order_no, 1);
-        let expires_at = req.now.saturating_add(req.hold_ms);
+        let expires_at = checkout::hold_expires_at(req.now, req.hold_ms);
         batch.add(
             "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
@@ -238,7 +214,7 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             return load_placed(tx, &order_no, true).await;
         }
         Ok(Placed {
-            subject: subject(&lines),
+            subject: pricing.subject(),
             order_no,
             attempt_ref,
             gateway: req.gateway.to_string(),
@@ -282,46 +258,22 @@ const IDEMPOTENCY_KEY_SQL: &str =
 pub const PRICE_LINES_SQL: &str = "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency \
      FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku";
 
-/// The basket's lines re-priced: fails if it has none or if any price changed since it was quoted.
-fn price_lines(rows: &[sqlx::any::AnyRow]) -> Result<Vec<PricedLine>> {
-    if rows.is_empty() {
-        return Err(Error::api(422, "basket_empty", "the basket has no lines"));
-    }
-    let mut lines = Vec::with_capacity(rows.len());
-    let mut changed = Vec::new();
-    for r in rows {
-        let sku: String = col(r, "sku")?;
-        let price: i64 = col(r, "price_minor")?;
-        let quoted: i64 = col(r, "quoted_unit_minor")?;
-        let currency: String = col(r, "currency")?;
-        let quoted_currency: String = col(r, "quoted_currency")?;
-        if price != quoted || currency != quoted_currency {
-            changed.push(json!({"sku": sku, "quoted_minor": quoted, "price_minor": price, "currency": currency}));
-        }
-        let unit = Money::new(price, Currency::parse(&currency)?)?;
-        let quantity: i64 = col(r, "quantity")?;
-        lines.push(PricedLine {
-            line_total: unit.checked_mul(quantity)?,
-            unit,
-            quantity,
-            sku,
-            name: col(r, "name")?,
-            kind: col(r, "kind")?,
-        });
-    }
-    if !changed.is_empty() {
-        return Err(Error::conflict(
-            "price_changed",
-            "prices changed since the basket was quoted; review and confirm again",
-        )
-        .with_details(json!({"lines": changed})));
-    }
-    Ok(lines)
-}
-
-fn subject(lines: &[PricedLine]) -> String {
-    let first = lines.first().map(|l| l.name.as_str()).unwrap_or("order");
-    if lines.len() > 1 { format!("{first} and {} more", lines.len() - 1) } else { first.to_string() }
+/// The basket's lines as quoted, beside today's catalog ([`PRICE_LINES_SQL`]).
+fn quoted_lines(rows: &[sqlx::any::AnyRow]) -> Result<Vec<QuotedLine>> {
+    rows.iter()
+        .map(|r| {
+            Ok(QuotedLine {
+                sku: col(r, "sku")?,
+                name: col(r, "name")?,
+                kind: col(r, "kind")?,
+                quantity: col(r, "quantity")?,
+                quoted_unit_minor: col(r, "quoted_unit_minor")?,
+                quoted_currency: col(r, "quoted_currency")?,
+                price_minor: col(r, "price_minor")?,
+                currency: col(r, "currency")?,
+            })
+        })
+        .collect()
 }
 
 /// The order with its newest attempt, for repeated confirms and retries of the hand-off.
@@ -342,11 +294,7 @@ pub async fn load_placed(tx: &mut Tx<'_>, order_no: &str, created: bool) -> Resu
         .fetch_all(&mut **tx)
         .await?;
     let status: String = col(&order, "status")?;
-    let subject = match names.len() {
-        0 => "order".to_string(),
-        1 => names[0].clone(),
-        n => format!("{} and {} more", names[0], n - 1),
-    };
+    let subject = checkout::subject(names.iter().map(String::as_str));
     Ok(Placed {
         order_no: order_no.to_string(),
         attempt_ref: col(&attempt, "attempt_ref")?,

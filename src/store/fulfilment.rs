@@ -28,8 +28,7 @@ const VERIFY_PAGE_MAX: i64 = 1_000;
 
 /// The answer to a keys secret that is not the one this database's keys were sealed with.
 fn secret_mismatch(detail: &str) -> Error {
-    Error::api(
-        409,
+    Error::conflict(
         "keys_secret_mismatch",
         format!(
             "the keys secret is not the one this database's card keys were imported under ({detail}); \
@@ -114,7 +113,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
     for key in keys {
         let key = key.trim();
         if key.is_empty() || key.len() > KEY_LEN_MAX || key.chars().any(char::is_control) {
-            return Err(Error::api(422, "invalid_key", format!("keys must be 1-{KEY_LEN_MAX} printable bytes")));
+            return Err(Error::unprocessable("invalid_key", format!("keys must be 1-{KEY_LEN_MAX} printable bytes")));
         }
         let fp = vault.fingerprint(sku, key);
         if !seen.insert(fp.clone()) {
@@ -133,7 +132,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
         match kind.as_deref() {
             None => return Err(Error::not_found("SKU")),
             Some("digital") => {}
-            Some(_) => return Err(Error::api(422, "not_digital", "keys can only be added to a digital SKU")),
+            Some(_) => return Err(Error::unprocessable("not_digital", "keys can only be added to a digital SKU")),
         }
         let mut inserted: i64 = 0;
         for (fp, nonce, ct) in &sealed {
@@ -268,9 +267,8 @@ pub async fn mark_delivered(db: &Db, order_no: &str, now: Millis) -> Result<()> 
             .fetch_optional(&mut **tx)
             .await?
             .ok_or_else(|| Error::not_found("order"))?;
-        if status != OrderStatus::Paid.as_str() {
-            return Err(Error::conflict("not_deliverable", format!("the order is {status}, not paid")));
-        }
+        let status = OrderStatus::parse(&status).ok_or_else(|| Error::internal("unknown order status"))?;
+        crate::domain::decide::may_mark_shipped(status)?;
         let cause = Cause { trigger: "shipped", notification_id: None, at: now };
         events::set_order_status(tx, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await
     })?;

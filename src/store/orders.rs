@@ -2,7 +2,7 @@
 //! basket, and an operator accepting a late payment.
 
 use crate::clock::Millis;
-use crate::domain::{AttemptStatus, OrderStatus, ids};
+use crate::domain::{AttemptStatus, OrderStatus, decide, ids};
 use crate::error::{Error, Result};
 use crate::store::checkout::{Placed, load_placed};
 use crate::store::events::{self, Cause};
@@ -79,12 +79,7 @@ pub async fn new_attempt(
     let lock = db.for_update();
     crate::write_tx!(db, |tx| {
         let (status, hold_expires_at) = lock_order(tx, lock, order_no, session_id).await?;
-        if status != OrderStatus::PendingPayment {
-            return Err(Error::conflict("not_payable", format!("the order is {status}")));
-        }
-        if hold_expires_at <= now {
-            return Err(Error::conflict("order_expired", "the order's hold has run out"));
-        }
+        decide::may_retry(status, hold_expires_at, now)?;
         let cause = Cause { trigger: "retry", notification_id: None, at: now };
         let mut to_close = Vec::new();
         for (attempt, from) in active_attempts(tx, order_no).await? {
@@ -145,9 +140,7 @@ pub async fn cancel(
     let lock = db.for_update();
     crate::write_tx!(db, |tx| {
         let (status, _) = lock_order(tx, lock, order_no, session_id).await?;
-        if status != OrderStatus::PendingPayment {
-            return Err(Error::conflict("not_cancellable", format!("the order is {status}")));
-        }
+        decide::may_cancel(status)?;
         let cause = Cause { trigger: "cancel", notification_id: None, at: now };
         for (attempt, from) in active_attempts(tx, order_no).await? {
             events::set_attempt_status(tx, order_no, &attempt.attempt_ref, from, AttemptStatus::Cancelled, cause)
@@ -191,11 +184,9 @@ pub async fn accept_late_payment(db: &Db, order_no: &str, now: Millis) -> Result
     let skip = db.skip_locked();
     crate::write_tx!(db, |tx| {
         let (status, _) = lock_order(tx, lock, order_no, None).await?;
-        if status != OrderStatus::PaidAfterExpiry {
-            return Err(Error::conflict("not_late_payment", format!("the order is {status}")));
-        }
+        decide::may_accept_late(status)?;
         if !payments::reallocate(tx, order_no, now).await? {
-            return Err(Error::conflict("out_of_stock", "the stock is no longer there; refund the payment instead"));
+            return Err(decide::late_stock_gone().into());
         }
         let cause = Cause { trigger: "manual_accept", notification_id: None, at: now };
         events::set_order_status(tx, order_no, status, OrderStatus::Paid, cause).await?;

@@ -6,46 +6,16 @@ use serde::Serialize;
 use crate::args;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success, may_expire};
+use crate::domain::refund::AutomaticRefund;
 use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Also, Cause, Severity};
 use crate::store::outbox::OrderFacts;
-use crate::store::refunds::{self, RefundKind};
+use crate::store::refunds;
 use crate::store::{Db, Tx, col, fulfilment, new_id};
 
-/// What a gateway said happened to one attempt, after its signature was verified.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Succeeded {
-        gateway_txn_id: String,
-        amount: Money,
-    },
-    Failed,
-    Cancelled,
-    /// Verified, but nothing happened yet (Alipay `WAIT_BUYER_PAY`, a Stripe delayed payment).
-    Pending,
-    /// A refund of this attempt went through (`refund_no` is ours). Some gateways do not say how
-    /// much in the notification (Alipay); when they do, it must match.
-    RefundSucceeded {
-        refund_no: String,
-        amount: Option<Money>,
-    },
-    RefundFailed {
-        refund_no: String,
-    },
-}
-
-/// A verified gateway event, ready to be applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifiedEvent {
-    pub gateway: String,
-    /// The gateway's own event id; unique per gateway (I6).
-    pub event_id: String,
-    pub attempt_ref: String,
-    pub outcome: Outcome,
-    pub raw_body: Vec<u8>,
-}
+use crate::domain::event::{Outcome, VerifiedEvent};
 
 /// The result of applying one event, which decides the gateway's reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -392,19 +362,11 @@ async fn apply_success(
                     Ok(Some("paid_after_expiry_reallocated"))
                 }
                 LatePolicy::Reallocate | LatePolicy::Refund => {
-                    let refund_no = format!("LATE-{attempt_ref}");
-                    let reason = "paid after the order expired; stock could not be re-allocated";
-                    refunds::insert(
-                        tx,
-                        order_no,
-                        attempt_ref,
-                        &refund_no,
-                        amount.amount_minor(),
-                        reason,
-                        RefundKind::LatePayment,
-                        cause.at,
-                    )
-                    .await?;
+                    let late = AutomaticRefund::LatePayment;
+                    let (refund_no, reason) = late.terms(attempt_ref);
+                    let amount = amount.amount_minor();
+                    refunds::insert(tx, order_no, attempt_ref, &refund_no, amount, reason, late.into(), cause.at)
+                        .await?;
                     let cause = Cause { trigger: "late_payment_refund", ..follow_up };
                     refunds::start_refunding(tx, order_no, OrderStatus::PaidAfterExpiry, OrderStatus::Refunding, cause)
                         .await?;
@@ -425,26 +387,17 @@ async fn apply_success(
                 cause.at,
             )
             .await?;
-            let refund_no = format!("DUP-{attempt_ref}");
-            refunds::insert(
-                tx,
-                order_no,
-                attempt_ref,
-                &refund_no,
-                amount.amount_minor(),
-                "duplicate payment",
-                RefundKind::DuplicatePayment,
-                cause.at,
-            )
-            .await?;
+            let duplicate = AutomaticRefund::DuplicatePayment;
+            let (refund_no, reason) = duplicate.terms(attempt_ref);
+            let amount = amount.amount_minor();
+            refunds::insert(tx, order_no, attempt_ref, &refund_no, amount, reason, duplicate.into(), cause.at).await?;
             Ok(Some("duplicate_payment"))
         }
         SuccessDecision::AlreadyApplied => Ok(None),
     }
 }
 
-/// The gateway name of a zero-total order's attempt: no gateway is involved.
-pub const FREE_GATEWAY: &str = "free";
+pub use crate::domain::checkout::FREE_GATEWAY;
 
 /// Completes a zero-total order just confirmed in `tx` (pending, its one attempt `created`):
 /// paid with nothing captured, its reservations consumed, its keys delivered and its messages

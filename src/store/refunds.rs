@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
-use crate::domain::refund::{self, RefundRefusal, RefundTotals};
+use crate::domain::refund::{self, RefundPolicy, RefundRequest, RefundTotals};
 use crate::domain::status::RefundStatus;
 use crate::domain::{Money, OrderStatus};
 use crate::error::{Error, Result};
@@ -14,30 +14,9 @@ use crate::store::events::{self, Cause, Severity};
 use crate::store::outbox::{self, RefundFacts};
 use crate::store::{Db, Tx, col};
 
-/// Longest refund number (gateways allow 64).
-pub const REFUND_NO_LEN_MAX: usize = 64;
+pub use crate::domain::refund::{REFUND_NO_LEN_MAX, RefundKind};
 /// Send tries before a refund is given up as failed (and alerted).
 pub const REFUND_TRIES_MAX: i64 = 10;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefundKind {
-    /// Asked for by the merchant (admin API).
-    Merchant,
-    /// Automatic: a payment that arrived after the order expired and could not be re-allocated.
-    LatePayment,
-    /// Automatic: a second capture on an order that was already paid.
-    DuplicatePayment,
-}
-
-impl RefundKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            RefundKind::Merchant => "merchant",
-            RefundKind::LatePayment => "late_payment",
-            RefundKind::DuplicatePayment => "duplicate_payment",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RefundView {
@@ -90,22 +69,21 @@ pub async fn get(db: &Db, refund_no: &str) -> Result<RefundView> {
 /// terms (order, amount, reason) answers the refund made first; with other terms it is refused
 /// (`refund_no_reused`). Refused, and not stored, when the order's refunds would exceed what was
 /// captured; checked under the order lock, so concurrent requests cannot together exceed it.
-/// The order keeps its status unless the refunds in flight now cover the whole capture.
+/// The order keeps its status unless the refunds in flight now cover the whole capture. The
+/// shop's [`RefundPolicy`] decides, with the other rules, whether it may go ahead.
+#[allow(clippy::too_many_arguments)]
 pub async fn request(
     db: &Db,
+    policy: RefundPolicy,
     order_no: &str,
     refund_no: &str,
     amount_minor: i64,
     reason: &str,
     now: Millis,
 ) -> Result<(RefundView, bool)> {
-    if refund_no.is_empty() || refund_no.len() > REFUND_NO_LEN_MAX || !crate::domain::ids::is_plain_id(refund_no) {
-        return Err(Error::api(422, "invalid_refund_no", "refund_no must be 1-64 letters, digits, '_', '-' or '.'"));
-    }
-    if amount_minor <= 0 {
-        return Err(Error::api(422, "invalid_amount", "amount_minor must be positive"));
-    }
-    let reason = clean_reason(reason);
+    refund::check_refund_no(refund_no)?;
+    refund::check_amount(amount_minor)?;
+    let reason = refund::clean_reason(reason);
     let lock = db.for_update();
     let created = crate::write_tx!(db, |tx| {
         let order = sqlx::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
@@ -133,18 +111,13 @@ pub async fn request(
         let status =
             OrderStatus::parse(&col::<String>(&order, "status")?).ok_or_else(|| Error::internal("bad status"))?;
         let totals = order_totals(tx, order_no).await?;
-        let to = refund::decide_request(status, totals, amount_minor).map_err(|refusal| match refusal {
-            RefundRefusal::NotRefundable => Error::conflict("not_refundable", format!("the order is {status}")),
-            RefundRefusal::InvalidAmount => Error::api(422, "invalid_amount", "amount_minor must be positive"),
-            RefundRefusal::Overflow => Error::api(422, "amount_overflow", "amount overflows"),
-            RefundRefusal::ExceedsCaptured { total } => Error::conflict(
-                "refund_exceeds_captured",
-                format!(
-                    "refunds would total {total}, but {} was captured ({} already refunded or in flight)",
-                    totals.captured, totals.committed
-                ),
-            ),
-        })?;
+        // When the payment was captured: only the window needs it, so only then is it read.
+        let paid_at = match policy.window_days {
+            Some(_) => paid_at(tx, order_no).await?,
+            None => None,
+        };
+        let asked = RefundRequest { status, totals, amount: amount_minor, paid_at, now };
+        let to = refund::decide_request(policy, asked)?;
         let attempt = paid_attempt(tx, order_no).await?;
         insert(tx, order_no, &attempt, refund_no, amount_minor, &reason, RefundKind::Merchant, now).await?;
         if let Some(to) = to {
@@ -156,9 +129,15 @@ pub async fn request(
     Ok((get(db, refund_no).await?, created))
 }
 
-/// A refund's reason as stored: no control characters, at most 256 characters.
-fn clean_reason(reason: &str) -> String {
-    reason.chars().filter(|c| !c.is_control()).take(256).collect()
+/// When the order's payment was captured: its capturing attempt's `succeeded` event.
+async fn paid_at(tx: &mut Tx<'_>, order_no: &str) -> Result<Option<Millis>> {
+    Ok(sqlx::query_scalar(
+        "SELECT MIN(e.at) FROM status_events e JOIN orders o ON o.captured_attempt_ref = e.entity_id \
+         WHERE o.order_no = $1 AND e.order_no = $1 AND e.entity = 'attempt' AND e.to_status = 'succeeded'",
+    )
+    .bind(order_no)
+    .fetch_one(&mut **tx)
+    .await?)
 }
 
 /// What the order's own refunds add up to (a duplicate payment's refund is not the order's).
@@ -215,17 +194,8 @@ pub async fn insert(
     .bind(attempt_ref)
     .fetch_one(&mut **tx)
     .await?;
-    let total =
-        committed.checked_add(amount_minor).ok_or_else(|| Error::api(422, "amount_overflow", "amount overflows"))?;
-    if total > captured {
-        return Err(Error::conflict(
-            "refund_exceeds_captured",
-            format!(
-                "refunds would total {total}, but {captured} was captured ({committed} already refunded or in flight)"
-            ),
-        ));
-    }
-    let reason = clean_reason(reason);
+    refund::check_within_capture(captured, committed, amount_minor)?;
+    let reason = refund::clean_reason(reason);
     let currency: String = col(&a, "currency")?;
     sqlx::query(
         "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at) \

@@ -8,13 +8,14 @@ use serde::Serialize;
 
 use crate::clock::{Millis, SharedClock};
 use crate::domain::decide::LatePolicy;
+use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::error::Result;
 use crate::gateway::{
     AttemptKey, Gateway, Gateways, PaymentState, RefundAnswer, RefundQuery, RefundRequest, RefundState,
 };
 use crate::store::Db;
 use crate::store::events::Severity;
-use crate::store::payments::{self, Applied, Outcome, VerifiedEvent};
+use crate::store::payments::{self, Applied};
 use crate::store::reconcile::{self, AttemptToQuery, Due, Finding, RefundToQuery};
 use crate::store::refunds;
 

@@ -63,6 +63,7 @@ pub struct Opts {
     pub public_url: Option<String>,
     pub demo: bool,
     pub late_policy: kassa::domain::decide::LatePolicy,
+    pub refund_window_days: Option<u32>,
     pub webhook_url: Option<String>,
     pub alert_webhook_url: Option<String>,
     /// Real gateway adapters to mount beside the sandbox (pointed at local fakes).
@@ -78,6 +79,7 @@ impl Default for Opts {
             public_url: None,
             demo: false,
             late_policy: Default::default(),
+            refund_window_days: None,
             webhook_url: None,
             alert_webhook_url: None,
             gateways: Default::default(),
@@ -137,6 +139,7 @@ impl TestApp {
             hold_seconds: opts.hold_seconds,
             sweep_interval_ms: 3_600_000,
             late_payment_policy: opts.late_policy,
+            refund_policy: kassa::domain::refund::RefundPolicy { window_days: opts.refund_window_days },
             webhook_url: opts.webhook_url.clone(),
             webhook_secret: opts.webhook_url.as_ref().map(|_| WEBHOOK_SECRET.to_string()),
             keys_secret: Some(KEYS_SECRET.to_string()),

@@ -5,7 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{ADMIN, Backend, KEYS_SECRET, TestApp, s};
+use crate::common::{ADMIN, Backend, KEYS_SECRET, Opts, TestApp, s};
 use crate::on_both;
 
 const OTHER_SECRET: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
@@ -170,6 +170,7 @@ fn test_settings(t: &TestApp) -> kassa::config::Settings {
         hold_seconds: 900,
         sweep_interval_ms: 3_600_000,
         late_payment_policy: Default::default(),
+        refund_policy: Default::default(),
         webhook_url: None,
         webhook_secret: None,
         keys_secret: Some(KEYS_SECRET.to_string()),
@@ -226,7 +227,9 @@ async fn refunds_as_facts(backend: Backend) {
     assert_eq!(status, StatusCode::OK);
     // A refund of the rest that fails: back to delivered, with no payment message again.
     let (row, _) =
-        kassa::store::refunds::request(&t.app.state.db, &order_no, "R-2", 700, "rest", t.now_ms()).await.unwrap();
+        kassa::store::refunds::request(&t.app.state.db, Default::default(), &order_no, "R-2", 700, "rest", t.now_ms())
+            .await
+            .unwrap();
     assert_eq!(row.status, "requested");
     assert_eq!(t.status(&order_no).await, "refunding", "refunds in flight cover the whole capture");
     kassa::store::refunds::settle(&t.app.state.db, "R-2", false, "card closed", None, t.now_ms()).await.unwrap();
@@ -517,5 +520,31 @@ async fn database_away_answers_503_and_recovers() {
     assert!(recovered, "kassa did not recover once the database was back");
     let (_, order_no) = paid_order(&t, &[("MUG", 1)]).await;
     assert_eq!(t.status(&order_no).await, "paid");
+    t.assert_clean().await;
+}
+
+on_both!(refunds_close_after_the_refund_window, refund_window);
+/// "Refunds only within 90 days of payment" (`--refund-window-days 90`): a refund on the 90th day
+/// goes through; a day later it is refused with `refund_window_closed`, and nothing is stored.
+async fn refund_window(backend: Backend) {
+    let opts = Opts { manual_clock: true, refund_window_days: Some(90), ..Opts::default() };
+    let t = TestApp::spawn_with(backend, opts).await;
+    t.create_sku("TEA", "Tea", 1000, 5).await;
+    let (_, order_no) = paid_order(&t, &[("TEA", 1)]).await;
+    let clock = t.clock.as_ref().expect("manual clock");
+    let refund = |no: &'static str| {
+        let path = format!("/api/v1/admin/orders/{order_no}/refunds");
+        let t = &t;
+        async move { t.admin_post(&path, json!({"refund_no": no, "amount_minor": 100, "reason": "late"})).await }
+    };
+    clock.advance_ms(90 * 24 * 3600 * 1000 - 60_000);
+    let (status, body) = refund("R-1").await;
+    assert_eq!(status, StatusCode::CREATED, "within the window: {body}");
+    clock.advance_ms(24 * 3600 * 1000);
+    let (status, body) = refund("R-2").await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::CONFLICT, "refund_window_closed".into()), "{body}");
+    assert_eq!(body["error"]["details"]["window_days"], 90, "{body}");
+    assert_eq!(t.count("SELECT COUNT(*) FROM refunds WHERE refund_no = 'R-2'").await, 0);
+    t.settle().await;
     t.assert_clean().await;
 }

@@ -102,8 +102,8 @@ on_both!(engine_level_race_of_apply_and_expire, engine_race);
 /// the order expired at the same instant. Exactly one wins; a success that loses becomes a
 /// recorded late payment, never a lost one.
 async fn engine_race(backend: Backend) {
+    use kassa::domain::event::{Outcome, VerifiedEvent};
     use kassa::domain::{Currency, Money};
-    use kassa::store::payments::{Outcome, VerifiedEvent};
     let t = TestApp::spawn_with(backend, Opts { hold_seconds: 0, ..Default::default() }).await;
     const ROUNDS: usize = 200;
     t.create_sku("RACE", "Contested item", 500, ROUNDS as i64).await;

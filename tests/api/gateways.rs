@@ -3,13 +3,13 @@
 //! in `fakes.rs`, on both databases. Active query and reconciliation are tested here too.
 
 use axum::http::HeaderMap;
+use kassa::domain::event::Outcome;
 use kassa::gateway::Gateway;
 use kassa::gateway::alipay::{self, Alipay};
 use kassa::gateway::config::{GatewaysFile, WechatPayConfig};
 use kassa::gateway::keys::{RsaSigner, RsaVerifier};
 use kassa::gateway::stripe::{self, Stripe};
 use kassa::gateway::wechatpay::{self, WechatPay};
-use kassa::store::payments::Outcome;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

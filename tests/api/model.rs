@@ -17,8 +17,9 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use crate::common::{Backend, KEYS_SECRET, fresh_database};
 use kassa::clock::{Clock as _, ManualClock};
 use kassa::domain::decide::LatePolicy;
+use kassa::domain::event::{Outcome, VerifiedEvent};
 use kassa::domain::{Currency, Money};
-use kassa::store::payments::{Applied, Outcome, VerifiedEvent};
+use kassa::store::payments::Applied;
 use kassa::store::{Db, catalog, check, checkout, fulfilment, orders, payments, refunds};
 use kassa::vault::Vault;
 
@@ -389,7 +390,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let refund_no = format!("R{}", model.refund_seq);
             let o = model.orders[i].clone();
             let amount = o.total * quarters / 4;
-            let result = refunds::request(db, &o.order_no, &refund_no, amount, "model", now).await;
+            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, amount, "model", now).await;
             let refundable = matches!(o.status, "paid" | "delivered" | "paid_after_expiry");
             if amount <= 0 {
                 match result {
@@ -428,7 +429,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let o = model.orders[i].clone();
             let Some((refund_no, amount, _)) = o.refunds.last().cloned() else { return Ok(()) };
             let asked = if same { amount } else { amount + 1 };
-            let result = refunds::request(db, &o.order_no, &refund_no, asked, "model", now).await;
+            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, asked, "model", now).await;
             match (same, result) {
                 (true, Ok((_, false))) => {}
                 (false, Err(e)) if e.code() == "refund_no_reused" => {}

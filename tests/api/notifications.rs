@@ -245,8 +245,9 @@ on_both!(a_notification_body_is_kept_byte_for_byte, body_bytes);
 /// included, comes back as it went in, and a duplicate is recorded without being applied again.
 async fn body_bytes(backend: Backend) {
     use kassa::domain::decide::LatePolicy;
+    use kassa::domain::event::{Outcome, VerifiedEvent};
     use kassa::domain::{Currency, Money};
-    use kassa::store::payments::{self, Applied, Outcome, VerifiedEvent};
+    use kassa::store::payments::{self, Applied};
     let t = TestApp::spawn(backend).await;
     t.create_sku("BYTES", "Bytes", 700, 5).await;
     let (_, order_no, attempt_ref) = t.pending_order(&[("BYTES", 1)]).await;
