@@ -18,7 +18,6 @@
 //! - [`app`]: wiring of all of the above; [`config`]: command line, environment and TOML file.
 
 pub mod app;
-pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod domain;

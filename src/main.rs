@@ -1,5 +1,7 @@
 //! The `kassa` binary: `serve`, `check`, `migrate`.
 
+mod bench;
+
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -37,7 +39,7 @@ enum Command {
     /// every query got an answer, 1 when some could not be made, 2 when it cannot run
     Reconcile(ReconcileArgs),
     /// Benchmark a kassa (spawned or running) over HTTP, or the engine in-process
-    Bench(kassa::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Card keys of digital SKUs
     Keys {
         #[command(subcommand)]
@@ -112,9 +114,9 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            Command::Bench(args) => match kassa::bench::run(&args).await {
+            Command::Bench(args) => match bench::run(&args).await {
                 Ok(report) => {
-                    print!("{}", kassa::bench::table(&report));
+                    print!("{}", bench::table(&report));
                     println!("{}", serde_json::to_string(&report).unwrap_or_default());
                     if report.oversold > 0 || report.check_violations.is_some_and(|v| v > 0) {
                         ExitCode::FAILURE

@@ -30,7 +30,7 @@ macro_rules! string_enum {
 }
 
 string_enum!(
-    /// Status of an order (CONTRACT.md lists these exact strings).
+    /// Status of an order (docs/DESIGN.md; the API shows these exact strings).
     OrderStatus {
         PendingPayment => "pending_payment",
         Paid => "paid",
@@ -88,7 +88,7 @@ string_enum!(
     }
 );
 
-/// The legal order transitions (DESIGN.md §2). Anything not listed is an error.
+/// The legal order transitions (docs/DESIGN.md). Anything not listed is an error.
 const ORDER_TRANSITIONS: &[(OrderStatus, OrderStatus)] = {
     use OrderStatus::*;
     &[
@@ -205,7 +205,7 @@ impl AttemptStatus {
     /// The SQL condition "`column` is active", written as the partial unique index
     /// `payment_attempts_one_active` states it, so SQLite's planner can read active attempts
     /// through that index (and compares in place: an `IN` list of three or more constants is a
-    /// temporary b-tree built on every run; `migrations/sqlite/0009_check_comparisons.sql`).
+    /// temporary b-tree built on every run; `migrations/sqlite/0009_check_lists.sql`).
     pub fn active_sql(column: &str) -> String {
         format!("({column} = 'created' OR {column} = 'redirected' OR {column} = 'unknown')")
     }

@@ -92,7 +92,7 @@ pub enum RefundState {
     NotFound,
 }
 
-/// How the buyer reaches the gateway (CONTRACT.md `payment`).
+/// How the buyer reaches the gateway (the checkout answer's `payment`, `/openapi.json`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Handoff {

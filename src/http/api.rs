@@ -1,4 +1,4 @@
-//! JSON API handlers (CONTRACT.md "HTTP").
+//! JSON API handlers (docs/CONTRACT.md, "HTTP").
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};

@@ -25,7 +25,7 @@ use crate::sandbox::Sandbox;
 use crate::store::Db;
 use crate::store::catalog::{self, Session};
 
-/// Largest request body accepted anywhere (CONTRACT.md): bigger ones get 413 `payload_too_large`.
+/// Largest request body accepted anywhere (docs/CONTRACT.md): bigger ones get 413 `payload_too_large`.
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// Name of the cookie that carries the buyer token for HTML pages.
 pub const SESSION_COOKIE: &str = "kassa_session";

@@ -1,4 +1,4 @@
-//! The sandbox's own pages and API (CONTRACT.md "Built-in sandbox gateway").
+//! The sandbox's own pages and API (docs/CONTRACT.md, "pages").
 
 use std::collections::BTreeMap;
 

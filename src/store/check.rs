@@ -1,4 +1,4 @@
-//! `kassa check`: verifies the invariants of DESIGN.md §3, and the references between the rows of a
+//! `kassa check`: verifies the invariants of docs/DESIGN.md, and the references between the rows of a
 //! checkout, on a consistent snapshot. Each query returns the rows that break an invariant; an
 //! empty result means it holds.
 
@@ -91,9 +91,9 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     let mut out = Vec::new();
     let mut add = |invariant: &'static str, detail: String| out.push(Violation { invariant, detail });
 
-    // refs: the rows of a checkout name parents that exist. On PostgreSQL the commands keep these
-    // references, not foreign keys (migration 0009); the checks below join through them and would
-    // pass over a row whose parent is missing.
+    // refs: the rows of a checkout name parents that exist. Foreign keys keep them (migration
+    // 0010), unless someone switched them off for a hand-made repair; the checks below join
+    // through them and would pass over a row whose parent is missing.
     let rows = sqlx::query(REFERENCES_SQL).fetch_all(&mut *tx).await?;
     for r in &rows {
         let (row, id, parent, missing): (String, String, String, String) =

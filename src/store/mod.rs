@@ -686,6 +686,7 @@ impl Db {
                 (7, include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
                 (8, include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
                 (9, include_str!("../../migrations/sqlite/0009_check_lists.sql")),
+                (10, include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
@@ -697,6 +698,7 @@ impl Db {
                 (7, include_str!("../../migrations/postgres/0007_reconciliation.sql")),
                 (8, include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
                 (9, include_str!("../../migrations/postgres/0009_hot_references.sql")),
+                (10, include_str!("../../migrations/postgres/0010_checkout_references.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;

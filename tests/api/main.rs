@@ -17,4 +17,5 @@ mod model;
 mod notifications;
 mod ops;
 mod pages;
+mod schema;
 mod store;

@@ -522,7 +522,7 @@ async fn sqlite_in_lists_are_rewritten_in_place() {
     let db = kassa::store::Db::connect(&url, 2).await.unwrap();
     db.migrate().await.unwrap();
     let pool = db.read_pool();
-    assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, 9);
+    assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, 10);
     assert_eq!(number(pool, IN_LISTS_LEFT).await, 0);
     let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(pool).await.unwrap();
     assert_eq!(integrity, "ok");

@@ -1,0 +1,407 @@
+//! The HTTP scenarios: a spawned (or running) kassa driven by simulated buyers.
+
+use super::*;
+use anyhow::Context as _;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+
+pub(super) struct Server {
+    pub(super) base: String,
+    pub(super) admin: String,
+    pub(super) pid: Option<u32>,
+    pub(super) child: Option<std::process::Child>,
+    pub(super) database_url: Option<String>,
+    pub(super) _dir: Option<ScratchDir>,
+}
+
+/// A scratch directory for one benchmark run, removed when the run ends.
+pub(super) struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    pub(super) fn new() -> std::io::Result<ScratchDir> {
+        let dir = std::env::temp_dir().join(format!("kassa-bench-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(ScratchDir(dir))
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Server> {
+    if let Some(url) = &args.url {
+        return Ok(Server {
+            base: url.trim_end_matches('/').to_string(),
+            admin: args.admin_token.clone().context("--url needs --admin-token")?,
+            pid: args.server_pid,
+            child: None,
+            database_url: args.database_url.clone(),
+            _dir: None,
+        });
+    }
+    let dir = ScratchDir::new()?;
+    let database_url =
+        args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let admin = kassa::domain::ids::new_secret_token();
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(["serve", "--sandbox", "--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--hold-seconds", &hold_seconds.to_string(), "--sweep-interval-ms", "500"])
+        // Through the environment, not argv: the process list is readable by every local user.
+        .env("KASSA_ADMIN_TOKEN", &admin)
+        .arg("--data-dir")
+        .arg(&dir.0)
+        .env("RUST_LOG", std::env::var("KASSA_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
+        .stdout(std::process::Stdio::null())
+        .stderr(if std::env::var("KASSA_BENCH_STDERR").is_ok() {
+            std::process::Stdio::inherit()
+        } else {
+            std::process::Stdio::null()
+        })
+        .spawn()
+        .context("starting kassa serve")?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    for _ in 0..400 {
+        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return Ok(Server {
+                base,
+                admin,
+                pid: Some(child.id()),
+                child: Some(child),
+                database_url: Some(database_url),
+                _dir: Some(dir),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    anyhow::bail!("the spawned kassa did not become healthy")
+}
+
+/// The merchant the built-in sandbox gateway knows kassa as.
+const SANDBOX_MERCHANT: &str = "kassa-demo-merchant";
+
+/// The sandbox gateway's signing key, read from the database of the kassa under test (where the
+/// sandbox keeps it), so the load generator can sign notifications as the gateway.
+async fn sandbox_signer(server: &Server) -> anyhow::Result<aws_lc_rs::signature::Ed25519KeyPair> {
+    let url = server.database_url.as_deref().context("notify-direct needs the server's --database-url")?;
+    let db = Db::connect(url, 2).await?;
+    let pkcs8: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.signing_key_pkcs8'")
+        .fetch_one(db.read_pool())
+        .await
+        .context("reading the sandbox's signing key")?;
+    db.close().await;
+    let der = B64.decode(pkcs8).context("the sandbox's signing key is not base64")?;
+    aws_lc_rs::signature::Ed25519KeyPair::from_pkcs8(&der).map_err(|e| anyhow::anyhow!("sandbox signing key: {e}"))
+}
+
+async fn metric(http: &reqwest::Client, base: &str, name: &str, label: &str) -> u64 {
+    let Ok(r) = http.get(format!("{base}/metrics")).send().await else { return 0 };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+async fn create_sku(http: &reqwest::Client, s: &Server, sku: &str, stock: i64) -> anyhow::Result<()> {
+    let r = http
+        .post(format!("{}/api/v1/admin/skus", s.base))
+        .bearer_auth(&s.admin)
+        .json(&json!({"sku": sku, "name": sku, "price_minor": 990, "currency": "CNY", "stock": stock}))
+        .send()
+        .await?;
+    if !(r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT) {
+        anyhow::bail!("creating SKU {sku}: {}", r.status());
+    }
+    Ok(())
+}
+
+fn code_of(body: &Value, status: reqwest::StatusCode) -> String {
+    body["error"]["code"].as_str().map(str::to_string).unwrap_or_else(|| format!("http_{}", status.as_u16()))
+}
+
+/// One simulated buyer: basket, confirm, pay (when `pay`), until `stop`.
+/// What each simulated buyer does.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Pay every n-th order (0: never).
+    pay_every: usize,
+    /// Add the line with a request of its own after creating an empty basket.
+    line_request: bool,
+}
+
+pub(super) fn flow(line_request: bool) -> String {
+    if line_request { "basket-then-line" } else { "basket-with-line" }.into()
+}
+
+async fn buyer(
+    http: reqwest::Client,
+    base: String,
+    skus: Arc<Vec<String>>,
+    i: usize,
+    plan: Plan,
+    stop: Arc<AtomicBool>,
+    tally: Arc<Mutex<Tally>>,
+) {
+    let Plan { pay_every, line_request } = plan;
+    let Ok(r) = http.post(format!("{base}/api/v1/sessions")).send().await else { return };
+    let Ok(v) = r.json::<Value>().await else { return };
+    let token = v["token"].as_str().unwrap_or_default().to_string();
+    let mut n = 0_usize;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
+        let step = async {
+            let lines = if line_request { json!({}) } else { json!({"lines": [{"sku": sku, "quantity": 1}]}) };
+            let basket: Value = http
+                .post(format!("{base}/api/v1/baskets"))
+                .bearer_auth(&token)
+                .json(&lines)
+                .send()
+                .await?
+                .json()
+                .await?;
+            let id = basket["basket_id"].as_str().unwrap_or_default().to_string();
+            if line_request {
+                http.put(format!("{base}/api/v1/baskets/{id}/lines/{sku}"))
+                    .bearer_auth(&token)
+                    .json(&json!({"quantity": 1}))
+                    .send()
+                    .await?;
+            }
+            let started = Instant::now();
+            let r = http
+                .post(format!("{base}/api/v1/baskets/{id}/checkout"))
+                .bearer_auth(&token)
+                .json(&json!({"gateway": "sandbox"}))
+                .send()
+                .await?;
+            let elapsed = started.elapsed();
+            let status = r.status();
+            let body: Value = r.json().await.unwrap_or_default();
+            Ok::<_, reqwest::Error>((elapsed, status, body))
+        };
+        let (elapsed, status, body) = match step.await {
+            Ok(x) => x,
+            Err(_) => {
+                *tally.lock().await.errors.entry("transport".into()).or_default() += 1;
+                continue;
+            }
+        };
+        let mut t = tally.lock().await;
+        t.confirm_us.push(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+        if status == reqwest::StatusCode::CREATED {
+            t.confirms += 1;
+            t.last_confirm = Some(Instant::now());
+            let attempt_ref = body["attempt_ref"].as_str().unwrap_or_default().to_string();
+            t.placed.push(body["order_no"].as_str().unwrap_or_default().to_string());
+            t.attempts.push((
+                attempt_ref.clone(),
+                body["total_minor"].as_i64().unwrap_or_default(),
+                body["currency"].as_str().unwrap_or_default().to_string(),
+            ));
+            drop(t);
+            if pay_every > 0 && n.is_multiple_of(pay_every) {
+                let url = format!("{base}/sandbox/api/payments/{attempt_ref}/complete");
+                if http.post(url).json(&json!({"outcome": "succeeded", "copies": 1})).send().await.is_err() {
+                    *tally.lock().await.errors.entry("transport".into()).or_default() += 1;
+                }
+            }
+        } else {
+            *t.errors.entry(code_of(&body, status)).or_default() += 1;
+            if status == reqwest::StatusCode::CONFLICT && body["error"]["code"] == "out_of_stock" {
+                drop(t);
+                // Sold out: nothing more to buy; keep the request rate honest but do not spin.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
+    let scenario = args.scenario.as_str();
+    let hold = if scenario == "mixed" { 2 } else { 900 };
+    let server = start_server(args, hold).await?;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.buyers * 2).build()?;
+    let skus: Vec<String> = match scenario {
+        "hot" | "notify" | "notify-direct" => vec!["HOT".to_string()],
+        _ => (0..SPREAD_SKUS).map(|i| format!("BENCH-{i:04}")).collect(),
+    };
+    let hot_stock = (scenario == "hot").then_some(args.hot_stock);
+    let stock = hot_stock.unwrap_or(SPREAD_STOCK);
+    for sku in &skus {
+        create_sku(&http, &server, sku, stock).await?;
+    }
+    let applied_before = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await;
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let started = Instant::now();
+    if scenario == "notify" || scenario == "notify-direct" {
+        // Place the orders first (not timed), then time the notifications alone.
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut set = tokio::task::JoinSet::new();
+        let skus = Arc::new(skus.clone());
+        for i in 0..args.buyers {
+            let plan = Plan { pay_every: 0, line_request: args.line_request };
+            set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, plan, stop.clone(), tally.clone()));
+        }
+        tokio::time::sleep(Duration::from_secs(args.seconds.max(2) / 2)).await;
+        stop.store(true, Ordering::Relaxed);
+        while set.join_next().await.is_some() {}
+        let orders = tally.lock().await.placed.clone();
+        // notify-direct: the load generator sends the gateway's signed notifications itself, as a
+        // gateway does from its own machines; `notify` has the built-in sandbox send them, so its
+        // bookkeeping (three writes and two signatures per notification) runs in the server too.
+        let signer = if scenario == "notify-direct" { Some(Arc::new(sandbox_signer(&server).await?)) } else { None };
+        let attempts = tally.lock().await.attempts.clone();
+        let timer = Instant::now();
+        let cpu = CpuMark::now(&server);
+        let queue = Arc::new(Mutex::new(attempts));
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..args.buyers {
+            let (http, base, queue, signer) = (http.clone(), server.base.clone(), queue.clone(), signer.clone());
+            set.spawn(async move {
+                loop {
+                    let Some((attempt_ref, amount_minor, currency)) = queue.lock().await.pop() else { return };
+                    let Some(key) = &signer else {
+                        let url = format!("{base}/sandbox/api/payments/{attempt_ref}/complete");
+                        let _ = http.post(url).json(&json!({"outcome": "succeeded", "copies": 2})).send().await;
+                        continue;
+                    };
+                    let body = json!({
+                        "event_id": format!("evt_{}", uuid::Uuid::now_v7().simple()),
+                        "event_type": "payment.succeeded",
+                        "merchant_id": SANDBOX_MERCHANT,
+                        "attempt_ref": attempt_ref,
+                        "txn_id": format!("txn_{}", uuid::Uuid::now_v7().simple()),
+                        "amount_minor": amount_minor,
+                        "currency": currency,
+                        "created_at": SystemClock.now_ms() / 1000,
+                    })
+                    .to_string();
+                    // Two copies of each, as gateways send them: one applied, one a duplicate.
+                    for _ in 0..2 {
+                        let t = SystemClock.now_ms() / 1000;
+                        let sig = B64.encode(key.sign(format!("{t}.{body}").as_bytes()).as_ref());
+                        let _ = http
+                            .post(format!("{base}/notify/sandbox"))
+                            .header("content-type", "application/json")
+                            .header(kassa::gateway::sandbox::SIGNATURE_HEADER, format!("t={t},v1={sig}"))
+                            .body(body.clone())
+                            .send()
+                            .await;
+                    }
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+        let want = applied_before + orders.len() as u64;
+        for _ in 0..6000 {
+            if metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let secs = timer.elapsed().as_secs_f64();
+        let applied =
+            metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
+        let (cpu_ms_per_op, cpu_ceiling_per_s) = cpu.per_op(&CpuMark::now(&server), applied);
+        let t = tally.lock().await;
+        return finish(
+            args,
+            &server,
+            Report {
+                scenario: scenario.into(),
+                seconds: secs,
+                notifications_applied: applied,
+                notifications_per_s: applied as f64 / secs,
+                errors: t.errors.clone(),
+                cpu_ms_per_op,
+                cpu_ceiling_per_s,
+                ..Default::default()
+            },
+        )
+        .await;
+    }
+    let pay_every = match scenario {
+        "mixed" => 2,
+        // Basket and confirm only: the orders stay pending (900 s holds), as the engine's spread.
+        "checkout" => 0,
+        _ => 1,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut set = tokio::task::JoinSet::new();
+    let skus = Arc::new(skus);
+    let cpu = CpuMark::now(&server);
+    for i in 0..args.buyers {
+        let plan = Plan { pay_every, line_request: args.line_request };
+        set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, plan, stop.clone(), tally.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    while set.join_next().await.is_some() {}
+    let secs = started.elapsed().as_secs_f64();
+    // Let in-flight notifications land (bounded), then count what was applied in the run.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let applied = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
+    let mut t = tally.lock().await;
+    let (cpu_ms_per_op, cpu_ceiling_per_s) = cpu.per_op(&CpuMark::now(&server), t.confirms);
+    let mut oversold = 0;
+    if scenario == "hot" {
+        let r = http.get(format!("{}/api/v1/admin/skus/HOT", server.base)).bearer_auth(&server.admin).send().await?;
+        let v: Value = r.json().await?;
+        let taken = v["reserved"].as_i64().unwrap_or(0) + v["sold"].as_i64().unwrap_or(0);
+        oversold = (taken - stock).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - stock).max(0);
+    }
+    let report = Report {
+        scenario: scenario.into(),
+        seconds: secs,
+        confirms: t.confirms,
+        confirms_per_s: t.confirms as f64 / selling_secs(&t, hot_stock, started, secs),
+        notifications_applied: applied,
+        notifications_per_s: applied as f64 / secs,
+        latency_ms: latency(std::mem::take(&mut t.confirm_us)),
+        errors: t.errors.clone(),
+        oversold,
+        stock: hot_stock,
+        cpu_ms_per_op,
+        cpu_ceiling_per_s,
+        ..Default::default()
+    };
+    drop(t);
+    finish(args, &server, report).await
+}
+
+async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow::Result<Report> {
+    report.mode = if args.url.is_some() { "http (external server)".into() } else { "http (spawned server)".into() };
+    report.buyers = args.buyers;
+    report.flow = flow(args.line_request);
+    report.server_peak_rss_mb = server.pid.and_then(peak_rss_mb);
+    if let Some(url) = &server.database_url {
+        report.database = url.split(':').next().unwrap_or_default().to_string();
+        let db = Db::connect(url, 4).await?;
+        report.check_violations = Some(kassa::store::check::run(&db).await?.len());
+        db.close().await;
+    }
+    Ok(report)
+}
