@@ -205,7 +205,7 @@ impl AttemptStatus {
     /// The SQL condition "`column` is active", written as the partial unique index
     /// `payment_attempts_one_active` states it, so SQLite's planner can read active attempts
     /// through that index (and compares in place: an `IN` list of three or more constants is a
-    /// temporary b-tree built on every run; `migrations/sqlite/0009_check_lists.sql`).
+    /// temporary b-tree built on every run; `migrations/sqlite/0009_check_comparisons.sql`).
     pub fn active_sql(column: &str) -> String {
         format!("({column} = 'created' OR {column} = 'redirected' OR {column} = 'unknown')")
     }

@@ -685,7 +685,7 @@ impl Db {
                 (6, include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
                 (7, include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
                 (8, include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
-                (9, include_str!("../../migrations/sqlite/0009_check_lists.sql")),
+                (9, include_str!("../../migrations/sqlite/0009_check_comparisons.sql")),
                 (10, include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
             ],
             DbKind::Postgres => &[
@@ -697,7 +697,7 @@ impl Db {
                 (6, include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
                 (7, include_str!("../../migrations/postgres/0007_reconciliation.sql")),
                 (8, include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
-                (9, include_str!("../../migrations/postgres/0009_hot_references.sql")),
+                (9, include_str!("../../migrations/postgres/0009_check_comparisons.sql")),
                 (10, include_str!("../../migrations/postgres/0010_checkout_references.sql")),
             ],
         };
@@ -766,7 +766,7 @@ impl Db {
                 &mut conn,
                 &[
                     (1, include_str!("../../migrations/sqlite-sandbox/0001_sandbox.sql")),
-                    (2, include_str!("../../migrations/sqlite-sandbox/0002_check_lists.sql")),
+                    (2, include_str!("../../migrations/sqlite-sandbox/0002_check_comparisons.sql")),
                 ],
             )
             .await;

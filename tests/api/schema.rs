@@ -229,3 +229,98 @@ async fn both_migration_folders_build_the_same_schema() {
         "SQLite only: {only_sqlite:#?}\nPostgreSQL only: {only_postgres:#?}"
     );
 }
+
+/// PostgreSQL's migrations 1-8, as a database an older kassa left stops after them.
+const POSTGRES_MIGRATIONS_1_TO_8: [&str; 8] = [
+    include_str!("../../migrations/postgres/0001_init.sql"),
+    include_str!("../../migrations/postgres/0002_sweep_claims.sql"),
+    include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql"),
+    include_str!("../../migrations/postgres/0004_admin.sql"),
+    include_str!("../../migrations/postgres/0005_event_index.sql"),
+    include_str!("../../migrations/postgres/0006_captured_attempt.sql"),
+    include_str!("../../migrations/postgres/0007_reconciliation.sql"),
+    include_str!("../../migrations/postgres/0008_periodic_indexes.sql"),
+];
+
+/// A PostgreSQL database an older kassa left — at version 8, or at a version 9 whose checkout
+/// rows had no foreign keys — with an order in it, migrated: its rows stay, every condition
+/// compares in place (from version 8) and every reference of the checkout is a foreign key again.
+#[tokio::test]
+async fn older_postgres_databases_migrate_to_the_same_references() {
+    let Some(pg) = Backend::postgres() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    for without_references in [false, true] {
+        let url = fresh_database(&pg, dir.path()).await;
+        {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql("CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            for (i, sql) in POSTGRES_MIGRATIONS_1_TO_8.iter().enumerate() {
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+                sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)")
+                    .bind(i64::try_from(i).unwrap() + 1)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            sqlx::raw_sql(
+                "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, created_at, updated_at) \
+                   VALUES ('S', 'S', 'physical', 500, 'CNY', 5, 1, 0, 0); \
+                 INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('SE', 'h', 'c', 0); \
+                 INSERT INTO baskets (id, session_id, status, order_no, created_at, updated_at) VALUES ('B', 'SE', 'frozen', 'O-1', 0, 0); \
+                 INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
+                   VALUES ('O-1', 'SE', 'B', 'pending_payment', 500, 'CNY', 'sandbox', 9, 0, 0); \
+                 INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ('O-1', 'S', 1, 'active', 9, 0); \
+                 INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+                   VALUES ('O-1_1', 'O-1', 1, 'sandbox', 'form', 'created', 500, 'CNY', 0, 0);",
+            )
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            if without_references {
+                sqlx::raw_sql(
+                    "ALTER TABLE reservations DROP CONSTRAINT reservations_order_no_fkey; \
+                     ALTER TABLE orders DROP CONSTRAINT orders_basket_id_fkey; \
+                     ALTER TABLE payment_attempts DROP CONSTRAINT payment_attempts_order_no_fkey; \
+                     INSERT INTO schema_migrations (version, applied_at) VALUES (9, 0);",
+                )
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            }
+        }
+        let db = kassa::store::Db::connect(&url, 2).await.unwrap();
+        db.migrate().await.unwrap();
+        let pool = db.read_pool();
+        let scalar =
+            |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.unwrap() };
+        assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, 10);
+        assert_eq!(scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM payment_attempts").await, 1);
+        let references = scalar(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_constraint WHERE contype = 'f' AND conname IN \
+             ('reservations_order_no_fkey', 'orders_basket_id_fkey', 'payment_attempts_order_no_fkey', 'basket_lines_sku_fkey')",
+        )
+        .await;
+        assert_eq!(references, 4, "without_references: {without_references}");
+        let lists = scalar(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_constraint WHERE contype = 'c' \
+             AND pg_get_constraintdef(oid) LIKE '%= ANY (ARRAY[%'",
+        )
+        .await;
+        // From version 8 migration 9 rewrites them; a database that took an earlier 9 keeps
+        // its equivalent lists.
+        if !without_references {
+            assert_eq!(lists, 0);
+        }
+        let orphan = sqlx::query(
+            "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ('NO-SUCH', 'S', 1, 'active', 0, 0)",
+        )
+        .execute(pool)
+        .await;
+        assert!(orphan.is_err(), "the reference is enforced");
+        db.close().await;
+    }
+}

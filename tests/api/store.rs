@@ -480,12 +480,13 @@ const SQLITE_MIGRATIONS_1_TO_8: [&str; 8] = [
 const IN_LISTS_LEFT: &str = "SELECT CAST(COUNT(*) AS BIGINT) FROM sqlite_schema WHERE sql LIKE '% IN (''%'";
 
 /// Migration 9 rewrites SQLite's `IN` lists (CHECK constraints, the one-active-attempt index) as
-/// comparisons in place. On a database an older kassa left, with rows in it: every row stays, no
-/// list is left, the database is intact, and the rewritten conditions refuse what they refused —
+/// comparisons, rebuilding each table that holds one. On a database migrated to version 8, with
+/// rows in it: every row stays, no list is left, the database is intact, its references hold, and
+/// the rewritten conditions refuse what they refused —
 /// a status outside the list, a second active attempt — while the reconciler's claim still
 /// reads the active attempts through their index.
 #[tokio::test]
-async fn sqlite_in_lists_are_rewritten_in_place() {
+async fn sqlite_in_lists_are_rewritten_by_rebuilding_their_tables() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("old.db").display());
     {
@@ -545,6 +546,10 @@ async fn sqlite_in_lists_are_rewritten_in_place() {
                  VALUES ('O-1_3', 'O-1', 3, 'sandbox', 'form', 'failed', 500, 'CNY', 0, 0)";
     assert_eq!(write(ended).await.unwrap(), 1);
     assert_eq!(write("UPDATE orders SET status = 'paid' WHERE order_no = 'O-1'").await.unwrap(), 1);
+    // The references of the rebuilt tables still hold both ways.
+    assert_eq!(number(pool, "SELECT CAST(COUNT(*) AS BIGINT) FROM pragma_foreign_key_check").await, 0);
+    assert!(write("INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ('NO-SUCH', 'S', 1, 'active', 0, 0)").await.is_err());
+    assert!(write("DELETE FROM orders WHERE order_no = 'O-1'").await.is_err(), "its attempts name it");
     let plan = plan_of(&url, &kassa::store::reconcile::claim_attempts_sql("")).await;
     assert!(plan.iter().any(|s| s.contains("payment_attempts_one_active")), "{plan:?}");
     // The sandbox's own file gets the same rewrite.
