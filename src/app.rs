@@ -112,7 +112,7 @@ pub async fn mount_gateways(
     for gateway in settings.gateways.build(public_url)? {
         gateways.add(gateway);
     }
-    let preferred = if settings.sandbox { Some(crate::gateway::sandbox::NAME) } else { None };
+    let preferred = if settings.sandbox { Some(crate::sandbox::protocol::NAME) } else { None };
     let fallback = preferred.or_else(|| settings.gateways.names().first().copied());
     gateways.default = match &settings.default_gateway {
         Some(name) => Some(

@@ -97,7 +97,7 @@ impl Error {
     /// PostgreSQL refused an `EXECUTE` of a batch statement the connection had not prepared
     /// (`store::prepared`); nothing of it ran, and the connection has been given the statement.
     pub fn is_unprepared(&self) -> bool {
-        matches!(self, Error::Db(e) if crate::store::prepared::is_unprepared(e))
+        matches!(self, Error::Db(e) if is_unprepared_db(e))
     }
 }
 
@@ -120,6 +120,15 @@ pub fn is_unavailable_db(e: &sqlx::Error) -> bool {
         ),
         _ => false,
     }
+}
+
+/// PostgreSQL's `invalid_sql_statement_name`: an `EXECUTE` of a statement the connection has not
+/// prepared.
+pub const UNPREPARED_SQLSTATE: &str = "26000";
+
+/// Whether `e` is [`UNPREPARED_SQLSTATE`].
+pub fn is_unprepared_db(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == UNPREPARED_SQLSTATE)
 }
 
 pub fn is_retryable_db(e: &sqlx::Error) -> bool {

@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut headers = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_bytes(head) {
-        headers.insert(kassa::gateway::sandbox::SIGNATURE_HEADER, v);
+        headers.insert(kassa::sandbox::protocol::SIGNATURE_HEADER, v);
     }
     assert!(kassa::gateway::sandbox::verify_signature(&PUBLIC_KEY, &headers, body, 1_700_000_000_000).is_err());
     // The parser alone (as after a valid signature) must refuse or accept without panicking.

@@ -306,7 +306,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
                         let _ = http
                             .post(format!("{base}/notify/sandbox"))
                             .header("content-type", "application/json")
-                            .header(kassa::gateway::sandbox::SIGNATURE_HEADER, format!("t={t},v1={sig}"))
+                            .header(kassa::sandbox::protocol::SIGNATURE_HEADER, format!("t={t},v1={sig}"))
                             .body(body.clone())
                             .send()
                             .await;

@@ -1,5 +1,6 @@
 //! The contract between gateways and the core: what a gateway said happened, once its signature
-//! has been verified. Adapters produce these; the core decides what they do to an order.
+//! has been verified, and what it answered when asked (query, close, refund). Adapters produce
+//! these; the core decides what they do to an order.
 
 use super::Money;
 
@@ -34,4 +35,51 @@ pub struct VerifiedEvent {
     pub attempt_ref: String,
     pub outcome: Outcome,
     pub raw_body: Vec<u8>,
+}
+
+/// What an active query says about an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaymentState {
+    /// Paid (possibly refunded since): the event to apply, with a stable id per payment so
+    /// repeated queries de-duplicate.
+    Paid(VerifiedEvent),
+    /// Not paid yet, and still payable at the gateway.
+    Pending,
+    /// Closed or expired at the gateway: it will never be paid.
+    Closed,
+    /// The payment failed at the gateway.
+    Failed,
+    /// The gateway has no such payment (e.g. an Alipay page pay nobody opened).
+    NotFound,
+}
+
+/// What a refund query says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundState {
+    Succeeded,
+    Processing,
+    Failed { reason: String },
+    NotFound,
+}
+
+/// What closing an attempt at its gateway found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// The gateway will not take a payment for this attempt any more.
+    Closed,
+    /// Too late: the buyer paid. The caller applies it as a verified success.
+    AlreadyPaid(VerifiedEvent),
+    /// The gateway never saw the attempt; nothing can be paid.
+    NotFound,
+}
+
+/// What a gateway answered a refund.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundAnswer {
+    /// Taken; the result follows by notification (or query).
+    Accepted { gateway_refund_id: String },
+    /// Done synchronously.
+    Succeeded { gateway_refund_id: String },
+    /// Refused for good (e.g. more than was paid, refund window over).
+    Rejected { reason: String },
 }

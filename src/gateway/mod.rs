@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::clock::Millis;
 use crate::domain::event::VerifiedEvent;
+pub use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::domain::{Currency, Money};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -67,31 +68,6 @@ impl AttemptKey {
     }
 }
 
-/// What an active query says about an attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PaymentState {
-    /// Paid (possibly refunded since): the event to apply, with a stable id per payment so
-    /// repeated queries de-duplicate.
-    Paid(VerifiedEvent),
-    /// Not paid yet, and still payable at the gateway.
-    Pending,
-    /// Closed or expired at the gateway: it will never be paid.
-    Closed,
-    /// The payment failed at the gateway.
-    Failed,
-    /// The gateway has no such payment (e.g. an Alipay page pay nobody opened).
-    NotFound,
-}
-
-/// What a refund query says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefundState {
-    Succeeded,
-    Processing,
-    Failed { reason: String },
-    NotFound,
-}
-
 /// How the buyer reaches the gateway (the checkout answer's `payment`, `/openapi.json`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -128,16 +104,6 @@ pub struct Reply {
     pub body: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CloseOutcome {
-    /// The gateway will not take a payment for this attempt any more.
-    Closed,
-    /// Too late: the buyer paid. The caller applies it as a verified success.
-    AlreadyPaid(VerifiedEvent),
-    /// The gateway never saw the attempt; nothing can be paid.
-    NotFound,
-}
-
 /// A refund to send to the gateway; `refund_no` is its idempotency number there.
 #[derive(Debug, Clone)]
 pub struct RefundRequest {
@@ -157,16 +123,6 @@ pub struct RefundQuery {
     pub attempt_ref: String,
     pub refund_no: String,
     pub gateway_refund_id: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefundAnswer {
-    /// Taken; the result follows by notification (or query).
-    Accepted { gateway_refund_id: String },
-    /// Done synchronously.
-    Succeeded { gateway_refund_id: String },
-    /// Refused for good (e.g. more than was paid, refund window over).
-    Rejected { reason: String },
 }
 
 #[derive(Debug, thiserror::Error)]

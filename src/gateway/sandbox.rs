@@ -19,9 +19,8 @@ use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::{Currency, Money};
 use crate::sandbox::Sandbox;
 
-pub const NAME: &str = "sandbox";
-/// Header carrying `t=<unix seconds>,v1=<base64 Ed25519 signature of "t.body">`.
-pub const SIGNATURE_HEADER: &str = "sandbox-signature";
+pub use crate::sandbox::protocol::NAME;
+use crate::sandbox::protocol::{SIGNATURE_HEADER, sign_fields};
 /// Notifications signed further than this from our clock are refused (replay protection).
 pub const SIGNATURE_TOLERANCE_MS: i64 = 300_000;
 
@@ -61,23 +60,6 @@ impl SandboxGateway {
             api,
         }
     }
-}
-
-/// The string the merchant signs: fields sorted by name as `k=v` joined with `&`, `sign` excluded.
-pub fn canonical_fields(fields: &BTreeMap<String, String>) -> String {
-    fields.iter().filter(|(k, _)| k.as_str() != "sign").map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
-}
-
-pub fn sign_fields(key: &aws_lc_rs::hmac::Key, fields: &BTreeMap<String, String>) -> String {
-    hex::encode(aws_lc_rs::hmac::sign(key, canonical_fields(fields).as_bytes()).as_ref())
-}
-
-/// Constant-time check of a merchant signature.
-pub fn verify_fields(key: &aws_lc_rs::hmac::Key, fields: &BTreeMap<String, String>) -> bool {
-    let Some(sig) = fields.get("sign").and_then(|s| hex::decode(s).ok()) else {
-        return false;
-    };
-    aws_lc_rs::hmac::verify(key, canonical_fields(fields).as_bytes(), &sig).is_ok()
 }
 
 fn reject(code: &'static str, detail: impl Into<String>, claimed: Option<String>) -> Rejection {

@@ -10,13 +10,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
-use super::api::{cancel_flow, refund_flow};
+use super::flows::{cancel_flow, refund_flow};
 use super::{AppState, Auth, FormBody, RouteDoc, cookie, render};
 use crate::domain::ids;
 use crate::error::{Error, Result};
 use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, OrderRow, OutboxRow, SkuRow};
-use crate::store::payments::{self, OrderView};
 use crate::store::refunds::{self, RefundView};
+use crate::store::views::{self, OrderView};
 use crate::store::{fulfilment, orders};
 
 const ADMIN_COOKIE: &str = "kassa_admin";
@@ -208,7 +208,7 @@ async fn order_page(
     if !ids::is_plain_id(&order_no) {
         return Err(Error::not_found("order"));
     }
-    let order = payments::get_order(&state.db, &order_no, true).await?;
+    let order = views::get_order(&state.db, &order_no, true).await?;
     let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
     let keys_unreadable = keys.unreadable_total();
     let keys_delivered = keys.keys.len() + usize::try_from(keys_unreadable).unwrap_or(0);
@@ -250,7 +250,7 @@ async fn order_action(
             "accept" => orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?,
             "deliver" => fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?,
             "cancel" => {
-                let current = payments::get_order(&state.db, &order_no, false).await?;
+                let current = views::get_order(&state.db, &order_no, false).await?;
                 cancel_flow(&state, None, &current, false).await?;
             }
             "refund" => {

@@ -3,6 +3,8 @@
 
 pub mod admin;
 pub mod api;
+pub mod api_routes;
+pub mod flows;
 pub mod openapi;
 pub mod pages;
 
@@ -56,6 +58,11 @@ impl std::ops::Deref for AppState {
     fn deref(&self) -> &Inner {
         &self.0
     }
+}
+
+/// An identifier from a URL, parsed at the edge: a plain one, or the thing cannot exist.
+pub(crate) fn plain(id: &str, what: &str) -> Result<(), Error> {
+    if crate::domain::ids::is_plain_id(id) { Ok(()) } else { Err(Error::not_found(what)) }
 }
 
 /// The HTTP status of a refusal: the one place a kind of refusal becomes a status.
@@ -271,7 +278,7 @@ pub enum Auth {
 
 /// All routes. Sandbox routes are included only when the sandbox is mounted.
 pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
-    let mut all = api::routes();
+    let mut all = api_routes::routes();
     all.extend(pages::routes());
     all.extend(admin::routes());
     if with_sandbox {

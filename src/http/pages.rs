@@ -8,14 +8,14 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 use std::collections::BTreeMap;
 
-use super::api::{CheckoutBody, place_order};
+use super::flows::{CheckoutBody, place_order};
 use super::{AppState, Auth, Caller, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
 use crate::domain::{AttemptStatus, OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
 use crate::store::catalog::{self, BasketView, Session, SkuView};
 use crate::store::checkout::Placed;
-use crate::store::payments;
+use crate::store::views;
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let doc = |method, path, summary| RouteDoc {
@@ -327,7 +327,7 @@ fn may_try_again(order: &str, attempt: &str) -> bool {
 }
 
 /// The status of `attempt_ref` on its order.
-fn attempt_status_of<'a>(order: &'a payments::OrderView, attempt_ref: &str) -> &'a str {
+fn attempt_status_of<'a>(order: &'a views::OrderView, attempt_ref: &str) -> &'a str {
     order.attempts.iter().find(|a| a.attempt_ref == attempt_ref).map_or("", |a| a.status.as_str())
 }
 
@@ -338,16 +338,15 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
         if !ids::is_plain_id(&attempt_ref) {
             return Err(Error::not_found("payment"));
         }
-        let order_no = payments::order_no_for_attempt(&state.db, &attempt_ref)
-            .await?
-            .ok_or_else(|| Error::not_found("payment"))?;
-        let mut order = payments::get_order(&state.db, &order_no, false).await?;
+        let order_no =
+            views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
+        let mut order = views::get_order(&state.db, &order_no, false).await?;
         let session = caller.session.as_ref().filter(|s| s.id == order.session_id);
         if session.is_some() && order.status == OrderStatus::PendingPayment.as_str() {
             // The buyer is back from the gateway and waiting: ask it now rather than wait for the
             // notification (the redirect itself proves nothing).
-            super::api::query_for_buyer(&state, &order).await;
-            order = payments::get_order(&state.db, &order_no, false).await?;
+            super::flows::query_for_buyer(&state, &order).await;
+            order = views::get_order(&state.db, &order_no, false).await?;
         }
         let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
         // Delivered card keys are shown to the order's own buyer only.
@@ -395,7 +394,7 @@ async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no):
         if !ids::is_plain_id(&order_no) {
             return Err(Error::not_found("order"));
         }
-        let order = payments::get_order(&state.db, &order_no, false).await?;
+        let order = views::get_order(&state.db, &order_no, false).await?;
         // Only the buyer's own session sees the page (and the keys on it).
         let session =
             caller.session.as_ref().filter(|s| s.id == order.session_id).ok_or_else(|| Error::not_found("order"))?;
@@ -432,7 +431,7 @@ async fn retry_page(
         }
         let session = form_session(&state, &headers, &form).await?;
         let body = CheckoutBody { gateway: None, channel: None, payer: None };
-        let (placed, handoff) = super::api::retry_flow(&state, Some(&session.id), &order_no, &body).await?;
+        let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body).await?;
         Ok(handoff_page(&placed, Some(&handoff)))
     }
     .await;
@@ -445,8 +444,8 @@ async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<St
         return Err(Error::not_found("payment"));
     }
     let order_no =
-        payments::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
-    let order = payments::get_order(&state.db, &order_no, false).await?;
+        views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
+    let order = views::get_order(&state.db, &order_no, false).await?;
     let settled = OrderStatus::parse(&order.status).is_some_and(OrderStatus::is_settled);
     let attempt_status = attempt_status_of(&order, &attempt_ref);
     Ok(axum::Json(serde_json::json!({

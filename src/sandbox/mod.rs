@@ -7,6 +7,7 @@
 //! Mounted only with `--demo` or `--sandbox`: its `complete` call lets anyone mark a payment made.
 
 pub mod http;
+pub mod protocol;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,13 +20,13 @@ use serde_json::json;
 
 use crate::args;
 use crate::clock::SharedClock;
+use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::{Currency, Money};
 use crate::error::{Error, Result};
-use crate::gateway::sandbox::{SIGNATURE_HEADER, verify_fields};
-use crate::gateway::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id, settings};
+use protocol::{SIGNATURE_HEADER, verify_fields};
 
 /// Most notification copies one `complete` call may ask for.
 pub const COPIES_MAX: u32 = 20;
@@ -33,8 +34,6 @@ pub const COPIES_MAX: u32 = 20;
 pub const DELAY_MS_MAX: u64 = 600_000;
 /// Delivery tries before a notification is given up (dead).
 pub const DELIVERY_TRIES_MAX: i64 = 15;
-/// Longest pause between two tries of one notification.
-const BACKOFF_MS_MAX: i64 = 60_000;
 /// How long a claimed delivery is reserved for the instance sending it.
 const DELIVERY_LEASE_MS: i64 = 15_000;
 /// Deliveries claimed per worker step.
@@ -517,7 +516,7 @@ impl Sandbox {
         let (status, next_at) = if tries >= DELIVERY_TRIES_MAX {
             ("dead", now)
         } else {
-            ("pending", now.saturating_add(backoff_ms(tries)))
+            ("pending", now.saturating_add(crate::workers::retry_backoff_ms(tries)))
         };
         let (db, id, last_error) = (self.db.clone(), id.to_string(), error.clone());
         self.db
@@ -761,12 +760,6 @@ async fn insert_payments(db: Db, rows: Vec<Registration>) -> Result<u64> {
     .await
 }
 
-/// Exponential backoff: 1 s, 2 s, 4 s, … capped at a minute.
-pub fn backoff_ms(tries: i64) -> i64 {
-    let exp = u32::try_from(tries.clamp(1, 20) - 1).unwrap_or(0);
-    1000_i64.saturating_mul(1_i64 << exp.min(16)).min(BACKOFF_MS_MAX)
-}
-
 /// A paid sandbox payment as a verified success; `source` (close, query) keeps the event id
 /// stable per payment so repeated answers de-duplicate.
 fn paid_event(p: &sqlx::any::AnyRow, attempt_ref: &str, source: &str) -> Result<VerifiedEvent> {
@@ -774,7 +767,7 @@ fn paid_event(p: &sqlx::any::AnyRow, attempt_ref: &str, source: &str) -> Result<
     let amount = Money::new(col(p, "amount_minor")?, Currency::parse(&col::<String>(p, "currency")?)?)?;
     let body = json!({source: attempt_ref, "status": "succeeded"}).to_string();
     Ok(VerifiedEvent {
-        gateway: crate::gateway::sandbox::NAME.to_string(),
+        gateway: protocol::NAME.to_string(),
         event_id: format!("{source}_{}", event_id.unwrap_or_default()),
         attempt_ref: attempt_ref.to_string(),
         outcome: Outcome::Succeeded { gateway_txn_id: col::<Option<String>>(p, "txn_id")?.unwrap_or_default(), amount },
@@ -885,14 +878,5 @@ mod tests {
         let (gone, taken) = tokio::sync::mpsc::unbounded_channel();
         drop(taken);
         assert_eq!(submit(&gone, 1, "a gone recorder").await.unwrap_err(), "a gone recorder has stopped");
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        assert_eq!(backoff_ms(1), 1000);
-        assert_eq!(backoff_ms(2), 2000);
-        assert_eq!(backoff_ms(4), 8000);
-        assert_eq!(backoff_ms(30), BACKOFF_MS_MAX);
-        assert_eq!(backoff_ms(-5), 1000);
     }
 }

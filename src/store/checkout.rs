@@ -9,7 +9,7 @@ use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Cause};
-use crate::store::fulfilment::OrderLine;
+use crate::store::lines::OrderLine;
 use crate::store::{Db, Tx, col, payments};
 
 pub use crate::domain::checkout::IDEMPOTENCY_KEY_LEN_MAX;

@@ -5,7 +5,6 @@ use serde::Serialize;
 use crate::clock::Millis;
 use crate::domain::OrderStatus;
 use crate::error::{Error, Result};
-use crate::store::Conn;
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col, new_id};
 use crate::vault::{KEY_LEN_MAX, Vault};
@@ -163,34 +162,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
     Ok(count)
 }
 
-/// One line of an order, as fulfilment and the outbox need it.
-#[derive(Debug, Clone)]
-pub struct OrderLine {
-    pub line_no: i64,
-    pub sku: String,
-    pub name: String,
-    pub kind: String,
-    pub quantity: i64,
-}
-
-/// An order's lines, in line order.
-pub async fn order_lines(conn: &mut Conn, order_no: &str) -> Result<Vec<OrderLine>> {
-    sqlx::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
-        .bind(order_no)
-        .fetch_all(conn)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(OrderLine {
-                line_no: col(r, "line_no")?,
-                sku: col(r, "sku")?,
-                name: col(r, "name")?,
-                kind: col(r, "kind")?,
-                quantity: col(r, "quantity")?,
-            })
-        })
-        .collect()
-}
+pub use crate::store::lines::{OrderLine, order_lines};
 
 /// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
 /// from available to this order line under the order lock) and, when nothing physical remains to

@@ -7,10 +7,14 @@ pub mod batch;
 pub mod catalog;
 pub mod check;
 pub mod checkout;
+pub mod conn;
 pub mod events;
+pub mod expiry;
 pub mod fulfilment;
 pub mod group;
 pub mod held;
+pub mod lines;
+mod migrate;
 pub mod native;
 pub mod orders;
 pub mod outbox;
@@ -19,6 +23,7 @@ pub mod prepared;
 pub mod reconcile;
 pub mod refunds;
 pub mod settings;
+pub mod views;
 pub mod writer;
 
 use std::time::Duration;
@@ -29,221 +34,7 @@ use sqlx::{Any, AnyPool, Executor as _};
 
 use crate::error::{Error, Result};
 
-/// A transaction the store's commands run on: sqlx's (reads, SQLite without group commit),
-/// PostgreSQL's on a held connection ([`held`]) or SQLite's native writer ([`native`]).
-/// `&mut **tx` is a [`Conn`], which sqlx queries run on like on any connection
-/// (`.execute(&mut **tx)`).
-#[derive(Debug)]
-pub struct Tx<'c> {
-    conn: Conn,
-    _borrow: std::marker::PhantomData<&'c mut ()>,
-}
-
-/// The connection of a [`Tx`].
-#[derive(Debug)]
-pub enum Conn {
-    Sqlx(sqlx::Transaction<'static, Any>),
-    Pg(held::PgTx),
-    Native(NativeTx),
-}
-
-/// The native SQLite writer, held for the length of one transaction; rolled back if dropped open.
-#[derive(Debug)]
-pub struct NativeTx(tokio::sync::OwnedMutexGuard<native::NativeConn>);
-
-impl Drop for NativeTx {
-    fn drop(&mut self) {
-        if self.0.in_transaction() {
-            // Best effort: the next BEGIN would fail on a connection left in a transaction.
-            if let Err(e) = self.0.exec("ROLLBACK") {
-                tracing::error!(error = %e, "rolling back an abandoned SQLite write transaction failed");
-            }
-        }
-    }
-}
-
-impl std::ops::Deref for Tx<'_> {
-    type Target = Conn;
-    fn deref(&self) -> &Conn {
-        &self.conn
-    }
-}
-
-impl std::ops::DerefMut for Tx<'_> {
-    fn deref_mut(&mut self) -> &mut Conn {
-        &mut self.conn
-    }
-}
-
-impl From<sqlx::Transaction<'static, Any>> for Tx<'static> {
-    fn from(tx: sqlx::Transaction<'static, Any>) -> Self {
-        Tx { conn: Conn::Sqlx(tx), _borrow: std::marker::PhantomData }
-    }
-}
-
-impl From<held::PgTx> for Tx<'static> {
-    fn from(tx: held::PgTx) -> Self {
-        Tx { conn: Conn::Pg(tx), _borrow: std::marker::PhantomData }
-    }
-}
-
-impl Tx<'static> {
-    /// Opens a write transaction (`BEGIN IMMEDIATE`) on the native SQLite writer, waiting for it.
-    pub async fn begin_native(writer: &std::sync::Arc<tokio::sync::Mutex<native::NativeConn>>) -> Result<Self> {
-        let mut guard = std::sync::Arc::clone(writer).lock_owned().await;
-        guard.exec("BEGIN IMMEDIATE")?;
-        Ok(Tx { conn: Conn::Native(NativeTx(guard)), _borrow: std::marker::PhantomData })
-    }
-}
-
-impl Tx<'_> {
-    pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
-        match self.conn {
-            Conn::Sqlx(tx) => tx.commit().await,
-            Conn::Pg(tx) => tx.commit().await,
-            // The commit waits for the disk; on a thread of its own, so the commands behind it
-            // keep running up to their turn (and gather into the next batch) meanwhile.
-            Conn::Native(mut n) => tokio::task::spawn_blocking(move || n.0.exec("COMMIT"))
-                .await
-                .map_err(|e| sqlx::Error::Protocol(format!("commit thread: {e}")))?,
-        }
-    }
-
-    pub async fn rollback(self) -> std::result::Result<(), sqlx::Error> {
-        match self.conn {
-            Conn::Sqlx(tx) => tx.rollback().await,
-            Conn::Pg(tx) => tx.rollback().await,
-            Conn::Native(mut n) => n.0.exec("ROLLBACK"),
-        }
-    }
-}
-
-impl Conn {
-    /// PostgreSQL: true once, if this transaction's BEGIN has not been sent — the caller sends it
-    /// in front of its statements ([`held::PgTx`]).
-    pub fn take_begin(&mut self) -> bool {
-        match self {
-            Conn::Pg(tx) => tx.take_begin(),
-            Conn::Sqlx(_) | Conn::Native(_) => false,
-        }
-    }
-
-    /// PostgreSQL: whether this transaction's BEGIN is still to be sent.
-    pub fn begin_pending(&self) -> bool {
-        matches!(self, Conn::Pg(tx) if tx.begin_pending())
-    }
-
-    /// `"SQLite"` or `"PostgreSQL"`, as sqlx names them.
-    pub fn backend_name(&self) -> &str {
-        match self {
-            Conn::Sqlx(tx) => tx.backend_name(),
-            Conn::Pg(_) => "PostgreSQL",
-            Conn::Native(_) => "SQLite",
-        }
-    }
-}
-
-/// Runs a sqlx query on the native writer: its SQL and arguments, at most `limit` rows.
-fn run_native<'q, E: sqlx::Execute<'q, Any>>(
-    n: &mut NativeTx,
-    mut query: E,
-    limit: Option<usize>,
-) -> std::result::Result<Vec<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>>, sqlx::Error> {
-    let arguments = query.take_arguments().map_err(sqlx::Error::Encode)?;
-    n.0.run(query.sql(), arguments, limit)
-}
-
-impl<'c> sqlx::Executor<'c> for &'c mut Conn {
-    type Database = Any;
-
-    fn fetch_many<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> futures_util::stream::BoxStream<
-        'e,
-        std::result::Result<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>, sqlx::Error>,
-    >
-    where
-        'c: 'e,
-        E: 'q + sqlx::Execute<'q, Any>,
-    {
-        use futures_util::StreamExt as _;
-        match self {
-            Conn::Sqlx(tx) => (&mut **tx).fetch_many(query),
-            Conn::Pg(tx) => {
-                use futures_util::TryStreamExt as _;
-                futures_util::stream::once(async move { Ok::<_, sqlx::Error>(tx.conn().await?.fetch_many(query)) })
-                    .try_flatten()
-                    .boxed()
-            }
-            Conn::Native(n) => match run_native(n, query, None) {
-                Ok(items) => futures_util::stream::iter(items.into_iter().map(Ok)).boxed(),
-                Err(e) => futures_util::stream::once(std::future::ready(Err(e))).boxed(),
-            },
-        }
-    }
-
-    fn fetch_optional<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> futures_util::future::BoxFuture<'e, std::result::Result<Option<sqlx::any::AnyRow>, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + sqlx::Execute<'q, Any>,
-    {
-        use futures_util::FutureExt as _;
-        match self {
-            Conn::Sqlx(tx) => (&mut **tx).fetch_optional(query),
-            Conn::Pg(tx) => async move { tx.conn().await?.fetch_optional(query).await }.boxed(),
-            Conn::Native(n) => {
-                let row = run_native(n, query, Some(1)).map(|items| {
-                    items.into_iter().find_map(|i| match i {
-                        sqlx::Either::Right(row) => Some(row),
-                        sqlx::Either::Left(_) => None,
-                    })
-                });
-                std::future::ready(row).boxed()
-            }
-        }
-    }
-
-    fn prepare_with<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-        parameters: &'e [sqlx::any::AnyTypeInfo],
-    ) -> futures_util::future::BoxFuture<'e, std::result::Result<sqlx::any::AnyStatement<'q>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        use futures_util::FutureExt as _;
-        match self {
-            Conn::Sqlx(tx) => (&mut **tx).prepare_with(sql, parameters),
-            Conn::Pg(tx) => async move { tx.conn().await?.prepare_with(sql, parameters).await }.boxed(),
-            Conn::Native(_) => {
-                std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer prepares by itself".into())))
-                    .boxed()
-            }
-        }
-    }
-
-    fn describe<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-    ) -> futures_util::future::BoxFuture<'e, std::result::Result<sqlx::Describe<Any>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        use futures_util::FutureExt as _;
-        match self {
-            Conn::Sqlx(tx) => (&mut **tx).describe(sql),
-            Conn::Pg(tx) => async move { tx.conn().await?.describe(sql).await }.boxed(),
-            Conn::Native(_) => {
-                std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer does not describe".into())))
-                    .boxed()
-            }
-        }
-    }
-}
+pub use conn::{Conn, NativeTx, Tx};
 
 /// Runs one command in one write transaction: `write_tx!(db, |tx| { ...; Ok(value) })`.
 /// Commits on `Ok`, rolls back on `Err`; serialization failures and deadlocks re-run the whole
@@ -670,111 +461,6 @@ impl Db {
     /// Pause before retry number `tries` of a transaction that hit a serialization failure.
     pub async fn retry_pause(tries: u32) {
         tokio::time::sleep(Duration::from_millis(u64::from(tries) * 5)).await;
-    }
-
-    /// Applies the migrations of this database kind that have not been applied yet. Safe when
-    /// several instances start at once.
-    pub async fn migrate(&self) -> anyhow::Result<()> {
-        let migrations: &[(i64, &str)] = match self.kind {
-            DbKind::Sqlite => &[
-                (1, include_str!("../../migrations/sqlite/0001_init.sql")),
-                (2, include_str!("../../migrations/sqlite/0002_sweep_claims.sql")),
-                (3, include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql")),
-                (4, include_str!("../../migrations/sqlite/0004_admin.sql")),
-                (5, include_str!("../../migrations/sqlite/0005_event_index.sql")),
-                (6, include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
-                (7, include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
-                (8, include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
-                (9, include_str!("../../migrations/sqlite/0009_check_comparisons.sql")),
-                (10, include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
-            ],
-            DbKind::Postgres => &[
-                (1, include_str!("../../migrations/postgres/0001_init.sql")),
-                (2, include_str!("../../migrations/postgres/0002_sweep_claims.sql")),
-                (3, include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql")),
-                (4, include_str!("../../migrations/postgres/0004_admin.sql")),
-                (5, include_str!("../../migrations/postgres/0005_event_index.sql")),
-                (6, include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
-                (7, include_str!("../../migrations/postgres/0007_reconciliation.sql")),
-                (8, include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
-                (9, include_str!("../../migrations/postgres/0009_check_comparisons.sql")),
-                (10, include_str!("../../migrations/postgres/0010_checkout_references.sql")),
-            ],
-        };
-        let mut conn = self.write.acquire().await?;
-        if self.kind == DbKind::Postgres {
-            // One migrator at a time across the fleet; released at the end of the session.
-            conn.execute("SELECT pg_advisory_lock(7285937001)").await?;
-        }
-        let result = self.apply(&mut conn, migrations).await;
-        if self.kind == DbKind::Postgres {
-            conn.execute("SELECT pg_advisory_unlock(7285937001)").await?;
-        }
-        result
-    }
-
-    /// Applies, on `conn`, the listed migrations it has not applied yet, each in a transaction of
-    /// its own with its `schema_migrations` row.
-    async fn apply(&self, conn: &mut sqlx::AnyConnection, migrations: &[(i64, &str)]) -> anyhow::Result<()> {
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )
-        .await?;
-        for (version, sql) in migrations {
-            // SQLite: take the write lock before looking, so two processes starting on one file
-            // cannot both decide to apply the same migration.
-            let mut tx = match self.kind {
-                DbKind::Sqlite => sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?,
-                DbKind::Postgres => sqlx::Connection::begin(&mut *conn).await?,
-            };
-            let applied: Option<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
-                .bind(*version)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if applied.is_some() {
-                tx.rollback().await?;
-                continue;
-            }
-            sqlx::raw_sql(sql).execute(&mut *tx).await.with_context(|| format!("applying migration {version}"))?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-                .bind(*version)
-                .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            tracing::info!(version, "applied migration");
-        }
-        Ok(())
-    }
-
-    /// The database the built-in sandbox gateway keeps its records in. On PostgreSQL that is
-    /// kassa's own (many writers; every instance of a fleet must see the sandbox's records). On
-    /// SQLite it is a file of its own beside kassa's ([`sandbox_url`]): the sandbox stands in for
-    /// a remote gateway, and on one shared file its writes — about as many as kassa's own per
-    /// purchase — would queue on kassa's single writer. Opening it the first time copies the
-    /// records an older version kept in kassa's file. `main_url` is the URL `self` was opened with.
-    pub async fn open_sandbox(&self, main_url: &str) -> anyhow::Result<Db> {
-        let Some((url, main_path)) = sandbox_url(main_url) else {
-            return Ok(self.clone());
-        };
-        // Its writer thread is not held on kassa's writer's CPU: the two would queue for it.
-        let db = Db::open(&url, 1, SqliteWriter::from_env(), writer::Role::Sandbox).await?;
-        let mut conn = db.write.acquire().await?;
-        sqlx::query("ATTACH DATABASE $1 AS kassa_main").bind(&main_path).execute(&mut *conn).await?;
-        let result = db
-            .apply(
-                &mut conn,
-                &[
-                    (1, include_str!("../../migrations/sqlite-sandbox/0001_sandbox.sql")),
-                    (2, include_str!("../../migrations/sqlite-sandbox/0002_check_comparisons.sql")),
-                ],
-            )
-            .await;
-        let detached = conn.execute("DETACH DATABASE kassa_main").await;
-        result.context("preparing the sandbox's database")?;
-        detached?;
-        drop(conn);
-        Ok(db)
     }
 
     pub async fn close(&self) {

@@ -11,7 +11,7 @@ use crate::domain::refund;
 use crate::domain::status::RefundStatus;
 use crate::error::Result;
 use crate::store::batch::Batch;
-use crate::store::fulfilment::OrderLine;
+use crate::store::lines::{self, OrderLine};
 use crate::store::{Db, col, new_id};
 
 /// Adds the messages of an order's change `from -> status` to `batch`, as
@@ -34,7 +34,7 @@ pub async fn add_order_event(
         .bind(order_no)
         .fetch_one(&mut *conn)
         .await?;
-    let lines = if messages.fulfilment { super::fulfilment::order_lines(conn, order_no).await? } else { Vec::new() };
+    let lines = if messages.fulfilment { lines::order_lines(conn, order_no).await? } else { Vec::new() };
     let facts = OrderFacts {
         total_minor: col(&row, "total_minor")?,
         currency: &col::<String>(&row, "currency")?,

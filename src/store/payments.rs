@@ -1,16 +1,15 @@
 //! Payment truth applied to orders: verified gateway events (notifications, or a close/query that
 //! answered "paid") and expiry. Each runs under the order's row lock through the transition table.
 
-use serde::Serialize;
-
 use crate::args;
-use crate::clock::{Millis, rfc3339};
-use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success, may_expire};
+use crate::clock::Millis;
+use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success};
 use crate::domain::refund::AutomaticRefund;
 use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Also, Cause, Severity};
+use crate::store::lines::OrderLine;
 use crate::store::outbox::OrderFacts;
 use crate::store::refunds;
 use crate::store::{Db, Tx, col, fulfilment, new_id};
@@ -219,7 +218,7 @@ struct OrderParts {
     /// that locks stock rows uses).
     reservations: Vec<(String, i64)>,
     /// The lines, in line order.
-    lines: Vec<fulfilment::OrderLine>,
+    lines: Vec<OrderLine>,
 }
 
 /// [`OrderParts`] of order `$1`: a row per attempt (`part` 'a'), active reservation ('r') and
@@ -246,7 +245,7 @@ fn order_parts(rows: &[sqlx::any::AnyRow]) -> Result<OrderParts> {
         match col::<String>(r, "part")?.as_str() {
             "a" => parts.attempts.push((col(r, "k")?, col(r, "v")?)),
             "r" => parts.reservations.push((col(r, "k")?, col(r, "n")?)),
-            _ => parts.lines.push(fulfilment::OrderLine {
+            _ => parts.lines.push(OrderLine {
                 line_no: col(r, "line_no")?,
                 sku: col(r, "k")?,
                 name: col::<Option<String>>(r, "name")?.unwrap_or_default(),
@@ -408,7 +407,7 @@ pub async fn complete_free(
     order_no: &str,
     attempt_ref: &str,
     total: Money,
-    lines: Vec<fulfilment::OrderLine>,
+    lines: Vec<OrderLine>,
     now: Millis,
 ) -> Result<()> {
     if total.amount_minor() != 0 {
@@ -656,99 +655,6 @@ pub async fn record_rejected(
     Ok(())
 }
 
-/// What the sweeper did to one order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
-    Expired,
-    /// Locked and re-read: the order was no longer due (paid, cancelled, or extended).
-    Skipped(OrderStatus),
-}
-
-/// Expires an unpaid order whose hold has elapsed: attempt closed, reservations released. Runs under
-/// the order lock and re-checks, so running it twice never returns stock twice.
-pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry> {
-    let lock = db.for_update();
-    let result = crate::write_tx!(db, |tx| {
-        let order = sqlx::query(&format!("SELECT status, hold_expires_at FROM orders WHERE order_no = $1{lock}"))
-            .bind(order_no)
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| Error::not_found("order"))?;
-        let status = parse_order_status(&col::<String>(&order, "status")?)?;
-        if !may_expire(status, col(&order, "hold_expires_at")?, now) {
-            return Ok(Expiry::Skipped(status));
-        }
-        let cause = Cause { trigger: "hold_expired", notification_id: None, at: now };
-        let active = sqlx::query(&format!(
-            "SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1 AND {}",
-            AttemptStatus::active_sql("status")
-        ))
-        .bind(order_no)
-        .fetch_all(&mut **tx)
-        .await?;
-        for a in &active {
-            let attempt_ref: String = col(a, "attempt_ref")?;
-            let from = parse_attempt_status(&col::<String>(a, "status")?)?;
-            events::set_attempt_status(tx, order_no, &attempt_ref, from, AttemptStatus::Expired, cause).await?;
-        }
-        move_reservations(tx, order_no, ReservationStatus::Released, now).await?;
-        events::set_order_status(tx, order_no, status, OrderStatus::Expired, cause).await?;
-        Ok(Expiry::Expired)
-    });
-    if let Ok(Expiry::Expired) = result {
-        metrics::counter!("kassa_expiries_total").increment(1);
-    }
-    result
-}
-
-/// Claims up to `limit` orders whose hold has elapsed (oldest first) for `lease_ms`, so that no
-/// other instance's sweeper handles them meanwhile, and returns them with their active attempt.
-pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<DueOrder>> {
-    let skip = db.skip_locked();
-    let claimed: Vec<String> = crate::write_tx!(db, |tx| {
-        let rows = sqlx::query(&format!(
-            "UPDATE orders SET sweep_lease_until = $1 WHERE order_no IN (SELECT order_no FROM orders \
-             WHERE status = 'pending_payment' AND hold_expires_at <= $2 AND sweep_lease_until <= $2 \
-             ORDER BY hold_expires_at LIMIT $3{skip}) RETURNING order_no"
-        ))
-        .bind(now.saturating_add(lease_ms))
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&mut **tx)
-        .await?;
-        rows.iter().map(|r| col::<String>(r, "order_no")).collect()
-    })?;
-    let mut due = Vec::with_capacity(claimed.len());
-    for order_no in claimed {
-        let r = sqlx::query(&format!(
-            "SELECT o.hold_expires_at, a.attempt_ref, a.gateway, a.gateway_ref FROM orders o \
-             LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND {} WHERE o.order_no = $1",
-            AttemptStatus::active_sql("a.status")
-        ))
-        .bind(&order_no)
-        .fetch_one(db.read_pool())
-        .await?;
-        due.push(DueOrder {
-            hold_expires_at: col(&r, "hold_expires_at")?,
-            attempt_ref: col(&r, "attempt_ref")?,
-            gateway: col(&r, "gateway")?,
-            gateway_ref: col(&r, "gateway_ref")?,
-            order_no,
-        });
-    }
-    due.sort_by_key(|d| d.hold_expires_at);
-    Ok(due)
-}
-
-#[derive(Debug, Clone)]
-pub struct DueOrder {
-    pub order_no: String,
-    pub hold_expires_at: Millis,
-    pub attempt_ref: Option<String>,
-    pub gateway: Option<String>,
-    pub gateway_ref: Option<String>,
-}
-
 /// Remembers the gateway's own id for an attempt (e.g. a Stripe Checkout Session), learnt from
 /// the hand-off after the order committed. Set once: a later hand-off of the same attempt keeps it.
 pub async fn set_gateway_ref(db: &Db, attempt_ref: &str, gateway_ref: &str) -> Result<()> {
@@ -762,165 +668,12 @@ pub async fn set_gateway_ref(db: &Db, attempt_ref: &str, gateway_ref: &str) -> R
     })
 }
 
-fn parse_order_status(s: &str) -> Result<OrderStatus> {
+pub(crate) fn parse_order_status(s: &str) -> Result<OrderStatus> {
     OrderStatus::parse(s).ok_or_else(|| Error::internal(format!("unknown order status {s:?} in database")))
 }
 
-fn parse_attempt_status(s: &str) -> Result<AttemptStatus> {
+pub(crate) fn parse_attempt_status(s: &str) -> Result<AttemptStatus> {
     AttemptStatus::parse(s).ok_or_else(|| Error::internal(format!("unknown attempt status {s:?} in database")))
 }
 
 // ---- read models -------------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Serialize)]
-pub struct OrderLineView {
-    pub sku: String,
-    pub name: String,
-    pub quantity: i64,
-    pub unit_price_minor: i64,
-    pub line_total_minor: i64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct AttemptView {
-    pub attempt_ref: String,
-    pub status: String,
-    pub gateway: String,
-    pub channel: String,
-    pub amount_minor: i64,
-    pub currency: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gateway_txn_id: Option<String>,
-    pub created_at: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct EventView {
-    pub entity: String,
-    pub entity_id: String,
-    pub from: Option<String>,
-    pub to: String,
-    pub trigger: String,
-    pub at: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct OrderView {
-    pub order_no: String,
-    pub status: String,
-    pub total_minor: i64,
-    pub currency: String,
-    pub captured_minor: Option<i64>,
-    /// What the order's refunds that went through add up to (a duplicate payment's refund aside).
-    pub refunded_minor: i64,
-    pub expires_at: String,
-    pub created_at: String,
-    pub lines: Vec<OrderLineView>,
-    pub attempts: Vec<AttemptView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub events: Option<Vec<EventView>>,
-    #[serde(skip)]
-    pub session_id: String,
-}
-
-impl OrderView {
-    pub fn total_display(&self) -> String {
-        crate::domain::money::format_minor(self.total_minor, &self.currency)
-    }
-}
-
-/// Finds the order an attempt reference belongs to.
-pub async fn order_no_for_attempt(db: &Db, attempt_ref: &str) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar("SELECT order_no FROM payment_attempts WHERE attempt_ref = $1")
-        .bind(attempt_ref)
-        .fetch_optional(db.read_pool())
-        .await?)
-}
-
-/// The order with lines and attempts; with `with_events` the whole event log too (admin view).
-pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<OrderView> {
-    let pool = db.read_pool();
-    let o = sqlx::query(
-        "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
-         CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = orders.order_no \
-         AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
-         FROM orders WHERE order_no = $1",
-    )
-    .bind(order_no)
-    .fetch_optional(pool)
-    .await?
-    .ok_or_else(|| Error::not_found("order"))?;
-    let lines = sqlx::query("SELECT sku, name, quantity, unit_price_minor, line_total_minor FROM order_lines WHERE order_no = $1 ORDER BY line_no")
-        .bind(order_no)
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(OrderLineView {
-                sku: col(r, "sku")?,
-                name: col(r, "name")?,
-                quantity: col(r, "quantity")?,
-                unit_price_minor: col(r, "unit_price_minor")?,
-                line_total_minor: col(r, "line_total_minor")?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let attempts = sqlx::query(
-        "SELECT attempt_ref, status, gateway, channel, amount_minor, currency, gateway_txn_id, created_at FROM payment_attempts WHERE order_no = $1 ORDER BY seq",
-    )
-    .bind(order_no)
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(|r| {
-        Ok(AttemptView {
-            attempt_ref: col(r, "attempt_ref")?,
-            status: col(r, "status")?,
-            gateway: col(r, "gateway")?,
-            channel: col(r, "channel")?,
-            amount_minor: col(r, "amount_minor")?,
-            currency: col(r, "currency")?,
-            gateway_txn_id: col(r, "gateway_txn_id")?,
-            created_at: rfc3339(col(r, "created_at")?),
-        })
-    })
-    .collect::<Result<Vec<_>>>()?;
-    let events = if with_events {
-        let rows = sqlx::query(
-            "SELECT entity, entity_id, from_status, to_status, trigger_name, at FROM status_events WHERE order_no = $1 ORDER BY id",
-        )
-        .bind(order_no)
-        .fetch_all(pool)
-        .await?;
-        Some(
-            rows.iter()
-                .map(|r| {
-                    Ok(EventView {
-                        entity: col(r, "entity")?,
-                        entity_id: col(r, "entity_id")?,
-                        from: col(r, "from_status")?,
-                        to: col(r, "to_status")?,
-                        trigger: col(r, "trigger_name")?,
-                        at: rfc3339(col(r, "at")?),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?,
-        )
-    } else {
-        None
-    };
-    Ok(OrderView {
-        order_no: col(&o, "order_no")?,
-        session_id: col(&o, "session_id")?,
-        status: col(&o, "status")?,
-        total_minor: col(&o, "total_minor")?,
-        currency: col(&o, "currency")?,
-        captured_minor: col(&o, "captured_minor")?,
-        refunded_minor: col(&o, "refunded_minor")?,
-        expires_at: rfc3339(col(&o, "hold_expires_at")?),
-        created_at: rfc3339(col(&o, "created_at")?),
-        lines,
-        attempts,
-        events,
-    })
-}

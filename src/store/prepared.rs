@@ -67,7 +67,7 @@ pub fn give_up() {
 }
 
 /// SQLSTATE `invalid_sql_statement_name`: `EXECUTE` of a name this connection has not prepared.
-pub const UNPREPARED: &str = "26000";
+pub const UNPREPARED: &str = crate::error::UNPREPARED_SQLSTATE;
 
 /// What a statement text is written as.
 #[derive(Debug, Clone)]
@@ -148,7 +148,7 @@ fn demote(sql: &str) {
 
 /// Whether `e` is PostgreSQL saying a prepared statement is missing on the connection.
 pub fn is_unprepared(e: &sqlx::Error) -> bool {
-    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == UNPREPARED)
+    crate::error::is_unprepared_db(e)
 }
 
 /// Prepares on `conn` (outside any transaction) every named text it lacks. A text PostgreSQL

@@ -12,6 +12,16 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+/// Longest pause between two tries of a delivery or a refund.
+pub const RETRY_BACKOFF_MS_MAX: i64 = 60_000;
+
+/// Exponential backoff before try `tries + 1`: 1 s, 2 s, 4 s, … capped at
+/// [`RETRY_BACKOFF_MS_MAX`].
+pub fn retry_backoff_ms(tries: i64) -> i64 {
+    let exp = u32::try_from(tries.clamp(1, 20) - 1).unwrap_or(0);
+    1000_i64.saturating_mul(1_i64 << exp.min(16)).min(RETRY_BACKOFF_MS_MAX)
+}
+
 /// Runs `step` every `interval` until `shutdown` flips to true.
 pub async fn run_every<F, Fut>(name: &'static str, interval: Duration, mut shutdown: watch::Receiver<bool>, mut step: F)
 where
@@ -30,5 +40,19 @@ where
         if *shutdown.borrow() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(retry_backoff_ms(1), 1000);
+        assert_eq!(retry_backoff_ms(2), 2000);
+        assert_eq!(retry_backoff_ms(4), 8000);
+        assert_eq!(retry_backoff_ms(30), RETRY_BACKOFF_MS_MAX);
+        assert_eq!(retry_backoff_ms(-5), 1000);
     }
 }

@@ -80,7 +80,7 @@ impl Relay {
             let now = self.clock.now_ms();
             let tries = m.tries + 1;
             let dead = result.is_err() && tries >= OUTBOX_TRIES_MAX;
-            let next_at = now.saturating_add(crate::sandbox::backoff_ms(tries));
+            let next_at = now.saturating_add(super::retry_backoff_ms(tries));
             outbox::finish(&self.db, &m.id, result.clone(), tries, next_at, dead, now).await?;
             if dead {
                 let details = format!(

@@ -68,7 +68,7 @@ impl Refunder {
             }
             Err(e) => {
                 let tries = refund.tries + 1;
-                let next_at = now.saturating_add(crate::sandbox::backoff_ms(tries));
+                let next_at = now.saturating_add(super::retry_backoff_ms(tries));
                 tracing::warn!(refund_no = %refund.refund_no, error = %e, tries, "refund not sent; will retry");
                 refunds::retry_later(&self.db, &refund.refund_no, tries, next_at, &e.to_string(), now).await
             }

@@ -8,7 +8,8 @@ use crate::domain::decide::LatePolicy;
 use crate::error::Result;
 use crate::gateway::{CloseOutcome, Gateways};
 use crate::store::Db;
-use crate::store::payments::{self, Applied, Expiry};
+use crate::store::expiry::{self, Expiry};
+use crate::store::payments::{self, Applied};
 
 /// Orders handled per step: bounds the work (and gateway calls) of one pass.
 pub const SWEEP_BATCH_MAX: i64 = 200;
@@ -41,7 +42,7 @@ pub struct Sweeper {
 impl Sweeper {
     pub async fn step(&self) -> Result<SweepReport> {
         let now = self.clock.now_ms();
-        let due = payments::claim_due_orders(&self.db, now, SWEEP_LEASE_MS, SWEEP_BATCH_MAX).await?;
+        let due = expiry::claim_due_orders(&self.db, now, SWEEP_LEASE_MS, SWEEP_BATCH_MAX).await?;
         let mut report = SweepReport { examined: due.len(), ..Default::default() };
         for order in due {
             if let (Some(attempt_ref), Some(gateway)) =
@@ -70,7 +71,7 @@ impl Sweeper {
                     }
                 }
             }
-            match payments::expire_order(&self.db, &order.order_no, self.clock.now_ms()).await? {
+            match expiry::expire_order(&self.db, &order.order_no, self.clock.now_ms()).await? {
                 Expiry::Expired => {
                     tracing::info!(order_no = %order.order_no, "order expired; stock released");
                     report.expired += 1;

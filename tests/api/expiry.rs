@@ -2,7 +2,8 @@ use reqwest::StatusCode;
 
 use crate::common::{Backend, Opts, TestApp, s};
 use crate::on_both;
-use kassa::store::payments::{self, Expiry};
+use kassa::store::expiry::{self, Expiry};
+use kassa::store::payments;
 
 on_both!(sweeper_releases_stock_once, sweeper_once);
 async fn sweeper_once(backend: Backend) {
@@ -19,7 +20,7 @@ async fn sweeper_once(backend: Backend) {
     let r = t.app.sweeper.step().await.unwrap();
     assert_eq!(r.examined, 0);
     assert_eq!(
-        payments::expire_order(&t.app.state.db, &order_no, t.now_ms()).await.unwrap(),
+        expiry::expire_order(&t.app.state.db, &order_no, t.now_ms()).await.unwrap(),
         Expiry::Skipped(kassa::domain::OrderStatus::Expired)
     );
     let order = t.order(&order_no).await;
@@ -126,7 +127,7 @@ async fn engine_race(backend: Backend) {
         let apply = tokio::spawn(async move {
             payments::apply_event(&db1, &event, kassa::domain::decide::LatePolicy::Manual, now).await
         });
-        let expire = tokio::spawn(async move { payments::expire_order(&db2, &no, now).await });
+        let expire = tokio::spawn(async move { expiry::expire_order(&db2, &no, now).await });
         apply.await.unwrap().unwrap();
         expire.await.unwrap().unwrap();
         match t.status(&order_no).await.as_str() {

@@ -332,9 +332,10 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::Sweep => {
             for i in 0..model.orders.len() {
                 let o = model.orders[i].clone();
-                let expiry = payments::expire_order(db, &o.order_no, now).await.map_err(|e| fail(e.to_string()))?;
+                let expiry =
+                    kassa::store::expiry::expire_order(db, &o.order_no, now).await.map_err(|e| fail(e.to_string()))?;
                 let due = o.status == "pending_payment" && o.hold_until <= now;
-                if due != (expiry == payments::Expiry::Expired) {
+                if due != (expiry == kassa::store::expiry::Expiry::Expired) {
                     return Err(fail(format!("sweep of {} ({}, due {due}): {expiry:?}", o.order_no, o.status)));
                 }
                 if due {
@@ -539,7 +540,8 @@ async fn pay(real: &mut Real, model: &mut Model, i: usize, attempt_ref: &str, co
 
 async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseError> {
     for o in &model.orders {
-        let view = payments::get_order(&real.db, &o.order_no, false).await.map_err(|e| fail(e.to_string()))?;
+        let view =
+            kassa::store::views::get_order(&real.db, &o.order_no, false).await.map_err(|e| fail(e.to_string()))?;
         if view.status != o.status {
             return Err(fail(format!(
                 "after {after:?}: order {} is {} but the model says {}",

@@ -303,7 +303,7 @@ async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
             ] {
                 fields.insert(k.to_string(), v);
             }
-            let sign = kassa::gateway::sandbox::sign_fields(&sandbox.merchant_key(), &fields);
+            let sign = kassa::sandbox::protocol::sign_fields(&sandbox.merchant_key(), &fields);
             fields.insert("sign".to_string(), sign);
             let attempt_ref = sandbox.register(&fields).await.unwrap();
             sandbox.complete(&attempt_ref, kassa::sandbox::SandboxOutcome::Succeeded, 2, 0).await.unwrap();

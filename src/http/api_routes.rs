@@ -1,0 +1,318 @@
+//! The JSON API's route table: every operation with its documentation (which `/openapi.json` is
+//! generated from) and its handler in [`super::api`].
+
+use axum::routing::{MethodRouter, get, post, put};
+use serde_json::{Value, json};
+
+use super::api::*;
+use super::{AppState, Auth, RouteDoc};
+use crate::store::catalog;
+
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    use Auth::*;
+    let doc = |method, path, summary, tag, auth, body: Option<Value>, responses| RouteDoc {
+        method,
+        path,
+        summary,
+        tag,
+        auth,
+        body,
+        responses,
+    };
+    vec![
+        (
+            doc(
+                "get",
+                "/healthz",
+                "Liveness and database reachability",
+                "operations",
+                None,
+                Option::None,
+                &[(200, "ok"), (503, "database unreachable")],
+            ),
+            get(healthz),
+        ),
+        (
+            doc(
+                "get",
+                "/metrics",
+                "Prometheus metrics (text format)",
+                "operations",
+                None,
+                Option::None,
+                &[(200, "metrics")],
+            ),
+            get(metrics),
+        ),
+        (
+            doc(
+                "get",
+                "/openapi.json",
+                "This document",
+                "operations",
+                None,
+                Option::None,
+                &[(200, "OpenAPI 3.1 document")],
+            ),
+            get(super::openapi::serve),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/sessions",
+                "Create an anonymous buyer; returns its bearer token",
+                "buyer",
+                None,
+                Option::None,
+                &[(201, "{token}")],
+            ),
+            post(create_session),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/baskets",
+                "Create a basket, empty or with its lines (all of them or nothing)",
+                "buyer",
+                Buyer,
+                Some(json!({"type": "object", "properties": {"lines": {
+                    "type": "array", "maxItems": catalog::BASKET_LINES_MAX,
+                    "items": {"type": "object", "required": ["sku", "quantity"], "properties": {
+                        "sku": {"type": "string"},
+                        "quantity": {"type": "integer", "minimum": 1, "maximum": catalog::LINE_QUANTITY_MAX}}}}}})),
+                &[
+                    (201, "the basket {basket_id, status, lines, total_minor, currency}"),
+                    (401, "unauthorized"),
+                    (404, "not_found (a SKU)"),
+                    (422, "invalid_quantity / duplicate_line / currency_mismatch / basket_too_large / amount_overflow"),
+                ],
+            ),
+            post(create_basket),
+        ),
+        (
+            doc(
+                "put",
+                "/api/v1/baskets/{basket_id}/lines/{sku}",
+                "Set a line's quantity (0 removes it)",
+                "buyer",
+                Buyer,
+                Some(
+                    json!({"type": "object", "required": ["quantity"], "properties": {"quantity": {"type": "integer", "minimum": 0, "maximum": catalog::LINE_QUANTITY_MAX}}}),
+                ),
+                &[
+                    (200, "the basket"),
+                    (404, "not_found"),
+                    (409, "basket_frozen"),
+                    (422, "invalid_quantity / currency_mismatch"),
+                ],
+            ),
+            put(set_line),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/baskets/{basket_id}",
+                "The basket with its lines and quote",
+                "buyer",
+                Buyer,
+                Option::None,
+                &[(200, "the basket"), (404, "not_found")],
+            ),
+            get(get_basket),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/baskets/{basket_id}/checkout",
+                "Confirm: create the pending order and its payment attempt; returns the hand-off (HTML form page with Accept: text/html). Optional Idempotency-Key header.",
+                "buyer",
+                Buyer,
+                Some(
+                    json!({"type": "object", "properties": {"gateway": {"type": "string", "enum": ["sandbox", "alipay", "wechatpay", "stripe"], "description": "default: the configured default gateway"}, "channel": {"type": "string", "description": "sandbox: form; alipay: page; wechatpay: jsapi (default) or h5; stripe: checkout"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}}}),
+                ),
+                &[
+                    (
+                        201,
+                        "{order_no, attempt_ref, status, expires_at, payment}; a zero total is paid at once: payment null",
+                    ),
+                    (409, "out_of_stock / price_changed"),
+                    (
+                        422,
+                        "basket_empty / unknown_gateway / unsupported_channel / unsupported_currency / payer_required / invalid_payer",
+                    ),
+                    (502, "gateway_unavailable"),
+                ],
+            ),
+            post(checkout_json),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/orders/{order_no}",
+                "Order status, lines and attempts (own orders only, or admin)",
+                "buyer",
+                Buyer,
+                Option::None,
+                &[(200, "the order"), (403, "forbidden"), (404, "not_found")],
+            ),
+            get(get_order),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/skus",
+                "Create a SKU",
+                "admin",
+                Admin,
+                Some(
+                    json!({"type": "object", "required": ["sku", "name", "price_minor", "currency"], "properties": {"sku": {"type": "string"}, "name": {"type": "string"}, "price_minor": {"type": "integer", "minimum": 0}, "currency": {"type": "string"}, "stock": {"type": "integer", "minimum": 0}, "kind": {"type": "string", "enum": ["physical"]}}}),
+                ),
+                &[(201, "the SKU"), (409, "sku_exists"), (422, "invalid input")],
+            ),
+            post(create_sku).get(list_skus),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/admin/skus/{sku}",
+                "Stock of a SKU: on_hand, reserved, sold, available (PATCH: change price or name)",
+                "admin",
+                Admin,
+                Some(
+                    json!({"type": "object", "properties": {"name": {"type": "string"}, "price_minor": {"type": "integer", "minimum": 0}}}),
+                ),
+                &[(200, "the SKU"), (404, "not_found")],
+            ),
+            get(get_sku).patch(update_sku),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/skus/{sku}/stock",
+                "Restock (positive delta) or write off (negative)",
+                "admin",
+                Admin,
+                Some(json!({"type": "object", "required": ["delta"], "properties": {"delta": {"type": "integer"}}})),
+                &[(200, "the SKU"), (409, "insufficient_stock"), (422, "digital_stock_is_keys / invalid_quantity")],
+            ),
+            post(adjust_stock),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/admin/orders/{order_no}",
+                "Order with attempts, refunds and its event log",
+                "admin",
+                Admin,
+                Option::None,
+                &[(200, "the order"), (404, "not_found")],
+            ),
+            get(admin_order),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/orders/{order_no}/attempts",
+                "Retry: a new payment attempt (the active one is superseded and closed at its gateway)",
+                "buyer",
+                Buyer,
+                Some(
+                    json!({"type": "object", "properties": {"gateway": {"type": "string"}, "channel": {"type": "string"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}}}),
+                ),
+                &[
+                    (201, "{order_no, attempt_ref, expires_at, payment}"),
+                    (409, "not_payable / order_expired / already_paid"),
+                ],
+            ),
+            post(retry_payment),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/orders/{order_no}/cancel",
+                "Cancel a pending order: stock released, attempt closed; rebasket=true returns a new editable basket",
+                "buyer",
+                Buyer,
+                Some(json!({"type": "object", "properties": {"rebasket": {"type": "boolean", "default": false}}})),
+                &[(200, "{status, basket_id?}"), (409, "not_cancellable / already_paid")],
+            ),
+            post(cancel_order),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/orders/{order_no}/refunds",
+                "Refund (full or partial) with a caller-supplied refund number; the same number and terms return the same refund, other terms are refund_no_reused; a partial refund keeps the order's status",
+                "admin",
+                Admin,
+                Some(
+                    json!({"type": "object", "required": ["refund_no", "amount_minor"], "properties": {"refund_no": {"type": "string"}, "amount_minor": {"type": "integer", "minimum": 1}, "reason": {"type": "string"}}}),
+                ),
+                &[
+                    (201, "the refund"),
+                    (200, "the existing refund"),
+                    (409, "refund_exceeds_captured / not_refundable / refund_no_reused / refund_window_closed"),
+                ],
+            ),
+            post(request_refund),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/orders/{order_no}/deliver",
+                "Mark a paid physical order delivered (shipped)",
+                "admin",
+                Admin,
+                Option::None,
+                &[(200, "delivered"), (409, "not_deliverable")],
+            ),
+            post(mark_delivered),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/orders/{order_no}/accept",
+                "Accept a late payment (paid_after_expiry): stock is taken again and the order paid",
+                "admin",
+                Admin,
+                Option::None,
+                &[(200, "paid"), (409, "out_of_stock / not_late_payment")],
+            ),
+            post(accept_late),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/skus/{sku}/keys",
+                "Import card keys into a digital SKU (encrypted at rest; duplicates within the SKU are refused)",
+                "admin",
+                Admin,
+                Some(
+                    json!({"type": "object", "required": ["keys"], "properties": {"keys": {"type": "array", "items": {"type": "string"}}}}),
+                ),
+                &[
+                    (200, "{imported, duplicates}"),
+                    (409, "keys_secret_mismatch"),
+                    (422, "not_digital / keys_secret_missing"),
+                ],
+            ),
+            post(import_keys),
+        ),
+        (
+            doc(
+                "post",
+                "/notify/{gateway}",
+                "Gateway notification (sandbox, alipay, wechatpay, stripe); answered with the gateway's own acknowledgement (alipay: success/fail; wechatpay: 204 or 4xx FAIL; stripe and sandbox: 200 JSON or 4xx error)",
+                "gateways",
+                None,
+                Option::None,
+                &[
+                    (200, "accepted or duplicate"),
+                    (400, "invalid_signature / malformed_body / mismatch"),
+                    (404, "unknown gateway"),
+                ],
+            ),
+            post(notify),
+        ),
+    ]
+}

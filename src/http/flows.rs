@@ -1,0 +1,289 @@
+//! The use cases the API, the pages and the console share: place an order and hand it to its
+//! gateway, retry, cancel, refund, ask a gateway on the buyer's behalf. Each loads and decides
+//! through the store and the domain; the remote calls run outside any transaction.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{AppState, plain};
+use crate::domain::OrderStatus;
+use crate::error::{Error, Result};
+use crate::gateway::CloseOutcome;
+use crate::gateway::{GatewayError, Handoff, HandoffRequest, Payer};
+use crate::store::checkout::{self, ConfirmRequest, Placed};
+use crate::store::payments;
+use crate::store::views;
+use crate::store::{catalog, orders, refunds};
+
+#[derive(Deserialize, Default)]
+pub struct CheckoutBody {
+    #[serde(default)]
+    pub gateway: Option<String>,
+    #[serde(default)]
+    pub channel: Option<String>,
+    #[serde(default)]
+    pub payer: Option<Value>,
+}
+
+/// Confirms the basket (one transaction), then — after commit — builds the gateway hand-off.
+pub async fn place_order(
+    state: &AppState,
+    session_id: &str,
+    basket_id: &str,
+    body: &CheckoutBody,
+    idempotency_key: Option<&str>,
+) -> Result<(Placed, Option<Handoff>)> {
+    plain(basket_id, "basket")?;
+    let name = body
+        .gateway
+        .as_deref()
+        .or(state.gateways.default)
+        .ok_or_else(|| Error::unprocessable("unknown_gateway", "no gateway configured"))?;
+    let gateway = state.gateways.get(name).ok_or_else(|| {
+        Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
+    })?;
+    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
+    let payer = parse_payer(body.payer.as_ref())?;
+    gateway.check_payer(channel, &payer).map_err(gateway_error)?;
+    let request = ConfirmRequest {
+        currencies: gateway.currencies(),
+        session_id,
+        basket_id,
+        gateway: gateway.name(),
+        channel,
+        idempotency_key,
+        hold_ms: state.hold_ms,
+        now: state.now_ms(),
+    };
+    let placed = match checkout::confirm(&state.db, &request).await {
+        Err(e) if e.code() == "price_changed" => {
+            catalog::requote_basket(&state.db, basket_id).await?;
+            return Err(e);
+        }
+        other => other?,
+    };
+    super::note_attempt(&placed.order_no, &placed.attempt_ref);
+    if placed.status != OrderStatus::PendingPayment {
+        return Ok((placed, None));
+    }
+    // The order is committed; only now is the gateway involved (no remote call inside a transaction).
+    let handoff = build_handoff(state, &placed, &payer).await?;
+    Ok((placed, Some(handoff)))
+}
+
+/// The channel a checkout asked for (or the gateway's default), if the gateway offers it.
+fn checked_channel<'a>(gateway: &'a dyn crate::gateway::Gateway, asked: Option<&'a str>) -> Result<&'a str> {
+    let channel = asked.unwrap_or(gateway.default_channel());
+    if !gateway.channels().contains(&channel) {
+        return Err(Error::unprocessable(
+            "unsupported_channel",
+            format!("gateway {} offers the channels {:?}", gateway.name(), gateway.channels()),
+        ));
+    }
+    Ok(channel)
+}
+
+/// The optional `payer` object of a checkout: `openid` (WeChat JSAPI), `client_ip` (WeChat H5).
+fn parse_payer(value: Option<&Value>) -> Result<Payer> {
+    let invalid = |m: &str| Error::unprocessable("invalid_payer", m.to_string());
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(Payer::default());
+    };
+    let object = value.as_object().ok_or_else(|| invalid("payer must be an object"))?;
+    let mut payer = Payer::default();
+    for (key, v) in object {
+        let text = v.as_str().filter(|t| !t.is_empty() && t.len() <= 128 && !t.chars().any(char::is_control));
+        let text = text.ok_or_else(|| invalid("payer fields are non-empty strings of at most 128 characters"))?;
+        match key.as_str() {
+            "openid" => payer.openid = Some(text.to_string()),
+            "client_ip" => {
+                text.parse::<std::net::IpAddr>().map_err(|_| invalid("payer.client_ip is not an IP address"))?;
+                payer.client_ip = Some(text.to_string());
+            }
+            _ => return Err(invalid("payer takes openid and client_ip only")),
+        }
+    }
+    Ok(payer)
+}
+
+/// A gateway's refusal or failure as an API error.
+fn gateway_error(e: GatewayError) -> Error {
+    match e {
+        GatewayError::Invalid { code, message } => Error::unprocessable(code, message),
+        GatewayError::Unavailable(_) => {
+            Error::upstream("gateway_unavailable", "the gateway could not be reached; retry the payment")
+        }
+    }
+}
+
+/// Builds the hand-off of the order's newest attempt (after commit).
+async fn build_handoff(state: &AppState, placed: &Placed, payer: &Payer) -> Result<Handoff> {
+    let gateway =
+        state.gateways.get(&placed.gateway).ok_or_else(|| Error::internal("order names an unconfigured gateway"))?;
+    let base = state.public_url.trim_end_matches('/');
+    let req = HandoffRequest {
+        attempt_ref: placed.attempt_ref.clone(),
+        order_no: placed.order_no.clone(),
+        amount: placed.total,
+        subject: placed.subject.clone(),
+        expires_at: placed.expires_at,
+        notify_url: format!("{base}/notify/{}", gateway.name()),
+        return_url: format!("{base}/checkout/return/{}", placed.attempt_ref),
+        channel: placed.channel.clone(),
+        payer: payer.clone(),
+        now: state.now_ms(),
+    };
+    let handed = gateway.handoff(&req).await.map_err(|e| {
+        tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off failed");
+        match e {
+            GatewayError::Invalid { code, message } => {
+                Error::unprocessable(code, format!("{message}; order {} is kept, retry the payment", placed.order_no))
+            }
+            GatewayError::Unavailable(_) => Error::upstream(
+                "gateway_unavailable",
+                format!("the gateway could not be reached; order {} is kept, retry the payment", placed.order_no),
+            ),
+        }
+    })?;
+    if let Some(gateway_ref) = &handed.gateway_ref {
+        payments::set_gateway_ref(&state.db, &placed.attempt_ref, gateway_ref).await?;
+    }
+    Ok(handed.handoff)
+}
+
+/// Closes attempts at their gateways (after commit). A close that answers "already paid" is
+/// applied as the payment it is. Returns whether any turned out paid.
+pub async fn close_at_gateways(state: &AppState, attempts: &[orders::ToClose]) -> Result<bool> {
+    let mut paid = false;
+    for a in attempts {
+        let Some(gateway) = state.gateways.get(&a.gateway) else { continue };
+        match gateway.close(&a.key()).await {
+            Ok(CloseOutcome::AlreadyPaid(event)) => {
+                payments::apply_event(&state.db, &event, state.late_policy, state.now_ms()).await?;
+                paid = true;
+            }
+            Ok(CloseOutcome::Closed | CloseOutcome::NotFound) => {}
+            Err(e) => {
+                tracing::warn!(attempt_ref = %a.attempt_ref, error = %e, "close failed");
+                return Err(Error::upstream("gateway_unavailable", "the gateway could not be reached; try again"));
+            }
+        }
+    }
+    Ok(paid)
+}
+
+/// A new attempt on a pending order (the old one closed at its gateway, after commit) and its
+/// hand-off. `session` is the buyer's (`None`: an admin). Shared by the API and the pages.
+pub async fn retry_flow(
+    state: &AppState,
+    session: Option<&str>,
+    order_no: &str,
+    body: &CheckoutBody,
+) -> Result<(Placed, Handoff)> {
+    plain(order_no, "order")?;
+    let current = views::get_order(&state.db, order_no, false).await?;
+    if session.is_some_and(|s| s != current.session_id) {
+        return Err(Error::not_found("order"));
+    }
+    let name = body.gateway.clone().or_else(|| current.attempts.last().map(|a| a.gateway.clone())).unwrap_or_default();
+    let gateway = state.gateways.get(&name).ok_or_else(|| {
+        Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
+    })?;
+    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
+    let payer = parse_payer(body.payer.as_ref())?;
+    gateway.check_payer(channel, &payer).map_err(gateway_error)?;
+    if let Some(accepted) = gateway.currencies()
+        && let Ok(currency) = crate::domain::Currency::parse(&current.currency)
+        && !accepted.contains(&currency)
+    {
+        return Err(Error::unprocessable("unsupported_currency", format!("gateway {name} does not take {currency}")));
+    }
+    let (placed, superseded) =
+        orders::new_attempt(&state.db, session, order_no, gateway.name(), channel, state.now_ms()).await?;
+    if close_at_gateways(state, &superseded).await? {
+        // The superseded attempt had been paid after all: the order is paid, nothing to hand off.
+        return Err(Error::conflict("already_paid", "the previous attempt was paid; no new payment is needed"));
+    }
+    let handoff = build_handoff(state, &placed, &payer).await?;
+    Ok((placed, handoff))
+}
+
+/// Cancels a pending order: close at the gateway first (outside any transaction: after this the
+/// buyer cannot pay), then cancel and release the stock. Shared by the API and the admin console.
+pub async fn cancel_flow(
+    state: &AppState,
+    session: Option<&str>,
+    current: &views::OrderView,
+    rebasket: bool,
+) -> Result<Option<String>> {
+    let order_no = current.order_no.as_str();
+    let status = OrderStatus::parse(&current.status).ok_or_else(|| Error::internal("unknown order status"))?;
+    crate::domain::decide::may_cancel(status)?;
+    if let Some(active) = orders::active_attempt(&state.db, order_no).await?
+        && close_at_gateways(state, &[active]).await?
+    {
+        return Err(Error::conflict("already_paid", "the order was paid before it could be cancelled"));
+    }
+    orders::cancel(&state.db, session, order_no, rebasket, state.now_ms()).await
+}
+
+/// Requests a refund and sends it right away, outside the transaction (the refund worker catches
+/// it if that fails). Shared by the API and the admin console.
+pub async fn refund_flow(
+    state: &AppState,
+    order_no: &str,
+    refund_no: &str,
+    amount_minor: i64,
+    reason: &str,
+) -> Result<(refunds::RefundView, bool)> {
+    let (refund, created) =
+        refunds::request(&state.db, state.refund_policy, order_no, refund_no, amount_minor, reason, state.now_ms())
+            .await?;
+    if created && let Err(e) = state.refunder.send_now(&refund.refund_no).await {
+        tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
+    }
+    Ok((refunds::get(&state.db, &refund.refund_no).await?, created))
+}
+
+/// Shortest time between two buyer-triggered gateway queries of one attempt.
+pub const BUYER_QUERY_GAP_MS: i64 = 5_000;
+/// How long a buyer-triggered query may hold up the answer.
+const BUYER_QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The buyer is waiting for a pending order: ask its gateway about the active attempt now and
+/// apply a payment it reports, instead of waiting for the notification. Bounded in time and rate;
+/// failures only mean the buyer keeps waiting for the notification or the reconciler.
+pub async fn query_for_buyer(state: &AppState, order: &views::OrderView) {
+    if order.status != OrderStatus::PendingPayment.as_str() {
+        return;
+    }
+    let Some(attempt) = order
+        .attempts
+        .iter()
+        .rev()
+        .find(|a| crate::domain::AttemptStatus::parse(&a.status).is_some_and(|st| st.is_active()))
+    else {
+        return;
+    };
+    let Some(gateway) = state.gateways.get(&attempt.gateway) else { return };
+    let claimed =
+        crate::store::reconcile::claim_for_buyer(&state.db, &attempt.attempt_ref, state.now_ms(), BUYER_QUERY_GAP_MS)
+            .await;
+    let Ok(Some(claimed)) = claimed else { return };
+    let key = crate::gateway::AttemptKey::new(&claimed.attempt_ref, claimed.gateway_ref.as_deref());
+    match tokio::time::timeout(BUYER_QUERY_TIMEOUT, gateway.query(&key)).await {
+        Ok(Ok(crate::gateway::PaymentState::Paid(event))) => {
+            match payments::apply_event(&state.db, &event, state.late_policy, state.now_ms()).await {
+                Ok(applied) => {
+                    tracing::info!(attempt_ref = %claimed.attempt_ref, ?applied, "payment found by buyer-triggered query")
+                }
+                Err(e) => {
+                    tracing::warn!(attempt_ref = %claimed.attempt_ref, error = %e, "could not apply a queried payment")
+                }
+            }
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(attempt_ref = %claimed.attempt_ref, error = %e, "buyer-triggered query failed"),
+        Err(_) => tracing::warn!(attempt_ref = %claimed.attempt_ref, "buyer-triggered query timed out"),
+    }
+}

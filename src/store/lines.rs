@@ -1,0 +1,33 @@
+//! An order's line snapshot as fulfilment and the shop's messages read it.
+
+use crate::error::Result;
+use crate::store::{Conn, col};
+
+/// One line of an order, as fulfilment and the outbox need it.
+#[derive(Debug, Clone)]
+pub struct OrderLine {
+    pub line_no: i64,
+    pub sku: String,
+    pub name: String,
+    pub kind: String,
+    pub quantity: i64,
+}
+
+/// An order's lines, in line order.
+pub async fn order_lines(conn: &mut Conn, order_no: &str) -> Result<Vec<OrderLine>> {
+    sqlx::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+        .bind(order_no)
+        .fetch_all(conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(OrderLine {
+                line_no: col(r, "line_no")?,
+                sku: col(r, "sku")?,
+                name: col(r, "name")?,
+                kind: col(r, "kind")?,
+                quantity: col(r, "quantity")?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,161 @@
+//! Read models of an order: its lines, attempts, refunds and event log as the API, the pages and
+//! the console show them.
+
+use serde::Serialize;
+
+use crate::clock::rfc3339;
+use crate::error::{Error, Result};
+use crate::store::{Db, col};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderLineView {
+    pub sku: String,
+    pub name: String,
+    pub quantity: i64,
+    pub unit_price_minor: i64,
+    pub line_total_minor: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptView {
+    pub attempt_ref: String,
+    pub status: String,
+    pub gateway: String,
+    pub channel: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway_txn_id: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    pub entity: String,
+    pub entity_id: String,
+    pub from: Option<String>,
+    pub to: String,
+    pub trigger: String,
+    pub at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderView {
+    pub order_no: String,
+    pub status: String,
+    pub total_minor: i64,
+    pub currency: String,
+    pub captured_minor: Option<i64>,
+    /// What the order's refunds that went through add up to (a duplicate payment's refund aside).
+    pub refunded_minor: i64,
+    pub expires_at: String,
+    pub created_at: String,
+    pub lines: Vec<OrderLineView>,
+    pub attempts: Vec<AttemptView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<EventView>>,
+    #[serde(skip)]
+    pub session_id: String,
+}
+
+impl OrderView {
+    pub fn total_display(&self) -> String {
+        crate::domain::money::format_minor(self.total_minor, &self.currency)
+    }
+}
+
+/// Finds the order an attempt reference belongs to.
+pub async fn order_no_for_attempt(db: &Db, attempt_ref: &str) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT order_no FROM payment_attempts WHERE attempt_ref = $1")
+        .bind(attempt_ref)
+        .fetch_optional(db.read_pool())
+        .await?)
+}
+
+/// The order with lines and attempts; with `with_events` the whole event log too (admin view).
+pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<OrderView> {
+    let pool = db.read_pool();
+    let o = sqlx::query(
+        "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
+         CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = orders.order_no \
+         AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
+         FROM orders WHERE order_no = $1",
+    )
+    .bind(order_no)
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| Error::not_found("order"))?;
+    let lines = sqlx::query("SELECT sku, name, quantity, unit_price_minor, line_total_minor FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+        .bind(order_no)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(OrderLineView {
+                sku: col(r, "sku")?,
+                name: col(r, "name")?,
+                quantity: col(r, "quantity")?,
+                unit_price_minor: col(r, "unit_price_minor")?,
+                line_total_minor: col(r, "line_total_minor")?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let attempts = sqlx::query(
+        "SELECT attempt_ref, status, gateway, channel, amount_minor, currency, gateway_txn_id, created_at FROM payment_attempts WHERE order_no = $1 ORDER BY seq",
+    )
+    .bind(order_no)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(AttemptView {
+            attempt_ref: col(r, "attempt_ref")?,
+            status: col(r, "status")?,
+            gateway: col(r, "gateway")?,
+            channel: col(r, "channel")?,
+            amount_minor: col(r, "amount_minor")?,
+            currency: col(r, "currency")?,
+            gateway_txn_id: col(r, "gateway_txn_id")?,
+            created_at: rfc3339(col(r, "created_at")?),
+        })
+    })
+    .collect::<Result<Vec<_>>>()?;
+    let events = if with_events {
+        let rows = sqlx::query(
+            "SELECT entity, entity_id, from_status, to_status, trigger_name, at FROM status_events WHERE order_no = $1 ORDER BY id",
+        )
+        .bind(order_no)
+        .fetch_all(pool)
+        .await?;
+        Some(
+            rows.iter()
+                .map(|r| {
+                    Ok(EventView {
+                        entity: col(r, "entity")?,
+                        entity_id: col(r, "entity_id")?,
+                        from: col(r, "from_status")?,
+                        to: col(r, "to_status")?,
+                        trigger: col(r, "trigger_name")?,
+                        at: rfc3339(col(r, "at")?),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        )
+    } else {
+        None
+    };
+    Ok(OrderView {
+        order_no: col(&o, "order_no")?,
+        session_id: col(&o, "session_id")?,
+        status: col(&o, "status")?,
+        total_minor: col(&o, "total_minor")?,
+        currency: col(&o, "currency")?,
+        captured_minor: col(&o, "captured_minor")?,
+        refunded_minor: col(&o, "refunded_minor")?,
+        expires_at: rfc3339(col(&o, "hold_expires_at")?),
+        created_at: rfc3339(col(&o, "created_at")?),
+        lines,
+        attempts,
+        events,
+    })
+}
