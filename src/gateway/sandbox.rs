@@ -19,7 +19,7 @@ use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::{Currency, Money};
 use crate::sandbox::Sandbox;
 
-pub use crate::sandbox::protocol::NAME;
+use crate::sandbox::protocol::NAME;
 use crate::sandbox::protocol::{SIGNATURE_HEADER, sign_fields};
 /// Notifications signed further than this from our clock are refused (replay protection).
 pub const SIGNATURE_TOLERANCE_MS: i64 = 300_000;

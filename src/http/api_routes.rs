@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::api::*;
 use super::{AppState, Auth, RouteDoc};
-use crate::store::catalog;
+use crate::domain::basket;
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     use Auth::*;
@@ -76,10 +76,10 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 Buyer,
                 Some(json!({"type": "object", "properties": {"lines": {
-                    "type": "array", "maxItems": catalog::BASKET_LINES_MAX,
+                    "type": "array", "maxItems": basket::BASKET_LINES_MAX,
                     "items": {"type": "object", "required": ["sku", "quantity"], "properties": {
                         "sku": {"type": "string"},
-                        "quantity": {"type": "integer", "minimum": 1, "maximum": catalog::LINE_QUANTITY_MAX}}}}}})),
+                        "quantity": {"type": "integer", "minimum": 1, "maximum": basket::LINE_QUANTITY_MAX}}}}}})),
                 &[
                     (201, "the basket {basket_id, status, lines, total_minor, currency}"),
                     (401, "unauthorized"),
@@ -97,7 +97,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 Buyer,
                 Some(
-                    json!({"type": "object", "required": ["quantity"], "properties": {"quantity": {"type": "integer", "minimum": 0, "maximum": catalog::LINE_QUANTITY_MAX}}}),
+                    json!({"type": "object", "required": ["quantity"], "properties": {"quantity": {"type": "integer", "minimum": 0, "maximum": basket::LINE_QUANTITY_MAX}}}),
                 ),
                 &[
                     (200, "the basket"),

@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
 
-pub use crate::domain::basket::{BASKET_LINES_MAX, LINE_QUANTITY_MAX};
 /// Largest stock movement in one admin call.
 pub const STOCK_DELTA_MAX: i64 = 1_000_000_000;
 

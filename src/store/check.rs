@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::domain::OrderStatus;
 use crate::domain::status::{replay_attempt_log, replay_order_log, replay_refund_log};
 use crate::error::Result;
-use crate::store::{Db, col, fulfilment, payments};
+use crate::store::{Db, col, fulfilment};
 use crate::vault::Vault;
 
 /// `(from, to)` status pairs of one entity, oldest first.
@@ -289,7 +289,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
           WHERE e.entity = 'attempt' AND e.entity_id = a.attempt_ref AND e.to_status = 'succeeded' AND n.status = 'applied') \
          ORDER BY a.attempt_ref",
     )
-    .bind(payments::FREE_GATEWAY)
+    .bind(crate::domain::checkout::FREE_GATEWAY)
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {
@@ -302,7 +302,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         "SELECT attempt_ref, amount_minor, captured_minor FROM payment_attempts \
          WHERE gateway = $1 AND (amount_minor <> 0 OR COALESCE(captured_minor, 0) <> 0) ORDER BY attempt_ref",
     )
-    .bind(payments::FREE_GATEWAY)
+    .bind(crate::domain::checkout::FREE_GATEWAY)
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {

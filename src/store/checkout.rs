@@ -12,8 +12,6 @@ use crate::store::events::{self, Cause};
 use crate::store::lines::OrderLine;
 use crate::store::{Db, Tx, col, payments};
 
-pub use crate::domain::checkout::IDEMPOTENCY_KEY_LEN_MAX;
-
 #[derive(Debug, Clone)]
 pub struct ConfirmRequest<'a> {
     pub session_id: &'a str,

@@ -162,7 +162,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
     Ok(count)
 }
 
-pub use crate::store::lines::{OrderLine, order_lines};
+use crate::store::lines::{OrderLine, order_lines};
 
 /// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
 /// from available to this order line under the order lock) and, when nothing physical remains to

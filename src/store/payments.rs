@@ -396,8 +396,6 @@ async fn apply_success(
     }
 }
 
-pub use crate::domain::checkout::FREE_GATEWAY;
-
 /// Completes a zero-total order just confirmed in `tx` (pending, its one attempt `created`):
 /// paid with nothing captured, its reservations consumed, its keys delivered and its messages
 /// sent, as a payment would, without a gateway (which would refuse a zero amount).

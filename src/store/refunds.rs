@@ -14,7 +14,7 @@ use crate::store::events::{self, Cause, Severity};
 use crate::store::outbox::{self, RefundFacts};
 use crate::store::{Db, Tx, col};
 
-pub use crate::domain::refund::{REFUND_NO_LEN_MAX, RefundKind};
+use crate::domain::refund::RefundKind;
 /// Send tries before a refund is given up as failed (and alerted).
 pub const REFUND_TRIES_MAX: i64 = 10;
 

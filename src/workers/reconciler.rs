@@ -56,8 +56,7 @@ pub struct Reconciler {
 
 /// Wait before the next query: the threshold, doubled per try, capped at an hour.
 fn backoff(after_ms: Millis, tries: i64) -> Millis {
-    let exp = u32::try_from(tries.clamp(0, 16)).unwrap_or(16);
-    after_ms.max(1000).saturating_mul(1_i64 << exp).min(BACKOFF_MAX_MS)
+    super::doubling_backoff_ms(after_ms, tries, BACKOFF_MAX_MS)
 }
 
 impl Reconciler {

@@ -76,7 +76,7 @@ async fn fifty_buyers_ten_units(backend: Backend) {
 on_both!(the_largest_basket_checks_out_and_is_paid, largest_basket);
 async fn largest_basket(backend: Backend) {
     let t = TestApp::spawn(backend).await;
-    let lines = usize::try_from(catalog::BASKET_LINES_MAX).unwrap();
+    let lines = usize::try_from(kassa::domain::basket::BASKET_LINES_MAX).unwrap();
     // A catalogue of 1,500 SKUs with the longest names there are (about fifteen to a 4 KiB
     // page), created in order through the store, and the basket takes every fifteenth: each
     // line's SKU on a page of its own.
@@ -427,12 +427,16 @@ async fn basket_with_lines(backend: Backend) {
     let before = baskets().await;
     // Each bad line refuses the whole basket, and nothing is stored.
     let line = |sku: &str, quantity: i64| json!({"sku": sku, "quantity": quantity});
-    let many: Vec<_> = (0..=catalog::BASKET_LINES_MAX).map(|n| line(&format!("S{n}"), 1)).collect();
+    let many: Vec<_> = (0..=kassa::domain::basket::BASKET_LINES_MAX).map(|n| line(&format!("S{n}"), 1)).collect();
     for (lines, want_status, want_code) in [
         (vec![line("A", 1), line("NOPE", 1)], StatusCode::NOT_FOUND, "not_found"),
         (vec![line("A", 1), line("U", 1)], StatusCode::UNPROCESSABLE_ENTITY, "currency_mismatch"),
         (vec![line("A", 1), line("B", 0)], StatusCode::UNPROCESSABLE_ENTITY, "invalid_quantity"),
-        (vec![line("A", catalog::LINE_QUANTITY_MAX + 1)], StatusCode::UNPROCESSABLE_ENTITY, "invalid_quantity"),
+        (
+            vec![line("A", kassa::domain::basket::LINE_QUANTITY_MAX + 1)],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_quantity",
+        ),
         (vec![line("A", 1), line("A", 2)], StatusCode::UNPROCESSABLE_ENTITY, "duplicate_line"),
         (vec![line("BIG", 2), line("A", 1)], StatusCode::UNPROCESSABLE_ENTITY, "amount_overflow"),
         (vec![line("../A", 1)], StatusCode::NOT_FOUND, "not_found"),

@@ -72,7 +72,7 @@ async fn browser_flow(backend: Backend) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     // One refused line (past the largest quantity) refuses the whole form: no basket is left.
-    let too_many = (kassa::store::catalog::LINE_QUANTITY_MAX + 1).to_string();
+    let too_many = (kassa::domain::basket::LINE_QUANTITY_MAX + 1).to_string();
     let r = browser
         .post(t.url("/shop/basket"))
         .header("cookie", &cookie)

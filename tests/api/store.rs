@@ -503,22 +503,7 @@ async fn sqlite_in_lists_are_rewritten_by_rebuilding_their_tables() {
                 .await
                 .unwrap();
         }
-        sqlx::raw_sql(
-            "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, created_at, updated_at) \
-               VALUES ('S', 'S', 'physical', 500, 'CNY', 5, 1, 0, 0); \
-             INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('SE', 'h', 'c', 0); \
-             INSERT INTO baskets (id, session_id, status, order_no, created_at, updated_at) VALUES ('B', 'SE', 'frozen', 'O-1', 0, 0); \
-             INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
-               VALUES ('O-1', 'SE', 'B', 'pending_payment', 500, 'CNY', 'sandbox', 9, 0, 0); \
-             INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ('O-1', 'S', 1, 'active', 9, 0); \
-             INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
-               VALUES ('O-1_1', 'O-1', 1, 'sandbox', 'form', 'created', 500, 'CNY', 0, 0); \
-             INSERT INTO status_events (order_no, entity, entity_id, to_status, trigger_name, at) \
-               VALUES ('O-1', 'order', 'O-1', 'pending_payment', 'checkout', 0);",
-        )
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        sqlx::raw_sql(crate::schema::OLDER_DATABASE_ROWS).execute(&mut conn).await.unwrap();
     }
     let db = kassa::store::Db::connect(&url, 2).await.unwrap();
     db.migrate().await.unwrap();
