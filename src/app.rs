@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::clock::SharedClock;
 use crate::config::Settings;
+use crate::domain::checkout::SkuLimits;
 use crate::domain::{Currency, Money, ids};
 use crate::gateway::Gateways;
 use crate::gateway::sandbox::SandboxGateway;
@@ -22,6 +23,7 @@ use crate::workers::monitor::Monitor;
 use crate::workers::outbox::Relay;
 use crate::workers::reconciler::Reconciler;
 use crate::workers::refunds::Refunder;
+use crate::workers::retention::Retainer;
 use crate::workers::run_every;
 use crate::workers::sweeper::Sweeper;
 
@@ -31,6 +33,8 @@ const MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 const REFUND_INTERVAL: Duration = Duration::from_millis(1_000);
 /// Interval of the outbox relay.
 const OUTBOX_INTERVAL: Duration = Duration::from_millis(500);
+/// Interval of the retention worker.
+const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 /// Interval of the sandbox's notification retry worker.
 const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -41,11 +45,14 @@ pub struct App {
     pub reconciler: Arc<Reconciler>,
     pub refunder: Arc<Refunder>,
     pub monitor: Arc<Monitor>,
+    pub retainer: Arc<Retainer>,
     /// The outbox relay, when a merchant webhook is configured.
     pub relay: Option<Arc<Relay>>,
     pub sandbox: Option<Arc<Sandbox>>,
     pub addr: SocketAddr,
     pub public_url: String,
+    /// What this instance cannot do as configured (no gateway, no admin access), said at start-up.
+    pub warnings: Vec<String>,
     /// The admin token when this instance generated it (demo mode), to be shown once.
     pub generated_admin_token: Option<String>,
     shutdown: watch::Sender<bool>,
@@ -70,23 +77,32 @@ fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
         .clone()
 }
 
-/// The demo catalog: idempotent, safe when several instances start at once.
-const DEMO_CATALOG: &[(&str, &str, i64, i64)] = &[
-    ("TEA-LONGJING-100G", "West Lake Longjing tea, 100 g", 12_800, 50),
-    ("MUG-CELADON", "Celadon mug", 8_900, 20),
-    ("NOTEBOOK-A5", "A5 dotted notebook", 2_500, 100),
-    ("LAMP-FLASH-SALE", "Desk lamp (flash sale)", 990, 10),
+/// The demo catalog: idempotent, safe when several instances start at once. The flash sale
+/// sells at most two lamps an order and holds them for five minutes.
+const DEMO_CATALOG: &[(&str, &str, i64, i64, SkuLimits)] = &[
+    ("TEA-LONGJING-100G", "West Lake Longjing tea, 100 g", 12_800, 50, NO_LIMITS),
+    ("MUG-CELADON", "Celadon mug", 8_900, 20, NO_LIMITS),
+    ("NOTEBOOK-A5", "A5 dotted notebook", 2_500, 100, NO_LIMITS),
+    (
+        "LAMP-FLASH-SALE",
+        "Desk lamp (flash sale)",
+        990,
+        10,
+        SkuLimits { max_per_order: Some(2), hold_seconds: Some(300) },
+    ),
 ];
+const NO_LIMITS: SkuLimits = SkuLimits { max_per_order: None, hold_seconds: None };
 
 async fn seed_demo(db: &Db, now: i64) -> anyhow::Result<()> {
     let cny = Currency::parse("CNY")?;
-    for (sku, name, price, stock) in DEMO_CATALOG {
+    for (sku, name, price, stock, limits) in DEMO_CATALOG {
         let new = NewSku {
             sku: (*sku).to_string(),
             name: (*name).to_string(),
             kind: SkuKind::Physical,
             price: Money::new(*price, cny)?,
             stock: *stock,
+            limits: *limits,
         };
         catalog::create_sku(db, &new, true, now).await?;
     }
@@ -124,6 +140,38 @@ pub async fn mount_gateways(
         None => fallback,
     };
     Ok((gateways, sandbox))
+}
+
+/// What a server started like this cannot do.
+fn startup_warnings(state: &AppState) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if state.gateways.names().is_empty() {
+        warnings.push(
+            "no payment gateway is configured: buyers can order but cannot pay (configure [gateways.*] in the \
+             --config file, or start with --sandbox to try kassa)"
+                .to_string(),
+        );
+    }
+    if state.admin_token_hash.is_none() {
+        warnings.push(
+            "no admin token: the admin API and console are closed (set --admin-token or KASSA_ADMIN_TOKEN; \
+             generate one with `openssl rand -hex 32`)"
+                .to_string(),
+        );
+    }
+    if state.public_url.starts_with("http://") && !is_loopback_url(&state.public_url) {
+        warnings.push(format!(
+            "the public URL {} is not https: the admin cookie and buyer tokens travel in clear (set --public-url \
+             https://… behind a TLS proxy)",
+            state.public_url
+        ));
+    }
+    warnings
+}
+
+fn is_loopback_url(url: &str) -> bool {
+    let host = url.trim_start_matches("http://").split(['/', ':']).next().unwrap_or_default();
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Writes a secret file readable by its owner only.
@@ -197,6 +245,13 @@ impl App {
             ),
             None => {}
         }
+        let guard = Arc::new(crate::http::guard::Guard::new(&settings.protection)?);
+        let retainer = Arc::new(Retainer {
+            db: db.clone(),
+            clock: clock.clone(),
+            retention: settings.protection.retention,
+            guard: guard.clone(),
+        });
         let refunder = Arc::new(Refunder { db: db.clone(), gateways: gateways.clone(), clock: clock.clone() });
         let state = AppState(Arc::new(Inner {
             db: db.clone(),
@@ -210,6 +265,8 @@ impl App {
             demo: settings.demo,
             late_policy: settings.late_payment_policy,
             refund_policy: settings.refund_policy,
+            protection: settings.protection.clone(),
+            guard: guard.clone(),
             vault,
             refunder: refunder.clone(),
             metrics: metrics_handle(),
@@ -232,19 +289,20 @@ impl App {
             (Some(url), Some(secret)) => Some(Arc::new(Relay::new(db.clone(), clock.clone(), url.clone(), secret)?)),
             _ => None,
         };
+        let warnings = startup_warnings(&state);
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 
         let app = router(state.clone());
-        let mut rx = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let serve = axum::serve(accepting(listener), app).with_graceful_shutdown(async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "server stopped");
-            }
-        }));
+        let limits = crate::http::server::ServerLimits {
+            header_read_timeout: settings.protection.header_read_timeout,
+            request_timeout: settings.protection.request_timeout,
+            max_connections: settings.protection.max_connections,
+        };
+        tasks.push(tokio::spawn(crate::http::server::serve(listener, app, limits, shutdown_rx.clone())));
         if workers == Workers::Run {
             let sw = sweeper.clone();
             let interval = Duration::from_millis(settings.sweep_interval_ms);
@@ -274,6 +332,15 @@ impl App {
                 async move {
                     if let Err(e) = mo.step().await {
                         tracing::error!(error = %e, "monitor step failed");
+                    }
+                }
+            })));
+            let rt = retainer.clone();
+            tasks.push(tokio::spawn(run_every("retention", RETENTION_INTERVAL, shutdown_rx.clone(), move || {
+                let rt = rt.clone();
+                async move {
+                    if let Err(e) = rt.step().await {
+                        tracing::error!(error = %e, "retention pass failed");
                     }
                 }
             })));
@@ -319,10 +386,12 @@ impl App {
             refunder,
             relay,
             monitor,
+            retainer,
             sandbox,
             addr,
             public_url,
             generated_admin_token,
+            warnings,
             shutdown,
             tasks,
         })
@@ -335,39 +404,5 @@ impl App {
             let _ = t.await;
         }
         self.state.db.close().await;
-    }
-}
-
-/// The listener the server accepts on: each accepted connection has TCP_NODELAY set, so an answer
-/// goes out as soon as it is written rather than waiting, by Nagle's algorithm, for the client to
-/// acknowledge the segment before it (BENCHMARKS.md).
-fn accepting(
-    listener: tokio::net::TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
-        }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::serve::Listener;
-
-    use super::accepting;
-
-    #[tokio::test]
-    async fn accepted_connections_send_without_delay() -> std::io::Result<()> {
-        let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = plain.local_addr()?;
-        let _client = tokio::net::TcpStream::connect(addr).await?;
-        let (untouched, _) = plain.accept().await?;
-        assert!(!untouched.nodelay()?, "a socket accepted as it comes has Nagle's algorithm on");
-        let mut server = accepting(plain);
-        let _client = tokio::net::TcpStream::connect(addr).await?;
-        let (accepted, _) = server.accept().await;
-        assert!(accepted.nodelay()?, "the server's listener turns it off");
-        Ok(())
     }
 }

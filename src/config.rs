@@ -85,6 +85,74 @@ pub struct ServeArgs {
     pub reconcile_interval_ms: Option<u64>,
     #[command(flatten)]
     pub keys: KeysArgs,
+    #[command(flatten)]
+    pub protection: ProtectionArgs,
+}
+
+/// Limits that protect a public storefront (README: "Running kassa on the public internet").
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ProtectionArgs {
+    /// Unpaid orders one buyer session may have open at once; 0 for no limit [default: 3]
+    #[arg(long, env = "KASSA_MAX_OPEN_ORDERS_PER_SESSION")]
+    pub max_open_orders_per_session: Option<u32>,
+    /// Per-address rate limits: on or off (benchmarks and load tests) [default: on]
+    #[arg(long, env = "KASSA_RATE_LIMITS")]
+    pub rate_limits: Option<String>,
+    /// Buyer sessions one address may create per minute [default: 20]
+    #[arg(long, env = "KASSA_RATE_SESSIONS_PER_MINUTE")]
+    pub rate_sessions_per_minute: Option<u32>,
+    /// Basket writes (new baskets, line changes) per address per minute [default: 120]
+    #[arg(long, env = "KASSA_RATE_BASKET_WRITES_PER_MINUTE")]
+    pub rate_basket_writes_per_minute: Option<u32>,
+    /// Confirms (checkouts, payment retries) per address per minute [default: 20]
+    #[arg(long, env = "KASSA_RATE_CONFIRMS_PER_MINUTE")]
+    pub rate_confirms_per_minute: Option<u32>,
+    /// Order-status reads per address per minute [default: 240]
+    #[arg(long, env = "KASSA_RATE_POLLS_PER_MINUTE")]
+    pub rate_polls_per_minute: Option<u32>,
+    /// Admin sign-in attempts per address per minute [default: 10]
+    #[arg(long, env = "KASSA_RATE_SIGNINS_PER_MINUTE")]
+    pub rate_signins_per_minute: Option<u32>,
+    /// Failed admin sign-ins from one address, within the lockout time, that lock it out [default: 10]
+    #[arg(long, env = "KASSA_SIGNIN_LOCKOUT_FAILURES")]
+    pub signin_lockout_failures: Option<u32>,
+    /// How long a locked-out address waits, in seconds [default: 900]
+    #[arg(long, env = "KASSA_SIGNIN_LOCKOUT_SECONDS")]
+    pub signin_lockout_seconds: Option<u64>,
+    /// Proxies whose X-Forwarded-For / Forwarded hops are believed, as a comma-separated CIDR list
+    /// [default: 127.0.0.1/32,::1/128]; "none" believes no proxy
+    #[arg(long, env = "KASSA_TRUSTED_PROXIES")]
+    pub trusted_proxies: Option<String>,
+    /// API key of the shop's own server (at least 32 characters), sent as Kassa-Shop-Key: its
+    /// requests are not limited as one address, and may name the buyer's in Kassa-Buyer-Ip
+    #[arg(long, env = "KASSA_SHOP_API_KEY", hide_env_values = true)]
+    pub shop_api_key: Option<String>,
+    /// Bot check: the siteverify URL of Turnstile, hCaptcha or reCAPTCHA; confirms then need a captcha_token
+    #[arg(long, env = "KASSA_CAPTCHA_VERIFY_URL")]
+    pub captcha_verify_url: Option<String>,
+    /// Bot check: the secret key the siteverify URL is called with
+    #[arg(long, env = "KASSA_CAPTCHA_SECRET", hide_env_values = true)]
+    pub captcha_secret: Option<String>,
+    /// An admin console session ends after this many idle minutes [default: 30]
+    #[arg(long, env = "KASSA_ADMIN_IDLE_MINUTES")]
+    pub admin_idle_minutes: Option<u64>,
+    /// A client must send its request headers within this many seconds [default: 10]
+    #[arg(long, env = "KASSA_HEADER_READ_TIMEOUT_SECONDS")]
+    pub header_read_timeout_seconds: Option<u64>,
+    /// A request (body included) must be answered within this many seconds [default: 30]
+    #[arg(long, env = "KASSA_REQUEST_TIMEOUT_SECONDS")]
+    pub request_timeout_seconds: Option<u64>,
+    /// Most client connections served at once; more wait to be accepted [default: 1024]
+    #[arg(long, env = "KASSA_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Buyer sessions that never ordered, and open baskets, are pruned this many days after their
+    /// last use [default: 30]
+    #[arg(long, env = "KASSA_RETENTION_DAYS")]
+    pub retention_days: Option<u32>,
+    /// The raw bodies of processed notifications are emptied after this many days (the decision
+    /// records stay) [default: 180]
+    #[arg(long, env = "KASSA_NOTIFICATION_BODY_DAYS")]
+    pub notification_body_days: Option<u32>,
 }
 
 /// Where the card-key encryption secret comes from.
@@ -125,6 +193,26 @@ pub struct FileConfig {
     /// Active query and reconciliation.
     pub reconcile_after_seconds: Option<u64>,
     pub reconcile_interval_ms: Option<u64>,
+    /// Protection of a public storefront (the flags of the same names).
+    pub max_open_orders_per_session: Option<u32>,
+    pub rate_limits: Option<String>,
+    pub rate_sessions_per_minute: Option<u32>,
+    pub rate_basket_writes_per_minute: Option<u32>,
+    pub rate_confirms_per_minute: Option<u32>,
+    pub rate_polls_per_minute: Option<u32>,
+    pub rate_signins_per_minute: Option<u32>,
+    pub signin_lockout_failures: Option<u32>,
+    pub signin_lockout_seconds: Option<u64>,
+    pub trusted_proxies: Option<String>,
+    pub shop_api_key: Option<String>,
+    pub captcha_verify_url: Option<String>,
+    pub captcha_secret: Option<String>,
+    pub admin_idle_minutes: Option<u64>,
+    pub header_read_timeout_seconds: Option<u64>,
+    pub request_timeout_seconds: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub retention_days: Option<u32>,
+    pub notification_body_days: Option<u32>,
 }
 
 /// Resolved settings.
@@ -153,6 +241,274 @@ pub struct Settings {
     pub reconcile_after_ms: i64,
     /// How often the reconciler runs.
     pub reconcile_interval_ms: u64,
+    pub protection: Protection,
+}
+
+/// What protects a public storefront: per-buyer and per-address limits, the bot check, the admin
+/// session, the server's own limits and retention.
+#[derive(Debug, Clone)]
+pub struct Protection {
+    /// Unpaid orders per buyer session; 0 for no limit.
+    pub max_open_orders_per_session: u32,
+    /// `None`: rate limits off.
+    pub rate_limits: Option<RateLimits>,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    pub shop_api_key: Option<String>,
+    pub captcha: Option<Captcha>,
+    pub admin_idle_ms: i64,
+    pub header_read_timeout: std::time::Duration,
+    pub request_timeout: std::time::Duration,
+    pub max_connections: usize,
+    pub retention: Retention,
+}
+
+/// Token buckets per client address: each refills at its rate per minute and holds as much.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimits {
+    pub sessions_per_minute: u32,
+    pub basket_writes_per_minute: u32,
+    pub confirms_per_minute: u32,
+    pub polls_per_minute: u32,
+    pub signins_per_minute: u32,
+    /// Failed sign-ins within `signin_lockout_ms` that lock an address out for as long.
+    pub signin_lockout_failures: u32,
+    pub signin_lockout_ms: i64,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        RateLimits {
+            sessions_per_minute: 20,
+            basket_writes_per_minute: 120,
+            confirms_per_minute: 20,
+            polls_per_minute: 240,
+            signins_per_minute: 10,
+            signin_lockout_failures: 10,
+            signin_lockout_ms: 900_000,
+        }
+    }
+}
+
+/// The siteverify endpoint a confirm's `captcha_token` is checked at.
+#[derive(Debug, Clone)]
+pub struct Captcha {
+    pub verify_url: String,
+    pub secret: String,
+}
+
+/// What the retention worker prunes, by age.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Buyer sessions that never ordered and open baskets, after this long unused.
+    pub idle_ms: i64,
+    /// Raw bodies of processed notifications, after this long.
+    pub notification_body_ms: i64,
+}
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
+/// Shortest admin token accepted: guessing one is then out of reach.
+pub const ADMIN_TOKEN_LEN_MIN: usize = 32;
+/// Shortest shop API key accepted.
+pub const SHOP_API_KEY_LEN_MIN: usize = 32;
+/// Longest retention, and longest lockout, that can be configured.
+pub const RETENTION_DAYS_MAX: u32 = 3650;
+
+impl Default for Protection {
+    fn default() -> Self {
+        Protection {
+            max_open_orders_per_session: crate::domain::checkout::OPEN_ORDERS_PER_SESSION_DEFAULT,
+            rate_limits: Some(RateLimits::default()),
+            trusted_proxies: loopback_proxies(),
+            shop_api_key: None,
+            captcha: None,
+            admin_idle_ms: 30 * 60 * 1000,
+            header_read_timeout: std::time::Duration::from_secs(10),
+            request_timeout: std::time::Duration::from_secs(30),
+            max_connections: 1024,
+            retention: Retention { idle_ms: 30 * DAY_MS, notification_body_ms: 180 * DAY_MS },
+        }
+    }
+}
+
+fn loopback_proxies() -> Vec<ipnet::IpNet> {
+    ["127.0.0.1/32", "::1/128"].iter().filter_map(|n| n.parse().ok()).collect()
+}
+
+/// A comma-separated CIDR list (a bare address is one host); "none" for no proxy.
+pub fn parse_proxies(list: &str) -> anyhow::Result<Vec<ipnet::IpNet>> {
+    if list.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    list.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            n.parse::<ipnet::IpNet>()
+                .or_else(|_| n.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .with_context(|| format!("--trusted-proxies: {n:?} is not an address or a CIDR block like 10.0.0.0/8"))
+        })
+        .collect()
+}
+
+impl Protection {
+    fn resolve(args: &ProtectionArgs, file: &FileConfig) -> anyhow::Result<Protection> {
+        let d = Protection::default();
+        let r = RateLimits::default();
+        let rate = |flag: Option<u32>, file: Option<u32>, default: u32, name: &str| -> anyhow::Result<u32> {
+            let v = flag.or(file).unwrap_or(default);
+            if v == 0 {
+                anyhow::bail!("--{name} must be at least 1 (turn all rate limits off with --rate-limits off)");
+            }
+            Ok(v)
+        };
+        let rate_limits = match args.rate_limits.clone().or(file.rate_limits.clone()).as_deref() {
+            None | Some("on") => Some(RateLimits {
+                sessions_per_minute: rate(
+                    args.rate_sessions_per_minute,
+                    file.rate_sessions_per_minute,
+                    r.sessions_per_minute,
+                    "rate-sessions-per-minute",
+                )?,
+                basket_writes_per_minute: rate(
+                    args.rate_basket_writes_per_minute,
+                    file.rate_basket_writes_per_minute,
+                    r.basket_writes_per_minute,
+                    "rate-basket-writes-per-minute",
+                )?,
+                confirms_per_minute: rate(
+                    args.rate_confirms_per_minute,
+                    file.rate_confirms_per_minute,
+                    r.confirms_per_minute,
+                    "rate-confirms-per-minute",
+                )?,
+                polls_per_minute: rate(
+                    args.rate_polls_per_minute,
+                    file.rate_polls_per_minute,
+                    r.polls_per_minute,
+                    "rate-polls-per-minute",
+                )?,
+                signins_per_minute: rate(
+                    args.rate_signins_per_minute,
+                    file.rate_signins_per_minute,
+                    r.signins_per_minute,
+                    "rate-signins-per-minute",
+                )?,
+                signin_lockout_failures: rate(
+                    args.signin_lockout_failures,
+                    file.signin_lockout_failures,
+                    r.signin_lockout_failures,
+                    "signin-lockout-failures",
+                )?,
+                signin_lockout_ms: {
+                    let s = args.signin_lockout_seconds.or(file.signin_lockout_seconds).unwrap_or(900);
+                    if !(1..=86_400).contains(&s) {
+                        anyhow::bail!("--signin-lockout-seconds must be between 1 and 86400");
+                    }
+                    i64::try_from(s * 1000).unwrap_or(i64::MAX)
+                },
+            }),
+            Some("off") => None,
+            Some(other) => anyhow::bail!("--rate-limits {other:?}: use on or off"),
+        };
+        let trusted_proxies = match args.trusted_proxies.clone().or(file.trusted_proxies.clone()) {
+            Some(list) => parse_proxies(&list)?,
+            None => d.trusted_proxies,
+        };
+        let shop_api_key = args.shop_api_key.clone().or(file.shop_api_key.clone()).filter(|k| !k.is_empty());
+        if shop_api_key.as_ref().is_some_and(|k| k.chars().count() < SHOP_API_KEY_LEN_MIN) {
+            anyhow::bail!(
+                "--shop-api-key must be at least {SHOP_API_KEY_LEN_MIN} characters; generate one with `openssl rand -hex 32`"
+            );
+        }
+        let verify_url = args.captcha_verify_url.clone().or(file.captcha_verify_url.clone()).filter(|u| !u.is_empty());
+        let secret = args.captcha_secret.clone().or(file.captcha_secret.clone()).filter(|s| !s.is_empty());
+        let captcha = match (verify_url, secret) {
+            (None, None) => None,
+            (Some(verify_url), Some(secret)) => {
+                if !(verify_url.starts_with("https://") || verify_url.starts_with("http://")) {
+                    anyhow::bail!("--captcha-verify-url must be an http(s) URL");
+                }
+                Some(Captcha { verify_url, secret })
+            }
+            _ => anyhow::bail!("the bot check needs both --captcha-verify-url and --captcha-secret"),
+        };
+        let minutes = args.admin_idle_minutes.or(file.admin_idle_minutes).unwrap_or(30);
+        if !(1..=720).contains(&minutes) {
+            anyhow::bail!("--admin-idle-minutes must be between 1 and 720 (a console session lasts 12 hours at most)");
+        }
+        let seconds = |flag: Option<u64>, file: Option<u64>, default: std::time::Duration, name: &str| {
+            let s = flag.or(file).unwrap_or(default.as_secs());
+            if !(1..=3600).contains(&s) {
+                anyhow::bail!("--{name} must be between 1 and 3600");
+            }
+            Ok(std::time::Duration::from_secs(s))
+        };
+        let max_connections = args.max_connections.or(file.max_connections).unwrap_or(d.max_connections);
+        if !(1..=1_000_000).contains(&max_connections) {
+            anyhow::bail!("--max-connections must be between 1 and 1000000");
+        }
+        let days = |flag: Option<u32>, file: Option<u32>, default_ms: i64, name: &str| {
+            let days = flag.or(file).map_or(default_ms / DAY_MS, i64::from);
+            if !(1..=i64::from(RETENTION_DAYS_MAX)).contains(&days) {
+                anyhow::bail!("--{name} must be between 1 and {RETENTION_DAYS_MAX}");
+            }
+            Ok(days * DAY_MS)
+        };
+        Ok(Protection {
+            max_open_orders_per_session: args
+                .max_open_orders_per_session
+                .or(file.max_open_orders_per_session)
+                .unwrap_or(d.max_open_orders_per_session),
+            rate_limits,
+            trusted_proxies,
+            shop_api_key,
+            captcha,
+            admin_idle_ms: i64::try_from(minutes * 60_000).unwrap_or(i64::MAX),
+            header_read_timeout: seconds(
+                args.header_read_timeout_seconds,
+                file.header_read_timeout_seconds,
+                d.header_read_timeout,
+                "header-read-timeout-seconds",
+            )?,
+            request_timeout: seconds(
+                args.request_timeout_seconds,
+                file.request_timeout_seconds,
+                d.request_timeout,
+                "request-timeout-seconds",
+            )?,
+            max_connections,
+            retention: Retention {
+                idle_ms: days(args.retention_days, file.retention_days, d.retention.idle_ms, "retention-days")?,
+                notification_body_ms: days(
+                    args.notification_body_days,
+                    file.notification_body_days,
+                    d.retention.notification_body_ms,
+                    "notification-body-days",
+                )?,
+            },
+        })
+    }
+}
+
+/// `--listen`: an address, or a host name and port (`localhost:8080`) resolved once at start-up,
+/// preferring IPv4.
+fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(addr) = listen.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let hint = || format!("--listen {listen:?} is not an address like 127.0.0.1:8080 or localhost:8080");
+    let found: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(listen).with_context(hint)?.collect();
+    found.iter().find(|a| a.is_ipv4()).or(found.first()).copied().with_context(hint)
+}
+
+/// The admin token, refused when it is short enough to guess.
+fn check_admin_token(token: Option<String>) -> anyhow::Result<Option<String>> {
+    match token {
+        Some(t) if t.chars().count() < ADMIN_TOKEN_LEN_MIN => anyhow::bail!(
+            "--admin-token must be at least {ADMIN_TOKEN_LEN_MIN} characters; generate one with `openssl rand -hex 32`"
+        ),
+        other => Ok(other),
+    }
 }
 
 pub const DEFAULT_RECONCILE_AFTER_SECONDS: u64 = 120;
@@ -161,8 +517,8 @@ pub const DEFAULT_RECONCILE_INTERVAL_MS: u64 = 30_000;
 pub const DEFAULT_HOLD_SECONDS: u64 = 900;
 pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 5_000;
 pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
-/// Upper bound of the hold: a week, so `hold_seconds * 1000` can never overflow.
-pub const HOLD_SECONDS_MAX: u64 = 7 * 24 * 3600;
+/// Upper bound of the hold (`domain::checkout::HOLD_SECONDS_MAX`), as the options count it.
+pub const HOLD_SECONDS_MAX: u64 = crate::domain::checkout::HOLD_SECONDS_MAX.unsigned_abs();
 
 fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
     let Some(path) = path else {
@@ -189,10 +545,10 @@ fn database_url(data_dir: &Path, explicit: Option<String>) -> String {
 impl Settings {
     pub fn resolve(args: &ServeArgs) -> anyhow::Result<Settings> {
         let file = read_file(args.common.config.as_deref())?;
+        let protection = Protection::resolve(&args.protection, &file)?;
         let data_dir = args.common.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("./kassa-data"));
         let listen = args.listen.clone().or(file.listen).unwrap_or_else(|| "127.0.0.1:8080".to_string());
-        let listen: SocketAddr =
-            listen.parse().with_context(|| format!("--listen {listen:?} is not an address like 127.0.0.1:8080"))?;
+        let listen = resolve_listen(&listen)?;
         let hold_seconds = args.hold_seconds.or(file.hold_seconds).unwrap_or(DEFAULT_HOLD_SECONDS);
         if hold_seconds > HOLD_SECONDS_MAX {
             anyhow::bail!("--hold-seconds must be at most {HOLD_SECONDS_MAX}");
@@ -229,6 +585,7 @@ impl Settings {
             .unwrap_or(DEFAULT_RECONCILE_AFTER_SECONDS)
             .min(HOLD_SECONDS_MAX);
         Ok(Settings {
+            protection,
             gateways: file.gateways.clone(),
             default_gateway: args.default_gateway.clone().or(file.default_gateway.clone()),
             reconcile_after_ms: i64::try_from(reconcile_after_s * 1000).unwrap_or(i64::MAX),
@@ -259,7 +616,9 @@ impl Settings {
             demo,
             sandbox: demo || args.sandbox || file.sandbox.unwrap_or(false),
             sandbox_ignore_close: args.sandbox_ignore_close || file.sandbox_ignore_close.unwrap_or(false),
-            admin_token: args.admin_token.clone().or(file.admin_token).filter(|t| !t.is_empty()),
+            admin_token: check_admin_token(
+                args.admin_token.clone().or(file.admin_token.clone()).filter(|t| !t.is_empty()),
+            )?,
             hold_seconds,
             sweep_interval_ms,
         })
@@ -321,6 +680,58 @@ mod tests {
         assert_eq!(Settings::resolve(&args).unwrap().refund_policy.window_days, Some(30));
         args.refund_window_days = Some(0);
         assert!(Settings::resolve(&args).is_err());
+    }
+
+    #[test]
+    fn protection_defaults_guard_a_public_storefront_and_can_be_set() {
+        let s = Settings::resolve(&ServeArgs::default()).unwrap();
+        let p = &s.protection;
+        assert_eq!(p.max_open_orders_per_session, 3);
+        assert_eq!(p.rate_limits, Some(RateLimits::default()));
+        assert!(p.trusted_proxies.iter().any(|n| n.contains(&std::net::IpAddr::from([127, 0, 0, 1]))));
+        assert_eq!(p.retention.notification_body_ms, 180 * DAY_MS);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kassa.toml");
+        std::fs::write(
+            &file,
+            "rate_limits = \"on\"\nrate_confirms_per_minute = 5\ntrusted_proxies = \"10.0.0.0/8, 192.0.2.1\"\n\
+             max_open_orders_per_session = 0\nnotification_body_days = 30\n",
+        )
+        .unwrap();
+        let mut args = ServeArgs::default();
+        args.common.config = Some(file);
+        let p = Settings::resolve(&args).unwrap().protection;
+        assert_eq!(p.rate_limits.map(|r| r.confirms_per_minute), Some(5));
+        assert_eq!(p.trusted_proxies.len(), 2);
+        assert_eq!(p.max_open_orders_per_session, 0);
+        assert_eq!(p.retention.notification_body_ms, 30 * DAY_MS);
+        args.protection.rate_limits = Some("off".into());
+        assert_eq!(Settings::resolve(&args).unwrap().protection.rate_limits, None);
+        for bad in [
+            ProtectionArgs { rate_limits: Some("maybe".into()), ..Default::default() },
+            ProtectionArgs { rate_sessions_per_minute: Some(0), ..Default::default() },
+            ProtectionArgs { trusted_proxies: Some("10.0.0.0/33".into()), ..Default::default() },
+            ProtectionArgs { shop_api_key: Some("short".into()), ..Default::default() },
+            ProtectionArgs { captcha_verify_url: Some("https://v.example/siteverify".into()), ..Default::default() },
+            ProtectionArgs { max_connections: Some(0), ..Default::default() },
+            ProtectionArgs { retention_days: Some(0), ..Default::default() },
+        ] {
+            let args = ServeArgs { protection: bad.clone(), ..Default::default() };
+            assert!(Settings::resolve(&args).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_short_admin_token_is_refused_and_a_host_name_listens() {
+        let args = ServeArgs { admin_token: Some("x".repeat(31)), ..Default::default() };
+        assert!(Settings::resolve(&args).unwrap_err().to_string().contains("openssl rand -hex 32"));
+        let args = ServeArgs {
+            admin_token: Some("x".repeat(32)),
+            listen: Some("localhost:8080".into()),
+            ..Default::default()
+        };
+        let s = Settings::resolve(&args).unwrap();
+        assert!(s.listen.ip().is_loopback() && s.listen.port() == 8080);
     }
 
     #[test]

@@ -151,8 +151,23 @@ fn main() -> ExitCode {
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
     std::fs::create_dir_all(&settings.data_dir)?;
-    let listener = tokio::net::TcpListener::bind(settings.listen).await?;
+    let listener = tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| {
+        let addr = settings.listen;
+        match e.kind() {
+            std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+                "cannot listen on {addr}: the address is already in use (another kassa, or another program); \
+                 choose another with --listen"
+            ),
+            std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+                "cannot listen on {addr}: permission denied (ports below 1024 need privileges); choose another with --listen"
+            ),
+            _ => anyhow::anyhow!("cannot listen on {addr}: {e}"),
+        }
+    })?;
     let app = App::start(&settings, Arc::new(SystemClock), listener, Workers::Run).await?;
+    for warning in &app.warnings {
+        eprintln!("kassa: warning: {warning}");
+    }
     println!("kassa listening on http://{}", app.addr);
     if settings.demo {
         println!("storefront: {}/", app.public_url);

@@ -22,6 +22,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
             kind: catalog::SkuKind::Physical,
             price: kassa::domain::Money::new(990, cny)?,
             stock: hot_stock.unwrap_or(SPREAD_STOCK),
+            limits: Default::default(),
         };
         catalog::create_sku(&db, &new, true, now).await?;
     }
@@ -79,6 +80,8 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
                     channel: "form",
                     idempotency_key: None,
                     hold_ms: 900_000,
+                    // The engine bench holds orders open by the thousand: no per-buyer limit.
+                    max_open_orders: 0,
                     now,
                 };
                 let t0 = Instant::now();

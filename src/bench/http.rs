@@ -66,6 +66,8 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(["serve", "--sandbox", "--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}")])
         .args(["--hold-seconds", &hold_seconds.to_string(), "--sweep-interval-ms", "500"])
+        // A load generator is many buyers from one address, each with orders in flight.
+        .args(["--rate-limits", "off", "--max-open-orders-per-session", "0"])
         // Through the environment, not argv: the process list is readable by every local user.
         .env("KASSA_ADMIN_TOKEN", &admin)
         .arg("--data-dir")

@@ -49,6 +49,19 @@ pub fn check_set_quantity(quantity: i64) -> Result<(), Refusal> {
     }
 }
 
+/// A line of `quantity` units of `sku`, whose SKU allows at most `max_per_order` in one order
+/// (`None`: no limit beyond [`LINE_QUANTITY_MAX`]). Checked when a basket line is written and again
+/// at confirm (the limit may have been lowered since).
+pub fn check_line_limit(sku: &str, quantity: i64, max_per_order: Option<i64>) -> Result<(), Refusal> {
+    match max_per_order {
+        Some(max) if quantity > max => {
+            Err(Refusal::unprocessable("quantity_limit", format!("at most {max} of {sku} may be bought in one order"))
+                .with_details(json!({"sku": sku, "max": max})))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A line added beside `others` existing lines.
 pub fn check_room_for_line(others: usize) -> Result<(), Refusal> {
     if i64::try_from(others).unwrap_or(i64::MAX) >= BASKET_LINES_MAX { Err(too_large()) } else { Ok(()) }

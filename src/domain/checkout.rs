@@ -35,6 +35,10 @@ pub struct QuotedLine {
     pub quoted_currency: String,
     pub price_minor: i64,
     pub currency: String,
+    /// The SKU's cap on units per order, if it has one.
+    pub max_per_order: Option<i64>,
+    /// The SKU's own hold, in seconds, when shorter than the shop's default is wanted.
+    pub hold_seconds: Option<i64>,
 }
 
 /// A line of the order about to be placed.
@@ -88,6 +92,9 @@ pub fn price(lines: &[QuotedLine], gateway: &str, accepted: Option<&[Currency]>)
         )
         .with_details(json!({"lines": changed})));
     }
+    for l in lines {
+        super::basket::check_line_limit(&l.sku, l.quantity, l.max_per_order)?;
+    }
     let mut priced = Vec::with_capacity(lines.len());
     let mut total = Money::zero(Currency::parse(&first.currency)?);
     for l in lines {
@@ -126,6 +133,59 @@ pub fn subject<'a>(mut names: impl ExactSizeIterator<Item = &'a str>) -> String 
     }
 }
 
+/// How long an order of `lines` holds its stock: the shortest of the shop's default and each
+/// line's SKU hold.
+pub fn hold_ms(default_ms: i64, lines: &[QuotedLine]) -> i64 {
+    lines.iter().filter_map(|l| l.hold_seconds).map(|s| s.saturating_mul(1000)).fold(default_ms, i64::min)
+}
+
+/// Longest hold, shop-wide or of one SKU: a week, so a hold in milliseconds never overflows.
+pub const HOLD_SECONDS_MAX: i64 = 7 * 24 * 3600;
+
+/// A SKU's own limits: at most `max_per_order` units in one order, stock held for `hold_seconds`
+/// when that is shorter than the shop's default (flash sales). `None`: no limit of its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SkuLimits {
+    pub max_per_order: Option<i64>,
+    pub hold_seconds: Option<i64>,
+}
+
+impl SkuLimits {
+    /// Refused unless each limit set is within its range.
+    pub fn check(&self) -> Result<(), Refusal> {
+        if self.max_per_order.is_some_and(|m| !(1..=super::basket::LINE_QUANTITY_MAX).contains(&m)) {
+            return Err(Refusal::unprocessable(
+                "invalid_limit",
+                format!("max_per_order must be between 1 and {}", super::basket::LINE_QUANTITY_MAX),
+            ));
+        }
+        if self.hold_seconds.is_some_and(|h| !(1..=HOLD_SECONDS_MAX).contains(&h)) {
+            return Err(Refusal::unprocessable(
+                "invalid_limit",
+                format!("hold_seconds must be between 1 and {HOLD_SECONDS_MAX}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Unpaid orders one buyer session may have open at once, unless configured otherwise.
+pub const OPEN_ORDERS_PER_SESSION_DEFAULT: u32 = 3;
+
+/// A buyer with `open` unpaid orders places another: refused at `max` (a buyer holding stock in
+/// order after order is hoarding it).
+pub fn check_open_orders(open: i64, max: u32) -> Result<(), Refusal> {
+    if open < i64::from(max) {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        super::refusal::RefusalKind::TooMany,
+        "too_many_open_orders",
+        format!("this buyer already has {open} unpaid orders; pay or cancel one first (at most {max})"),
+    )
+    .with_details(json!({"open": open, "max": max})))
+}
+
 /// When the stock held at confirm is released if the order is not paid.
 pub fn hold_expires_at(now_ms: i64, hold_ms: i64) -> i64 {
     now_ms.saturating_add(hold_ms)
@@ -145,7 +205,53 @@ mod tests {
             quoted_currency: currency.into(),
             price_minor: price,
             currency: currency.into(),
+            max_per_order: None,
+            hold_seconds: None,
         }
+    }
+
+    #[test]
+    fn a_line_over_its_skus_limit_is_refused_with_the_limit() {
+        let mut limited = quoted("LAMP", 990, 990, "CNY");
+        limited.max_per_order = Some(1);
+        let r = price(&[quoted("A", 150, 150, "CNY"), limited.clone()], "sandbox", None).unwrap_err();
+        assert_eq!((r.code, r.kind), ("quantity_limit", crate::domain::refusal::RefusalKind::Unprocessable));
+        assert_eq!(r.details.unwrap(), json!({"sku": "LAMP", "max": 1}));
+        limited.max_per_order = Some(2);
+        assert!(price(&[limited], "sandbox", None).is_ok(), "a line at its limit is within it");
+    }
+
+    #[test]
+    fn an_order_holds_for_the_shortest_of_its_lines() {
+        let mut flash = quoted("FLASH", 990, 990, "CNY");
+        flash.hold_seconds = Some(120);
+        let mut slow = quoted("SLOW", 10, 10, "CNY");
+        slow.hold_seconds = Some(3600);
+        assert_eq!(hold_ms(900_000, &[quoted("A", 1, 1, "CNY")]), 900_000);
+        assert_eq!(hold_ms(900_000, &[quoted("A", 1, 1, "CNY"), flash.clone(), slow.clone()]), 120_000);
+        assert_eq!(hold_ms(900_000, &[slow]), 900_000, "a SKU's hold never lengthens the shop's");
+    }
+
+    #[test]
+    fn sku_limits_stay_in_range() {
+        assert!(SkuLimits::default().check().is_ok());
+        assert!(SkuLimits { max_per_order: Some(1), hold_seconds: Some(HOLD_SECONDS_MAX) }.check().is_ok());
+        for bad in [
+            SkuLimits { max_per_order: Some(0), hold_seconds: None },
+            SkuLimits { max_per_order: Some(crate::domain::basket::LINE_QUANTITY_MAX + 1), hold_seconds: None },
+            SkuLimits { max_per_order: None, hold_seconds: Some(0) },
+            SkuLimits { max_per_order: None, hold_seconds: Some(HOLD_SECONDS_MAX + 1) },
+        ] {
+            assert_eq!(bad.check().unwrap_err().code, "invalid_limit", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn open_orders_are_capped_per_buyer() {
+        assert!(check_open_orders(2, 3).is_ok());
+        let r = check_open_orders(3, 3).unwrap_err();
+        assert_eq!((r.code, r.kind), ("too_many_open_orders", crate::domain::refusal::RefusalKind::TooMany));
+        assert_eq!(r.details.unwrap()["max"], 3);
     }
 
     #[test]

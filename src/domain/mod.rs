@@ -9,6 +9,7 @@ pub mod ids;
 pub mod money;
 pub mod refund;
 pub mod refusal;
+pub mod signin;
 pub mod status;
 
 pub use money::{Currency, Money, MoneyError};

@@ -20,6 +20,9 @@ pub enum RefusalKind {
     TooLarge,
     /// Well-formed, and against a business rule or a field's limits.
     Unprocessable,
+    /// Too many requests, or too many open things, for now; the caller may try again later
+    /// (`details.retry_after_s` says when, where it is known).
+    TooMany,
     /// A remote party (a gateway) could not be reached or refused to answer; the caller may retry.
     Upstream,
 }

@@ -11,8 +11,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
 use super::flows::{cancel_flow, refund_flow};
+use super::guard::Client;
 use super::{AppState, Auth, FormBody, RouteDoc, cookie, render};
+use crate::clock::Millis;
 use crate::domain::ids;
+use crate::domain::signin::LockoutPolicy;
 use crate::error::{Error, Result};
 use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, OrderRow, OutboxRow, SkuRow};
 use crate::store::refunds::{self, RefundView};
@@ -59,7 +62,15 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             ),
             post(order_action),
         ),
-        (doc("get", "/admin/skus", "Admin console: SKUs with stock and key pools"), get(skus_page)),
+        (doc("get", "/admin/skus", "Admin console: SKUs with stock, limits and key pools"), get(skus_page)),
+        (
+            doc(
+                "post",
+                "/admin/skus/{sku}/limits",
+                "Admin console: set a SKU's limit per order and hold (empty: none)",
+            ),
+            post(set_sku_limits),
+        ),
         (
             doc("get", "/admin/notifications", "Admin console: notification inbox (rejected ones highlighted)"),
             get(inbox_page),
@@ -78,7 +89,7 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = Response;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> std::result::Result<Self, Response> {
         let token = cookie(&parts.headers, ADMIN_COOKIE).unwrap_or_default();
-        match admin::session_csrf(&state.db, token, state.now_ms()).await {
+        match admin::session_csrf(&state.db, token, state.now_ms(), state.protection.admin_idle_ms).await {
             Ok(Some(csrf)) => Ok(Operator { csrf }),
             Ok(None) => Err(Redirect::to("/admin/login").into_response()),
             Err(e) => Err(e.into_response()),
@@ -105,18 +116,67 @@ async fn login_page() -> Response {
     render(&LoginPage { error: "" })
 }
 
-async fn login(State(state): State<AppState>, FormBody(form): FormBody<BTreeMap<String, String>>) -> Response {
+/// The sign-in page answered with `status` and `error`.
+fn login_refused(status: StatusCode, error: &str) -> Response {
+    let mut r = render(&LoginPage { error });
+    *r.status_mut() = status;
+    r
+}
+
+/// Signs in with the admin token. With rate limits on, an address that fails too often is locked
+/// out for a while (every instance agrees: the count is in the database) and an alert is raised.
+async fn login(
+    State(state): State<AppState>,
+    axum::Extension(client): axum::Extension<Client>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let now = state.now_ms();
+    let address = client.addr.to_string();
+    let lockout = state
+        .protection
+        .rate_limits
+        .map(|r| LockoutPolicy { max_failures: r.signin_lockout_failures, lockout_ms: r.signin_lockout_ms });
+    let locked = |until: Millis| {
+        let seconds = until.saturating_sub(now).max(1000) / 1000;
+        let mut r = login_refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("Too many failed sign-ins from this address. Try again in {} minutes.", (seconds + 59) / 60),
+        );
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        r
+    };
+    if lockout.is_some() {
+        match admin::signin_locked_until(&state.db, &address, now).await {
+            Ok(Some(until)) => return locked(until),
+            Ok(None) => {}
+            Err(e) => return e.into_response(),
+        }
+    }
     let token = form.get("token").map(String::as_str).unwrap_or_default();
     if !state.is_admin_token(token) {
-        tracing::warn!("admin sign-in refused");
-        let mut r = render(&LoginPage { error: "That token is not valid." });
-        *r.status_mut() = StatusCode::UNAUTHORIZED;
-        return r;
+        tracing::warn!(client = %address, "admin sign-in refused");
+        if let Some(policy) = lockout {
+            match admin::record_signin_failure(&state.db, &address, now, policy).await {
+                Ok(Some(until)) => return locked(until),
+                Ok(None) => {}
+                Err(e) => return e.into_response(),
+            }
+        }
+        return login_refused(StatusCode::UNAUTHORIZED, "That token is not valid.");
     }
-    match admin::create_session(&state.db, state.now_ms()).await {
+    if lockout.is_some()
+        && let Err(e) = admin::clear_signin_failures(&state.db, &address).await
+    {
+        return e.into_response();
+    }
+    match admin::create_session(&state.db, now, state.protection.admin_idle_ms).await {
         Ok((session, _)) => {
             let mut r = Redirect::to("/admin").into_response();
-            let c = format!("{ADMIN_COOKIE}={session}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=43200");
+            // Secure whenever kassa is reached over https: the cookie then never travels in clear.
+            let secure = if state.public_url.starts_with("https://") { "; Secure" } else { "" };
+            let max_age = admin::ADMIN_SESSION_MS / 1000;
+            let c =
+                format!("{ADMIN_COOKIE}={session}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
             if let Ok(v) = HeaderValue::from_str(&c) {
                 r.headers_mut().append(header::SET_COOKIE, v);
             }
@@ -316,6 +376,37 @@ async fn alerts_page(
 ) -> Result<Response> {
     let all = query.get("all").is_some_and(|v| v == "1");
     Ok(render(&AlertsPage { csrf: &op.csrf, rows: admin::alerts(&state.db, all).await?, all }))
+}
+
+/// A limit field of the console's form: empty for none, else a whole number.
+fn limit_field(form: &BTreeMap<String, String>, name: &str) -> Result<Option<i64>> {
+    match form.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::unprocessable("invalid_limit", format!("{name} must be a whole number or empty"))),
+    }
+}
+
+async fn set_sku_limits(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(sku): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let result = async {
+        op.check(&form)?;
+        super::plain(&sku, "SKU")?;
+        let limits = crate::store::catalog::LimitsPatch {
+            max_per_order: Some(limit_field(&form, "max_per_order")?),
+            hold_seconds: Some(limit_field(&form, "hold_seconds")?),
+        };
+        crate::store::catalog::update_sku(&state.db, &sku, None, None, limits, state.now_ms()).await?;
+        Ok(Redirect::to("/admin/skus").into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| super::pages::error_page(&e, "/admin/skus"))
 }
 
 async fn ack_alert(

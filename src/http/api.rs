@@ -10,10 +10,11 @@ use super::flows::{CheckoutBody, cancel_flow, place_order, query_for_buyer, refu
 use super::plain;
 use super::{Admin, ApiJson, AppState, Buyer, Caller, RawBody};
 use crate::clock::rfc3339;
+use crate::domain::checkout::SkuLimits;
 use crate::domain::{Currency, Money, OrderStatus, ids};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
-use crate::store::catalog::{self, NewSku, SkuKind};
+use crate::store::catalog::{self, LimitsPatch, NewSku, SkuKind};
 use crate::store::checkout::Placed;
 use crate::store::payments::{self, Applied};
 use crate::store::views;
@@ -253,13 +254,14 @@ pub(super) async fn checkout_json(
     Buyer(session): Buyer,
     Path(basket_id): Path<String>,
     headers: HeaderMap,
+    axum::Extension(client): axum::Extension<super::guard::Client>,
     ApiJson(body): ApiJson<CheckoutBody>,
 ) -> Result<Response> {
     let key = headers
         .get("idempotency-key")
         .map(|v| v.to_str().map_err(|_| Error::invalid("invalid_idempotency_key", "Idempotency-Key must be ASCII")))
         .transpose()?;
-    let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key).await?;
+    let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key, client.addr).await?;
     if wants_html(&headers) {
         return Ok(super::pages::handoff_page(&placed, handoff.as_ref()));
     }
@@ -315,6 +317,10 @@ pub(super) struct SkuBody {
     stock: i64,
     #[serde(default)]
     kind: Option<String>,
+    #[serde(default)]
+    max_per_order: Option<i64>,
+    #[serde(default)]
+    hold_seconds: Option<i64>,
 }
 
 /// Longest SKU display name.
@@ -341,6 +347,7 @@ pub(super) async fn create_sku(
         kind,
         price: Money::new(body.price_minor, Currency::parse(&body.currency)?)?,
         stock,
+        limits: SkuLimits { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds },
     };
     let view = catalog::create_sku(&state.db, &new, false, state.now_ms()).await?;
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
@@ -362,6 +369,18 @@ pub(super) struct SkuPatch {
     name: Option<String>,
     #[serde(default)]
     price_minor: Option<i64>,
+    /// Absent: unchanged; `null`: removed.
+    #[serde(default, deserialize_with = "present")]
+    max_per_order: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "present")]
+    hold_seconds: Option<Option<i64>>,
+}
+
+/// A field that is present, with a value or `null` (an absent one stays `None` by `default`).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 pub(super) async fn update_sku(
@@ -372,7 +391,9 @@ pub(super) async fn update_sku(
 ) -> Result<Response> {
     plain(&sku, "SKU")?;
     let name = body.name.as_deref().map(valid_name).transpose()?;
-    Ok(axum::Json(catalog::update_sku(&state.db, &sku, name, body.price_minor, state.now_ms()).await?).into_response())
+    let limits = LimitsPatch { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds };
+    let view = catalog::update_sku(&state.db, &sku, name, body.price_minor, limits, state.now_ms()).await?;
+    Ok(axum::Json(view).into_response())
 }
 
 fn valid_name(name: &str) -> Result<&str> {

@@ -64,7 +64,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 None,
                 Option::None,
-                &[(201, "{token}")],
+                &[(201, "{token}"), (429, "rate_limited")],
             ),
             post(create_session),
         ),
@@ -84,7 +84,11 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     (201, "the basket {basket_id, status, lines, total_minor, currency}"),
                     (401, "unauthorized"),
                     (404, "not_found (a SKU)"),
-                    (422, "invalid_quantity / duplicate_line / currency_mismatch / basket_too_large / amount_overflow"),
+                    (
+                        422,
+                        "invalid_quantity / quantity_limit / duplicate_line / currency_mismatch / basket_too_large / amount_overflow",
+                    ),
+                    (429, "rate_limited"),
                 ],
             ),
             post(create_basket),
@@ -103,7 +107,8 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     (200, "the basket"),
                     (404, "not_found"),
                     (409, "basket_frozen"),
-                    (422, "invalid_quantity / currency_mismatch"),
+                    (422, "invalid_quantity / quantity_limit / currency_mismatch"),
+                    (429, "rate_limited"),
                 ],
             ),
             put(set_line),
@@ -128,7 +133,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 Buyer,
                 Some(
-                    json!({"type": "object", "properties": {"gateway": {"type": "string", "enum": ["sandbox", "alipay", "wechatpay", "stripe"], "description": "default: the configured default gateway"}, "channel": {"type": "string", "description": "sandbox: form; alipay: page; wechatpay: jsapi (default) or h5; stripe: checkout"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}}}),
+                    json!({"type": "object", "properties": {"gateway": {"type": "string", "enum": ["sandbox", "alipay", "wechatpay", "stripe"], "description": "default: the configured default gateway"}, "channel": {"type": "string", "description": "sandbox: form; alipay: page; wechatpay: jsapi (default) or h5; stripe: checkout"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}, "captcha_token": {"type": "string", "maxLength": 4096, "description": "the bot check's response token; required when the server is started with --captcha-verify-url"}}}),
                 ),
                 &[
                     (
@@ -138,8 +143,9 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     (409, "out_of_stock / price_changed"),
                     (
                         422,
-                        "basket_empty / unknown_gateway / unsupported_channel / unsupported_currency / payer_required / invalid_payer",
+                        "basket_empty / quantity_limit / captcha_failed / unknown_gateway / unsupported_channel / unsupported_currency / payer_required / invalid_payer",
                     ),
+                    (429, "too_many_open_orders / rate_limited"),
                     (502, "gateway_unavailable"),
                 ],
             ),
@@ -165,7 +171,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "admin",
                 Admin,
                 Some(
-                    json!({"type": "object", "required": ["sku", "name", "price_minor", "currency"], "properties": {"sku": {"type": "string"}, "name": {"type": "string"}, "price_minor": {"type": "integer", "minimum": 0}, "currency": {"type": "string"}, "stock": {"type": "integer", "minimum": 0}, "kind": {"type": "string", "enum": ["physical"]}}}),
+                    json!({"type": "object", "required": ["sku", "name", "price_minor", "currency"], "properties": {"sku": {"type": "string"}, "name": {"type": "string"}, "price_minor": {"type": "integer", "minimum": 0}, "currency": {"type": "string"}, "stock": {"type": "integer", "minimum": 0}, "kind": {"type": "string", "enum": ["physical", "digital"]}, "max_per_order": {"type": ["integer", "null"], "minimum": 1, "maximum": 10000}, "hold_seconds": {"type": ["integer", "null"], "minimum": 1, "maximum": 604800}}}),
                 ),
                 &[(201, "the SKU"), (409, "sku_exists"), (422, "invalid input")],
             ),
@@ -175,11 +181,11 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             doc(
                 "get",
                 "/api/v1/admin/skus/{sku}",
-                "Stock of a SKU: on_hand, reserved, sold, available (PATCH: change price or name)",
+                "Stock of a SKU: on_hand, reserved, sold, available, limits (PATCH: change price, name or limits; a limit set to null is removed)",
                 "admin",
                 Admin,
                 Some(
-                    json!({"type": "object", "properties": {"name": {"type": "string"}, "price_minor": {"type": "integer", "minimum": 0}}}),
+                    json!({"type": "object", "properties": {"name": {"type": "string"}, "price_minor": {"type": "integer", "minimum": 0}, "max_per_order": {"type": ["integer", "null"], "minimum": 1, "maximum": 10000}, "hold_seconds": {"type": ["integer", "null"], "minimum": 1, "maximum": 604800}}}),
                 ),
                 &[(200, "the SKU"), (404, "not_found")],
             ),
@@ -217,7 +223,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 Buyer,
                 Some(
-                    json!({"type": "object", "properties": {"gateway": {"type": "string"}, "channel": {"type": "string"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}}}),
+                    json!({"type": "object", "properties": {"gateway": {"type": "string"}, "channel": {"type": "string"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}, "captcha_token": {"type": "string", "maxLength": 4096, "description": "the bot check's response token; required when the server is started with --captcha-verify-url"}}}),
                 ),
                 &[
                     (201, "{order_no, attempt_ref, expires_at, payment}"),

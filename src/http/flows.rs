@@ -23,17 +23,26 @@ pub struct CheckoutBody {
     pub channel: Option<String>,
     #[serde(default)]
     pub payer: Option<Value>,
+    /// The bot check's response token, when the server requires one.
+    #[serde(default)]
+    pub captcha_token: Option<String>,
 }
 
 /// Confirms the basket (one transaction), then — after commit — builds the gateway hand-off.
+/// With a bot check configured, a basket still open needs a verified `captcha_token` first (a
+/// repeated confirm of a basket checked out already creates nothing, and needs none).
 pub async fn place_order(
     state: &AppState,
     session_id: &str,
     basket_id: &str,
     body: &CheckoutBody,
     idempotency_key: Option<&str>,
+    client: std::net::IpAddr,
 ) -> Result<(Placed, Option<Handoff>)> {
     plain(basket_id, "basket")?;
+    if state.guard.captcha_required() && catalog::get_basket(&state.db, session_id, basket_id).await?.status == "open" {
+        state.guard.verify_captcha(body.captcha_token.as_deref(), client).await?;
+    }
     let name = body
         .gateway
         .as_deref()
@@ -53,6 +62,7 @@ pub async fn place_order(
         channel,
         idempotency_key,
         hold_ms: state.hold_ms,
+        max_open_orders: state.protection.max_open_orders_per_session,
         now: state.now_ms(),
     };
     let placed = match checkout::confirm(&state.db, &request).await {

@@ -5,8 +5,10 @@ pub mod admin;
 pub mod api;
 pub mod api_routes;
 pub mod flows;
+pub mod guard;
 pub mod openapi;
 pub mod pages;
+pub mod server;
 
 use std::sync::Arc;
 
@@ -47,6 +49,9 @@ pub struct Inner {
     pub demo: bool,
     pub late_policy: crate::domain::decide::LatePolicy,
     pub refund_policy: crate::domain::refund::RefundPolicy,
+    pub protection: crate::config::Protection,
+    /// Per-address rate limits and the client address of a request ([`guard`]).
+    pub guard: Arc<guard::Guard>,
     /// Card-key encryption; `None` when no keys secret is configured (digital goods disabled).
     pub vault: Option<Arc<crate::vault::Vault>>,
     pub refunder: Arc<crate::workers::refunds::Refunder>,
@@ -76,6 +81,7 @@ pub fn status_of(kind: crate::error::RefusalKind) -> StatusCode {
         Conflict => StatusCode::CONFLICT,
         TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        TooMany => StatusCode::TOO_MANY_REQUESTS,
         Upstream => StatusCode::BAD_GATEWAY,
     }
 }
@@ -88,7 +94,12 @@ impl IntoResponse for Error {
                 if let Some(d) = &r.details {
                     err["details"] = d.clone();
                 }
-                (status_of(r.kind), json!({"error": err}))
+                let retry_after = r.details.as_ref().and_then(|d| d.get("retry_after_s")).and_then(|v| v.as_u64());
+                let mut response = (status_of(r.kind), axum::Json(json!({"error": err}))).into_response();
+                if let Some(seconds) = retry_after {
+                    response.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
+                }
+                return response;
             }
             Error::Db(_) | Error::Internal(_) if self.is_unavailable() => {
                 tracing::warn!(error = %self, "database unavailable");
@@ -167,7 +178,7 @@ fn serde_urlencoded_form<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> 
     serde_urlencoded::from_bytes(bytes).map_err(|_| Error::invalid("invalid_form", "the form could not be read"))
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -199,7 +210,7 @@ where
         let token = bearer(&parts.headers)
             .or_else(|| cookie(&parts.headers, SESSION_COOKIE))
             .ok_or_else(Error::unauthorized)?;
-        catalog::session_by_token(&state.db, token).await?.map(Buyer).ok_or_else(Error::unauthorized)
+        catalog::session_by_token(&state.db, token, state.now_ms()).await?.map(Buyer).ok_or_else(Error::unauthorized)
     }
 }
 
@@ -219,7 +230,7 @@ where
         let admin = bearer(&parts.headers).is_some_and(|t| state.is_admin_token(t));
         let token = bearer(&parts.headers).or_else(|| cookie(&parts.headers, SESSION_COOKIE));
         let session = match token {
-            Some(t) if !admin => catalog::session_by_token(&state.db, t).await?,
+            Some(t) if !admin => catalog::session_by_token(&state.db, t, state.now_ms()).await?,
             _ => None,
         };
         Ok(Caller { session, admin })
@@ -293,10 +304,14 @@ pub fn router(state: AppState) -> Router {
     for (doc, method_router) in routes(with_sandbox) {
         router = router.route(doc.path, method_router);
     }
+    let request_timeout = state.protection.request_timeout;
     router
         .fallback(|| async { Error::not_found("route") })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard_requests))
         .route_layer(axum::middleware::from_fn(track_requests))
+        .layer(axum::middleware::from_fn_with_state(request_timeout, server::within_time))
+        .layer(axum::middleware::from_fn(server::security_headers))
         .with_state(state)
 }
 

@@ -29,6 +29,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     };
     vec![
         (doc("get", "/", "Demo storefront (HTML, --demo only)"), get(storefront)),
+        (doc("get", "/assets/{name}", "The pages' scripts (JavaScript)"), get(asset)),
         (
             doc("post", "/shop/basket", "Storefront: put the chosen goods in a new basket (HTML form)"),
             post(shop_basket),
@@ -157,6 +158,11 @@ struct Storefront<'a> {
 }
 
 impl Storefront<'_> {
+    /// Most a buyer may put in: what is available, and the SKU's limit per order.
+    fn most(&self, sku: &SkuView) -> i64 {
+        sku.max_per_order.map_or(sku.available, |m| m.min(sku.available)).max(0)
+    }
+
     fn price(&self, sku: &SkuView) -> String {
         crate::domain::money::format_minor(sku.price_minor, &sku.currency)
     }
@@ -165,7 +171,7 @@ impl Storefront<'_> {
 /// The buyer's session from the cookie, or a new one (with the cookie to set).
 async fn page_session(state: &AppState, headers: &HeaderMap) -> Result<(Session, Option<String>)> {
     if let Some(token) = cookie(headers, SESSION_COOKIE)
-        && let Some(session) = catalog::session_by_token(&state.db, token).await?
+        && let Some(session) = catalog::session_by_token(&state.db, token, state.now_ms()).await?
     {
         return Ok((session, None));
     }
@@ -196,7 +202,7 @@ async fn storefront(State(state): State<AppState>, headers: HeaderMap) -> Respon
 /// A form post must carry the session's CSRF token (and the cookie is SameSite=Lax).
 async fn form_session(state: &AppState, headers: &HeaderMap, form: &BTreeMap<String, String>) -> Result<Session> {
     let token = cookie(headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
-    let session = catalog::session_by_token(&state.db, token).await?.ok_or_else(Error::unauthorized)?;
+    let session = catalog::session_by_token(&state.db, token, state.now_ms()).await?.ok_or_else(Error::unauthorized)?;
     let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
     if aws_lc_rs::constant_time::verify_slices_are_equal(given, session.csrf_token.as_bytes()).is_err() {
         return Err(Error::refused(
@@ -268,7 +274,8 @@ async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(bas
             return Err(Error::not_found("basket"));
         }
         let token = cookie(&headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
-        let session = catalog::session_by_token(&state.db, token).await?.ok_or_else(Error::unauthorized)?;
+        let session =
+            catalog::session_by_token(&state.db, token, state.now_ms()).await?.ok_or_else(Error::unauthorized)?;
         let basket = catalog::get_basket(&state.db, &session.id, &basket_id).await?;
         // One key per rendered page: a double-clicked confirm sends the same key twice.
         Ok(render(&BasketPage {
@@ -282,19 +289,44 @@ async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(bas
     result.unwrap_or_else(|e| error_page(&e, "/"))
 }
 
+/// The pages' scripts, served from kassa itself so the Content-Security-Policy needs no inline
+/// script.
+const ASSETS: &[(&str, &str)] = &[
+    ("basket.js", include_str!("../../assets/basket.js")),
+    ("handoff.js", include_str!("../../assets/handoff.js")),
+    ("return.js", include_str!("../../assets/return.js")),
+    ("h5_order.js", include_str!("../../assets/h5_order.js")),
+];
+
+async fn asset(Path(name): Path<String>) -> Response {
+    match ASSETS.iter().find(|(n, _)| *n == name) {
+        Some((_, body)) => (
+            [(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "public, max-age=300")],
+            *body,
+        )
+            .into_response(),
+        None => Error::not_found("asset").into_response(),
+    }
+}
+
 async fn shop_confirm(
     State(state): State<AppState>,
     headers: HeaderMap,
+    axum::Extension(client): axum::Extension<super::guard::Client>,
     Path(basket_id): Path<String>,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let back = format!("/shop/basket/{basket_id}");
     let result = async {
         let session = form_session(&state, &headers, &form).await?;
-        let body = CheckoutBody { gateway: form.get("gateway").cloned(), channel: None, payer: None };
-        let (placed, handoff) =
-            place_order(&state, &session.id, &basket_id, &body, form.get("idempotency_key").map(String::as_str))
-                .await?;
+        let body = CheckoutBody {
+            gateway: form.get("gateway").cloned(),
+            channel: None,
+            payer: None,
+            captcha_token: super::guard::CAPTCHA_FORM_FIELDS.iter().find_map(|f| form.get(*f)).cloned(),
+        };
+        let key = form.get("idempotency_key").map(String::as_str);
+        let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key, client.addr).await?;
         Ok(handoff_page(&placed, handoff.as_ref()))
     }
     .await;
@@ -430,7 +462,7 @@ async fn retry_page(
             return Err(Error::not_found("order"));
         }
         let session = form_session(&state, &headers, &form).await?;
-        let body = CheckoutBody { gateway: None, channel: None, payer: None };
+        let body = CheckoutBody::default();
         let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body).await?;
         Ok(handoff_page(&placed, Some(&handoff)))
     }

@@ -6,14 +6,18 @@ use crate::error::Result;
 use crate::store::catalog::{SkuView, list_skus, token_hash};
 use crate::store::{Db, col, new_id};
 
-/// How long an admin console session lasts.
+/// How long an admin console session lasts at most, however busy its operator.
 pub const ADMIN_SESSION_MS: Millis = 12 * 3600 * 1000;
+/// A session's expiry is moved on by a request only when it moves by more than this: an
+/// operator's every click is not a write.
+const SESSION_SLIDE_MIN_MS: Millis = 60_000;
 /// Rows shown per list page.
 pub const LIST_LIMIT: i64 = 200;
 
 pub use crate::domain::money::format_minor as money;
 
-pub async fn create_session(db: &Db, now: Millis) -> Result<(String, String)> {
+/// A new console session, ending after `idle_ms` without use (and after [`ADMIN_SESSION_MS`]).
+pub async fn create_session(db: &Db, now: Millis, idle_ms: Millis) -> Result<(String, String)> {
     let token = ids::new_secret_token();
     let csrf = ids::new_secret_token();
     crate::write_tx!(db, |tx| {
@@ -24,7 +28,7 @@ pub async fn create_session(db: &Db, now: Millis) -> Result<(String, String)> {
         .bind(token_hash(&token))
         .bind(&csrf)
         .bind(now)
-        .bind(now.saturating_add(ADMIN_SESSION_MS))
+        .bind(now.saturating_add(idle_ms.min(ADMIN_SESSION_MS)))
         .execute(&mut **tx)
         .await?;
         Ok(())
@@ -32,16 +36,33 @@ pub async fn create_session(db: &Db, now: Millis) -> Result<(String, String)> {
     Ok((token, csrf))
 }
 
-/// The CSRF token of a live admin session.
-pub async fn session_csrf(db: &Db, token: &str, now: Millis) -> Result<Option<String>> {
+/// The CSRF token of a live admin session; using it keeps it alive for `idle_ms` more.
+pub async fn session_csrf(db: &Db, token: &str, now: Millis, idle_ms: Millis) -> Result<Option<String>> {
     if token.is_empty() || token.len() > 128 {
         return Ok(None);
     }
-    Ok(sqlx::query_scalar("SELECT csrf_token FROM admin_sessions WHERE token_hash = $1 AND expires_at > $2")
-        .bind(token_hash(token))
-        .bind(now)
-        .fetch_optional(db.read_pool())
-        .await?)
+    let hash = token_hash(token);
+    let row = db
+        .fetch_optional(
+            sqlx::query("SELECT csrf_token, created_at, expires_at FROM admin_sessions WHERE token_hash = $1 AND expires_at > $2")
+                .bind(&hash)
+                .bind(now),
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let (created_at, expires_at): (Millis, Millis) = (col(&row, "created_at")?, col(&row, "expires_at")?);
+    let slid = now.saturating_add(idle_ms).min(created_at.saturating_add(ADMIN_SESSION_MS));
+    if slid.saturating_sub(expires_at) > SESSION_SLIDE_MIN_MS {
+        crate::write_tx!(db, |tx| {
+            sqlx::query("UPDATE admin_sessions SET expires_at = $1 WHERE token_hash = $2 AND expires_at < $1")
+                .bind(slid)
+                .bind(&hash)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        })?;
+    }
+    Ok(Some(col(&row, "csrf_token")?))
 }
 
 pub async fn end_session(db: &Db, token: &str) -> Result<()> {
@@ -50,6 +71,81 @@ pub async fn end_session(db: &Db, token: &str) -> Result<()> {
             .bind(token_hash(token))
             .execute(&mut **tx)
             .await?;
+        Ok(())
+    })
+}
+
+/// Until when `address` is locked out of signing in, if it is.
+pub async fn signin_locked_until(db: &Db, address: &str, now: Millis) -> Result<Option<Millis>> {
+    let until: Option<Option<Millis>> =
+        sqlx::query_scalar("SELECT locked_until FROM signin_failures WHERE address = $1")
+            .bind(address)
+            .fetch_optional(db.read_pool())
+            .await?;
+    Ok(until.flatten().filter(|u| *u > now))
+}
+
+/// Counts a failed sign-in from `address`. Returns the end of the lockout when this failure
+/// locked the address out, and raises an alert then.
+pub async fn record_signin_failure(
+    db: &Db,
+    address: &str,
+    now: Millis,
+    policy: crate::domain::signin::LockoutPolicy,
+) -> Result<Option<Millis>> {
+    use crate::domain::signin::{Failures, after_failure};
+    crate::write_tx!(db, |tx| {
+        let row =
+            sqlx::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
+                .bind(address)
+                .fetch_optional(&mut **tx)
+                .await?;
+        let before = row
+            .map(|r| {
+                Ok::<_, crate::error::Error>(Failures {
+                    failures: col(&r, "failures")?,
+                    window_started_at: col(&r, "window_started_at")?,
+                    locked_until: col(&r, "locked_until")?,
+                })
+            })
+            .transpose()?;
+        let after = after_failure(before, now, policy);
+        sqlx::query(
+            "INSERT INTO signin_failures (address, failures, window_started_at, locked_until) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (address) DO UPDATE SET failures = excluded.failures, \
+             window_started_at = excluded.window_started_at, locked_until = excluded.locked_until",
+        )
+        .bind(address)
+        .bind(after.failures)
+        .bind(after.window_started_at)
+        .bind(after.locked_until)
+        .execute(&mut **tx)
+        .await?;
+        if let Some(until) = after.locked_until {
+            let details = format!(
+                "{} failed admin sign-ins from {address}; locked out until {}",
+                policy.max_failures,
+                rfc3339(until)
+            );
+            crate::store::events::raise_alert(
+                tx,
+                "admin_signin_lockout",
+                crate::store::events::Severity::Warning,
+                address,
+                None,
+                &details,
+                now,
+            )
+            .await?;
+        }
+        Ok(after.locked_until)
+    })
+}
+
+/// Forgets the failures of an address that signed in.
+pub async fn clear_signin_failures(db: &Db, address: &str) -> Result<()> {
+    crate::write_tx!(db, |tx| {
+        sqlx::query("DELETE FROM signin_failures WHERE address = $1").bind(address).execute(&mut **tx).await?;
         Ok(())
     })
 }

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::args;
 use crate::clock::Millis;
+use crate::domain::checkout::SkuLimits;
 use crate::domain::{Money, basket, ids};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
@@ -41,6 +42,7 @@ pub struct NewSku {
     pub kind: SkuKind,
     pub price: Money,
     pub stock: i64,
+    pub limits: SkuLimits,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,9 +56,27 @@ pub struct SkuView {
     pub reserved: i64,
     pub sold: i64,
     pub available: i64,
+    /// Most units of this SKU in one order (`null`: no limit of its own).
+    pub max_per_order: Option<i64>,
+    /// How long an order holds this SKU, when shorter than the shop's default (`null`: the default).
+    pub hold_seconds: Option<i64>,
 }
 
-const SKU_COLUMNS: &str = "sku, name, kind, price_minor, currency, on_hand, reserved, sold";
+impl SkuView {
+    pub fn limits(&self) -> SkuLimits {
+        SkuLimits { max_per_order: self.max_per_order, hold_seconds: self.hold_seconds }
+    }
+}
+
+/// A change to a SKU's limits: `None` leaves a limit as it is, `Some(None)` removes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LimitsPatch {
+    pub max_per_order: Option<Option<i64>>,
+    pub hold_seconds: Option<Option<i64>>,
+}
+
+const SKU_COLUMNS: &str =
+    "sku, name, kind, price_minor, currency, on_hand, reserved, sold, max_per_order, hold_seconds";
 
 fn sku_from_row(row: &sqlx::any::AnyRow) -> Result<SkuView> {
     let on_hand: i64 = col(row, "on_hand")?;
@@ -71,6 +91,8 @@ fn sku_from_row(row: &sqlx::any::AnyRow) -> Result<SkuView> {
         reserved,
         sold: col(row, "sold")?,
         available: on_hand - reserved,
+        max_per_order: col(row, "max_per_order")?,
+        hold_seconds: col(row, "hold_seconds")?,
     })
 }
 
@@ -80,12 +102,13 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
     if !(0..=STOCK_DELTA_MAX).contains(&new.stock) {
         return Err(Error::unprocessable("invalid_quantity", "stock must be between 0 and 1000000000"));
     }
+    new.limits.check()?;
     // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
     let stock = if new.kind == SkuKind::Digital { 0 } else { new.stock };
     let created = crate::write_tx!(db, |tx| {
         let done = sqlx::query(
-                "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 0, 0, $7, $7) ON CONFLICT (sku) DO NOTHING",
+                "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, max_per_order, hold_seconds, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 0, 0, $7, $8, $9, $9) ON CONFLICT (sku) DO NOTHING",
             )
             .bind(&new.sku)
             .bind(&new.name)
@@ -93,6 +116,8 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
             .bind(new.price.amount_minor())
             .bind(new.price.currency().code())
             .bind(stock)
+            .bind(new.limits.max_per_order)
+            .bind(new.limits.hold_seconds)
             .bind(now)
             .execute(&mut **tx)
             .await?;
@@ -117,26 +142,38 @@ pub async fn list_skus(db: &Db) -> Result<Vec<SkuView>> {
     rows.iter().map(sku_from_row).collect()
 }
 
-/// Changes a SKU's price and/or name. Open baskets keep their quote; their confirm then answers
-/// `price_changed` so the buyer sees the new price before paying it.
+/// Changes a SKU's price, name and/or limits. Open baskets keep their quote; their confirm then
+/// answers `price_changed` so the buyer sees the new price before paying it. A lowered limit
+/// applies to every confirm from now on; orders placed already keep what they hold.
 pub async fn update_sku(
     db: &Db,
     sku: &str,
     name: Option<&str>,
     price_minor: Option<i64>,
+    limits: LimitsPatch,
     now: Millis,
 ) -> Result<SkuView> {
     if price_minor.is_some_and(|p| p < 0) {
         return Err(Error::unprocessable("invalid_amount", "price must not be negative"));
     }
+    SkuLimits { max_per_order: limits.max_per_order.flatten(), hold_seconds: limits.hold_seconds.flatten() }.check()?;
+    let set = |patch: Option<Option<i64>>| (i64::from(patch.is_some()), patch.flatten());
+    let (set_max, max) = set(limits.max_per_order);
+    let (set_hold, hold) = set(limits.hold_seconds);
     crate::write_tx!(db, |tx| {
         let done = sqlx::query(
-            "UPDATE skus SET name = COALESCE($1, name), price_minor = COALESCE($2, price_minor), updated_at = $3 WHERE sku = $4",
+            "UPDATE skus SET name = COALESCE($1, name), price_minor = COALESCE($2, price_minor), \
+             max_per_order = CASE WHEN $5 = 1 THEN $6 ELSE max_per_order END, \
+             hold_seconds = CASE WHEN $7 = 1 THEN $8 ELSE hold_seconds END, updated_at = $3 WHERE sku = $4",
         )
         .bind(name)
         .bind(price_minor)
         .bind(now)
         .bind(sku)
+        .bind(set_max)
+        .bind(max)
+        .bind(set_hold)
+        .bind(hold)
         .execute(&mut **tx)
         .await?;
         if done.rows_affected() == 1 { Ok(()) } else { Err(Error::not_found("SKU")) }
@@ -205,46 +242,51 @@ pub async fn create_session(db: &Db, now: Millis) -> Result<(String, Session)> {
 
 /// Sessions most kept in memory; past it the cache starts over (a miss only costs a read).
 const SESSION_CACHE_MAX: usize = 50_000;
+/// Sessions younger than this are answered from the cache. Retention prunes a session only after
+/// it has been unused for at least a day (`config::Retention`), so a session this young exists
+/// for good; an older one is read from the database on every request (it may have been pruned).
+pub const SESSION_CACHE_AGE_MAX_MS: Millis = 24 * 3600 * 1000;
 
-/// Buyer sessions already read, by token hash. A buyer session never changes and is never deleted
-/// once created, so a session found stays valid for good (whichever instance created it); only
-/// finds are kept, never "no such session". Every request of a buyer looks its session up, so
-/// this saves a read per request (three per purchase). A feature that deletes or changes buyer
-/// sessions must drop them from here on every instance.
+/// Buyer sessions already read, by token hash, with their creation time. A buyer session never
+/// changes; only finds are kept, never "no such session". Every request of a buyer looks its
+/// session up, so this saves a read per request (three per purchase).
 #[derive(Debug, Default)]
-pub struct SessionCache(std::sync::Mutex<std::collections::HashMap<String, Session>>);
+pub struct SessionCache(std::sync::Mutex<std::collections::HashMap<String, (Session, Millis)>>);
 
 impl SessionCache {
-    fn get(&self, hash: &str) -> Option<Session> {
-        self.0.lock().ok()?.get(hash).cloned()
+    fn get(&self, hash: &str, now: Millis) -> Option<Session> {
+        let map = self.0.lock().ok()?;
+        let (session, created_at) = map.get(hash)?;
+        (now.saturating_sub(*created_at) < SESSION_CACHE_AGE_MAX_MS).then(|| session.clone())
     }
 
-    fn put(&self, hash: String, session: Session) {
+    fn put(&self, hash: String, session: Session, created_at: Millis) {
         if let Ok(mut map) = self.0.lock() {
             if map.len() >= SESSION_CACHE_MAX {
                 map.clear();
             }
-            map.insert(hash, session);
+            map.insert(hash, (session, created_at));
         }
     }
 }
 
-pub async fn session_by_token(db: &Db, token: &str) -> Result<Option<Session>> {
+pub async fn session_by_token(db: &Db, token: &str, now: Millis) -> Result<Option<Session>> {
     if token.is_empty() || token.len() > 128 {
         return Ok(None);
     }
     let hash = token_hash(token);
-    if let Some(found) = db.sessions().get(&hash) {
+    if let Some(found) = db.sessions().get(&hash, now) {
         return Ok(Some(found));
     }
-    let row =
-        db.fetch_optional(sqlx::query("SELECT id, csrf_token FROM sessions WHERE token_hash = $1").bind(&hash)).await?;
-    let session =
-        row.map(|r| Ok::<_, Error>(Session { id: col(&r, "id")?, csrf_token: col(&r, "csrf_token")? })).transpose()?;
-    if let Some(s) = &session {
-        db.sessions().put(hash, s.clone());
-    }
-    Ok(session)
+    let row = db
+        .fetch_optional(
+            sqlx::query("SELECT id, csrf_token, created_at FROM sessions WHERE token_hash = $1").bind(&hash),
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let session = Session { id: col(&row, "id")?, csrf_token: col(&row, "csrf_token")? };
+    db.sessions().put(hash, session.clone(), col(&row, "created_at")?);
+    Ok(Some(session))
 }
 
 pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<String> {
@@ -278,7 +320,8 @@ async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], no
 /// an unknown SKU. (The quote needs no lock: a confirm re-prices every line anyway.)
 const INSERT_PRICED_LINE_SQL: &str = "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) \
      SELECT CAST($1 AS TEXT), sku, CAST($3 AS BIGINT), price_minor, currency FROM skus WHERE sku = $2 \
-     RETURNING sku, quoted_unit_minor AS price_minor, currency, (SELECT name FROM skus WHERE skus.sku = basket_lines.sku) AS name";
+     RETURNING sku, quoted_unit_minor AS price_minor, currency, (SELECT name FROM skus WHERE skus.sku = basket_lines.sku) AS name, \
+     (SELECT max_per_order FROM skus WHERE skus.sku = basket_lines.sku) AS max_per_order";
 const INSERT_BASKET_SQL: &str =
     "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)";
 
@@ -316,7 +359,7 @@ async fn open_basket_pg(
 /// Today's prices of `n` SKUs, in one read.
 fn skus_sql(n: usize) -> String {
     let params: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
-    format!("SELECT sku, name, price_minor, currency FROM skus WHERE sku IN ({})", params.join(", "))
+    format!("SELECT sku, name, price_minor, currency, max_per_order FROM skus WHERE sku IN ({})", params.join(", "))
 }
 
 fn bind_skus<'q>(
@@ -341,6 +384,7 @@ fn new_basket(
             .iter()
             .find(|r| col::<String>(r, "sku").is_ok_and(|s| &s == sku))
             .ok_or_else(|| Error::not_found("SKU"))?;
+        basket::check_line_limit(sku, *quantity, col(r, "max_per_order")?)?;
         let price: i64 = col(r, "price_minor")?;
         rows.push(LineRow {
             sku: sku.clone(),
@@ -407,7 +451,7 @@ async fn set_basket_line_here(
         // representable total, a bounded size; their names and today's prices for the answer),
         // in one read: a row per other line, or one row with null line columns.
         let rows = sqlx::query(
-            "SELECT b.status, s.name, s.price_minor, s.currency, l.sku AS line_sku, ls.name AS line_name, \
+            "SELECT b.status, s.name, s.price_minor, s.currency, s.max_per_order, l.sku AS line_sku, ls.name AS line_name, \
              ls.price_minor AS line_price_minor, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
              FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
              LEFT JOIN skus ls ON ls.sku = l.sku \
@@ -450,6 +494,7 @@ async fn set_basket_line_here(
         ) else {
             return Err(Error::not_found("SKU"));
         };
+        basket::check_line_limit(sku, quantity, col(row, "max_per_order")?)?;
         basket::check_one_currency(others.iter().map(|l| l.currency.as_str()).chain([currency.as_str()]))?;
         basket::total_minor(others.iter().map(|l| (l.quoted, l.quantity)).chain([(price, quantity)]))?;
         basket::check_room_for_line(others.len())?;

@@ -20,6 +20,8 @@ pub struct ConfirmRequest<'a> {
     pub channel: &'a str,
     pub idempotency_key: Option<&'a str>,
     pub hold_ms: i64,
+    /// Unpaid orders the buyer may have open at once; 0 for no limit.
+    pub max_open_orders: u32,
     pub now: Millis,
     /// The currencies the chosen gateway takes; `None` for any. Checked before anything is held.
     pub currencies: Option<&'a [Currency]>,
@@ -48,7 +50,7 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     let (session_id, basket_id, gateway, channel) =
         (req.session_id.to_string(), req.basket_id.to_string(), req.gateway.to_string(), req.channel.to_string());
     let (key, currencies) = (req.idempotency_key.map(str::to_string), req.currencies.map(<[Currency]>::to_vec));
-    let (hold_ms, now) = (req.hold_ms, req.now);
+    let (hold_ms, max_open_orders, now) = (req.hold_ms, req.max_open_orders, req.now);
     db.on_writer(async move {
         let req = ConfirmRequest {
             session_id: &session_id,
@@ -57,6 +59,7 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             channel: &channel,
             idempotency_key: key.as_deref(),
             hold_ms,
+            max_open_orders,
             now,
             currencies: currencies.as_deref(),
         };
@@ -73,15 +76,29 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     let result = crate::write_tx!(db, |tx| {
         // 1. A key already used by this buyer returns its order, whatever basket it names;
         // 2. lock the basket (lock order: basket, then stock rows by SKU, then the order);
-        // 3. its lines at today's prices, read under the lock. One round trip on PostgreSQL.
+        // 3. its lines at today's prices, read under the lock;
+        // 4. with a limit on open orders, the buyer's unpaid orders, counted under a lock of the
+        //    buyer's session (PostgreSQL: two confirms of one buyer take turns; it conflicts with
+        //    no foreign-key check). One round trip on PostgreSQL. Lock order: session, basket,
+        //    stock rows by SKU, then the order.
         let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
-        let mut reads = Vec::with_capacity(3);
+        let limit_open = req.max_open_orders > 0;
+        let mut reads = Vec::with_capacity(5);
+        if limit_open && db.kind() == crate::store::DbKind::Postgres {
+            reads.push((LOCK_SESSION_PG_SQL, args![req.session_id]));
+        }
         if let Some(key) = req.idempotency_key {
             reads.push((IDEMPOTENCY_KEY_SQL, args![req.session_id, key]));
         }
         reads.push((basket_sql.as_str(), args![req.basket_id, req.session_id]));
         reads.push((PRICE_LINES_SQL, args![req.basket_id]));
+        if limit_open {
+            reads.push((OPEN_ORDERS_SQL, args![req.session_id]));
+        }
         let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows);
+        if limit_open && db.kind() == crate::store::DbKind::Postgres {
+            read.next();
+        }
         if req.idempotency_key.is_some()
             && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
         {
@@ -102,13 +119,18 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             return load_placed(tx, &order_no, false).await;
         }
         // Re-priced from today's catalog; the preview's total is never trusted.
-        let pricing = checkout::price(&quoted_lines(&read.next().unwrap_or_default())?, req.gateway, req.currencies)?;
+        let quoted = quoted_lines(&read.next().unwrap_or_default())?;
+        if limit_open {
+            let open: i64 = read.next().and_then(|rows| rows.into_iter().next()).map_or(Ok(0), |r| col(&r, "open"))?;
+            checkout::check_open_orders(open, req.max_open_orders)?;
+        }
+        let pricing = checkout::price(&quoted, req.gateway, req.currencies)?;
         // A zero total is completed here, without a gateway (none takes a zero amount).
         let (free, total) = (pricing.free, pricing.total);
         let (gateway, channel) = pricing.payer(req.gateway, req.channel);
         let lines = &pricing.lines;
-        // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell); then
-        // 5. create the order, its lines, reservations and first attempt; freeze the basket.
+        // 5. Hold stock, conditionally, in SKU order (consistent lock order, no oversell); then
+        // 6. create the order, its lines, reservations and first attempt; freeze the basket.
         // All in one batch (one round trip on SQLite, see store::batch): a hold that finds too
         // little stock changes no row, the total shows it, and the whole command rolls back.
         let mut batch = Batch::new();
@@ -120,7 +142,7 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         }
         let order_no = ids::new_order_no();
         let attempt_ref = ids::attempt_ref(&order_no, 1);
-        let expires_at = checkout::hold_expires_at(req.now, req.hold_ms);
+        let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, &quoted));
         batch.add(
             "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
@@ -252,8 +274,16 @@ fn add_remember_key(batch: &mut Batch, req: &ConfirmRequest<'_>, order_no: &str)
 const IDEMPOTENCY_KEY_SQL: &str =
     "SELECT basket_id, order_no FROM idempotency_keys WHERE session_id = $1 AND idem_key = $2";
 
+/// PostgreSQL: the buyer session `$1`, locked against the buyer's other confirms.
+const LOCK_SESSION_PG_SQL: &str = "SELECT id FROM sessions WHERE id = $1 FOR NO KEY UPDATE";
+
+/// How many unpaid orders buyer session `$1` has open.
+const OPEN_ORDERS_SQL: &str =
+    "SELECT count(*) AS open FROM orders WHERE session_id = $1 AND status = 'pending_payment'";
+
 /// The lines of basket `$1` with today's prices, in SKU order; [`price_lines`] reads them.
-pub const PRICE_LINES_SQL: &str = "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency \
+pub const PRICE_LINES_SQL: &str = "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency, \
+     s.max_per_order, s.hold_seconds \
      FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku";
 
 /// The basket's lines as quoted, beside today's catalog ([`PRICE_LINES_SQL`]).
@@ -269,6 +299,8 @@ fn quoted_lines(rows: &[sqlx::any::AnyRow]) -> Result<Vec<QuotedLine>> {
                 quoted_currency: col(r, "quoted_currency")?,
                 price_minor: col(r, "price_minor")?,
                 currency: col(r, "currency")?,
+                max_per_order: col(r, "max_per_order")?,
+                hold_seconds: col(r, "hold_seconds")?,
             })
         })
         .collect()

@@ -23,6 +23,7 @@ impl Db {
                 (8, include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
                 (9, include_str!("../../migrations/sqlite/0009_check_comparisons.sql")),
                 (10, include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
+                (11, include_str!("../../migrations/sqlite/0011_abuse_limits.sql")),
             ],
             DbKind::Postgres => &[
                 (1, include_str!("../../migrations/postgres/0001_init.sql")),
@@ -35,6 +36,7 @@ impl Db {
                 (8, include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
                 (9, include_str!("../../migrations/postgres/0009_check_comparisons.sql")),
                 (10, include_str!("../../migrations/postgres/0010_checkout_references.sql")),
+                (11, include_str!("../../migrations/postgres/0011_abuse_limits.sql")),
             ],
         };
         let mut conn = self.write.acquire().await?;

@@ -22,6 +22,7 @@ pub mod payments;
 pub mod prepared;
 pub mod reconcile;
 pub mod refunds;
+pub mod retention;
 pub mod settings;
 pub mod views;
 pub mod writer;

@@ -5,6 +5,7 @@ pub mod monitor;
 pub mod outbox;
 pub mod reconciler;
 pub mod refunds;
+pub mod retention;
 pub mod sweeper;
 
 use std::future::Future;

@@ -89,6 +89,7 @@ async fn largest_basket(backend: Backend) {
             kind: catalog::SkuKind::Physical,
             price,
             stock: 5,
+            limits: Default::default(),
         };
         catalog::create_sku(&t.app.state.db, &new, false, t.now_ms()).await.unwrap();
     }

@@ -10,7 +10,7 @@ use kassa::store::check::{self, Violation};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-pub const ADMIN: &str = "test-admin-token-0123456789";
+pub const ADMIN: &str = "test-admin-token-0123456789abcdef0123";
 pub const KEYS_SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 pub const WEBHOOK_SECRET: &str = "test-webhook-secret";
 
@@ -68,6 +68,13 @@ pub struct Opts {
     pub alert_webhook_url: Option<String>,
     /// Real gateway adapters to mount beside the sandbox (pointed at local fakes).
     pub gateways: kassa::gateway::config::GatewaysFile,
+    /// The storefront's protection; tests run with rate limits off unless they set them.
+    pub protection: kassa::config::Protection,
+}
+
+/// The product's protection with the rate limits off (a test is many buyers from one address).
+pub fn test_protection() -> kassa::config::Protection {
+    kassa::config::Protection { rate_limits: None, ..Default::default() }
 }
 
 impl Default for Opts {
@@ -83,6 +90,7 @@ impl Default for Opts {
             webhook_url: None,
             alert_webhook_url: None,
             gateways: Default::default(),
+            protection: test_protection(),
         }
     }
 }
@@ -148,6 +156,7 @@ impl TestApp {
             default_gateway: None,
             reconcile_after_ms: 60_000,
             reconcile_interval_ms: 3_600_000,
+            protection: opts.protection.clone(),
         };
         let manual = opts.manual_clock.then(ManualClock::default);
         let clock: SharedClock = match &manual {

@@ -22,7 +22,7 @@ const STOCK: i64 = 400;
 fn start(database_url: &str, port: u16, log: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_kassa"))
         .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}"), "--sandbox"])
-        .args(["--admin-token", ADMIN, "--hold-seconds", "2", "--sweep-interval-ms", "200"])
+        .args(["--admin-token", ADMIN, "--hold-seconds", "2", "--sweep-interval-ms", "200", "--rate-limits", "off"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap())

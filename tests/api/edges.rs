@@ -179,6 +179,7 @@ fn test_settings(t: &TestApp) -> kassa::config::Settings {
         default_gateway: None,
         reconcile_after_ms: 60_000,
         reconcile_interval_ms: 3_600_000,
+        protection: crate::common::test_protection(),
     }
 }
 

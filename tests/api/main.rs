@@ -4,6 +4,7 @@
 
 mod common;
 
+mod abuse;
 mod browser;
 mod checkout;
 mod crash;

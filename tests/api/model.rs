@@ -188,6 +188,7 @@ async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
             kind,
             price: Money::new(price, Currency::parse("CNY").unwrap()).unwrap(),
             stock: if digital { 0 } else { stock },
+            limits: Default::default(),
         };
         catalog::create_sku(&db, &new, false, clock.now_ms()).await.unwrap();
         if digital {
@@ -230,6 +231,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                 channel: "form",
                 idempotency_key: None,
                 hold_ms: HOLD_MS,
+                max_open_orders: 0,
                 now,
             };
             let result = checkout::confirm(db, &req).await;
@@ -286,6 +288,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                 channel: "form",
                 idempotency_key: None,
                 hold_ms: HOLD_MS,
+                max_open_orders: 0,
                 now,
             };
             let placed = checkout::confirm(db, &req).await.map_err(|e| fail(format!("reconfirm: {e}")))?;
@@ -476,7 +479,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         }
         Op::Price { sku, price } => {
             let name = format!("{} at {price}", SKUS[sku].0);
-            catalog::update_sku(db, SKUS[sku].0, Some(&name), Some(price), now)
+            catalog::update_sku(db, SKUS[sku].0, Some(&name), Some(price), Default::default(), now)
                 .await
                 .map_err(|e| fail(e.to_string()))?;
             model.prices[sku] = price;

@@ -29,8 +29,9 @@ async fn handoff_escapes(backend: Backend) {
     assert!(html.contains("&#34;&#62;&#60;script&#62;") || html.contains("&quot;&gt;&lt;script&gt;"), "{html}");
     assert!(html.contains("<noscript><button type=\"submit\">"), "{html}");
     assert!(html.contains("action=\"http://127.0.0.1:"), "{html}");
-    // Exactly one script: ours, the auto-submit.
-    assert_eq!(html.matches("<script>").count(), 1);
+    // Exactly one script: ours, the auto-submit, from kassa itself (no inline script at all).
+    assert_eq!(html.matches("<script").count(), 1);
+    assert!(html.contains("<script src=\"/assets/handoff.js\"></script>"), "{html}");
     // No secret: not the merchant secret, not the sandbox key, not the admin token.
     let secret: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.merchant_secret'")
         .fetch_one(t.app.state.db.read_pool())

@@ -298,7 +298,7 @@ async fn older_postgres_databases_migrate_to_the_same_references() {
         let pool = db.read_pool();
         let scalar =
             |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.unwrap() };
-        assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, 10);
+        assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, 11);
         assert_eq!(scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM payment_attempts").await, 1);
         let references = scalar(
             "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_constraint WHERE contype = 'f' AND conname IN \

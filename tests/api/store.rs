@@ -325,25 +325,29 @@ async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
     assert!(most > 1, "the POSTs still run in parallel");
 }
 
-/// A buyer session, once found, is served from memory (sessions never change); a token that
-/// names no session is looked up every time, so a session created later is found.
+/// A buyer session, once found, is served from memory while it is younger than a day (sessions
+/// never change, and retention prunes none that young); a token that names no session is looked
+/// up every time, so a session created later is found.
 #[tokio::test]
 async fn found_buyer_sessions_are_kept_in_memory() {
     let (_dir, _, db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
     let (token, session) = kassa::store::catalog::create_session(&db, 1).await.unwrap();
-    let found = kassa::store::catalog::session_by_token(&db, &token).await.unwrap().expect("the session");
+    let found = kassa::store::catalog::session_by_token(&db, &token, 1).await.unwrap().expect("the session");
     assert_eq!((found.id.as_str(), found.csrf_token.as_str()), (session.id.as_str(), session.csrf_token.as_str()));
     // Gone from the table behind kassa's back: still served, from memory.
     sqlx::query("DELETE FROM sessions").execute(db.read_pool()).await.unwrap();
-    assert_eq!(kassa::store::catalog::session_by_token(&db, &token).await.unwrap().map(|s| s.id), Some(session.id));
+    assert_eq!(kassa::store::catalog::session_by_token(&db, &token, 1).await.unwrap().map(|s| s.id), Some(session.id));
+    // A day old, it may have been pruned by retention: read again, and found gone.
+    let day = kassa::store::catalog::SESSION_CACHE_AGE_MAX_MS;
+    assert!(kassa::store::catalog::session_by_token(&db, &token, 1 + day).await.unwrap().is_none());
     // Not found is not remembered: the session appears (created by another instance), and is found.
-    assert!(kassa::store::catalog::session_by_token(&db, "tok-late").await.unwrap().is_none());
+    assert!(kassa::store::catalog::session_by_token(&db, "tok-late", 1).await.unwrap().is_none());
     sqlx::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('S-LATE', $1, 'c', 2)")
         .bind(kassa::store::catalog::token_hash("tok-late"))
         .execute(db.read_pool())
         .await
         .unwrap();
-    let late = kassa::store::catalog::session_by_token(&db, "tok-late").await.unwrap();
+    let late = kassa::store::catalog::session_by_token(&db, "tok-late", 1).await.unwrap();
     assert_eq!(late.map(|s| s.id).as_deref(), Some("S-LATE"));
 }
 
@@ -359,7 +363,14 @@ async fn every_sqlite_writer_commits_the_same_way() {
         let (_dir, _, db) = fresh_sqlite(writer).await;
         assert_eq!(db.group().is_some_and(|g| g.is_native()), writer == SqliteWriter::Native);
         let price = Money::new(250, Currency::parse("CNY").unwrap()).unwrap();
-        let sku = NewSku { sku: "W".into(), name: "W".into(), kind: SkuKind::Physical, price, stock: 10 };
+        let sku = NewSku {
+            sku: "W".into(),
+            name: "W".into(),
+            kind: SkuKind::Physical,
+            price,
+            stock: 10,
+            limits: Default::default(),
+        };
         catalog::create_sku(&db, &sku, false, 1).await.unwrap();
         let mut buyers = tokio::task::JoinSet::new();
         for i in 0..12 {
@@ -380,6 +391,7 @@ async fn every_sqlite_writer_commits_the_same_way() {
                     channel: "web",
                     idempotency_key: None,
                     hold_ms: 60_000,
+                    max_open_orders: 0,
                     now: 2,
                     currencies: None,
                 };
@@ -508,7 +520,7 @@ async fn sqlite_in_lists_are_rewritten_by_rebuilding_their_tables() {
     let db = kassa::store::Db::connect(&url, 2).await.unwrap();
     db.migrate().await.unwrap();
     let pool = db.read_pool();
-    assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, 10);
+    assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, 11);
     assert_eq!(number(pool, IN_LISTS_LEFT).await, 0);
     let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(pool).await.unwrap();
     assert_eq!(integrity, "ok");

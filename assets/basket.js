@@ -1,0 +1,4 @@
+document.getElementById("confirm-form").addEventListener("submit", function () {
+  // One order per click: the button is disabled, and the idempotency key makes a second post harmless.
+  var b = document.getElementById("confirm"); setTimeout(function () { b.disabled = true; b.textContent = "Confirming…"; }, 0);
+});

@@ -1,0 +1,148 @@
+//! Retention: what a shop no longer needs is pruned — buyer sessions that never ordered, baskets
+//! left open, the raw bodies of old processed notifications, stale sign-in failure counts. Nothing
+//! an open order or an unsettled refund needs is touched: sessions with orders stay (their orders
+//! reference them), a frozen basket stays with its order, and a notification keeps its body while
+//! its order is open or a refund of it is unsettled.
+
+use serde::Serialize;
+
+use crate::clock::Millis;
+use crate::config::Retention;
+use crate::error::Result;
+use crate::store::{Db, col};
+
+/// Rows pruned per kind in one transaction.
+pub const PRUNE_BATCH: i64 = 500;
+/// Transactions per kind in one pass; what is left waits for the next pass.
+pub const PRUNE_ROUNDS_MAX: usize = 20;
+/// Sign-in failure counts are forgotten this long after their window started (and any lockout ended).
+const SIGNIN_FAILURES_KEPT_MS: Millis = 24 * 3600 * 1000;
+
+/// What one pass pruned.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    pub baskets: u64,
+    pub sessions: u64,
+    pub notification_bodies: u64,
+    pub signin_failures: u64,
+}
+
+impl Pruned {
+    pub fn any(&self) -> bool {
+        self.baskets + self.sessions + self.notification_bodies + self.signin_failures > 0
+    }
+}
+
+/// Order statuses whose notifications no decision can still need: the order is settled and no
+/// operator is asked about it.
+const SETTLED_ORDER_STATUSES: &str = "'paid', 'delivered', 'expired', 'cancelled', 'refunded'";
+
+/// One retention pass at `now`.
+pub async fn prune(db: &Db, retention: Retention, now: Millis) -> Result<Pruned> {
+    let idle_before = now.saturating_sub(retention.idle_ms);
+    // Baskets first: a session whose last basket goes is pruned in the same pass.
+    let baskets = rounds(|| prune_baskets(db, idle_before)).await?;
+    Ok(Pruned {
+        baskets,
+        sessions: rounds(|| prune_sessions(db, idle_before)).await?,
+        notification_bodies: rounds(|| {
+            prune_notification_bodies(db, now.saturating_sub(retention.notification_body_ms), now)
+        })
+        .await?,
+        signin_failures: rounds(|| prune_signin_failures(db, now)).await?,
+    })
+}
+
+/// Runs a batch until one prunes less than a full batch, for at most [`PRUNE_ROUNDS_MAX`] rounds.
+async fn rounds<F, Fut>(mut batch: F) -> Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64>>,
+{
+    let mut total = 0;
+    for _ in 0..PRUNE_ROUNDS_MAX {
+        let n = batch().await?;
+        total += n;
+        if n < PRUNE_BATCH.unsigned_abs() {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// Open baskets last changed before `idle_before`, with their lines.
+async fn prune_baskets(db: &Db, idle_before: Millis) -> Result<u64> {
+    let claim = format!(
+        "SELECT id FROM baskets WHERE status = 'open' AND updated_at < $1 ORDER BY updated_at LIMIT $2{}",
+        db.skip_locked()
+    );
+    crate::write_tx!(db, |tx| {
+        let rows = sqlx::query(&claim).bind(idle_before).bind(PRUNE_BATCH).fetch_all(&mut **tx).await?;
+        let mut n = 0;
+        for row in &rows {
+            let id: String = col(row, "id")?;
+            sqlx::query("DELETE FROM basket_lines WHERE basket_id = $1").bind(&id).execute(&mut **tx).await?;
+            n += sqlx::query("DELETE FROM baskets WHERE id = $1 AND status = 'open'")
+                .bind(&id)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+        }
+        Ok(n)
+    })
+}
+
+/// Buyer sessions created before `idle_before` that have no order and no basket left.
+async fn prune_sessions(db: &Db, idle_before: Millis) -> Result<u64> {
+    crate::write_tx!(db, |tx| {
+        let done = sqlx::query(
+            "DELETE FROM sessions WHERE id IN (SELECT s.id FROM sessions s WHERE s.created_at < $1 \
+             AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.session_id = s.id) \
+             AND NOT EXISTS (SELECT 1 FROM baskets b WHERE b.session_id = s.id) ORDER BY s.created_at LIMIT $2)",
+        )
+        .bind(idle_before)
+        .bind(PRUNE_BATCH)
+        .execute(&mut **tx)
+        .await?;
+        Ok(done.rows_affected())
+    })
+}
+
+/// Empties the raw bodies of notifications received before `before` that were processed, whose
+/// order (if any) is settled and has no unsettled refund.
+async fn prune_notification_bodies(db: &Db, before: Millis, now: Millis) -> Result<u64> {
+    let sql = format!(
+        "UPDATE notifications SET raw_body = $1, body_pruned_at = $2 WHERE id IN (SELECT n.id FROM notifications n \
+         WHERE n.body_pruned_at IS NULL AND n.received_at < $3 AND n.status <> 'received' \
+         AND (n.order_no IS NULL OR EXISTS (SELECT 1 FROM orders o WHERE o.order_no = n.order_no \
+         AND o.status IN ({SETTLED_ORDER_STATUSES}))) \
+         AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.order_no = n.order_no AND r.status IN ('requested', 'processing')) \
+         ORDER BY n.received_at LIMIT $4)"
+    );
+    crate::write_tx!(db, |tx| {
+        let done = sqlx::query(&sql)
+            .bind(Vec::<u8>::new())
+            .bind(now)
+            .bind(before)
+            .bind(PRUNE_BATCH)
+            .execute(&mut **tx)
+            .await?;
+        Ok(done.rows_affected())
+    })
+}
+
+/// Sign-in failure counts whose window is long over and whose lockout (if any) has ended.
+async fn prune_signin_failures(db: &Db, now: Millis) -> Result<u64> {
+    crate::write_tx!(db, |tx| {
+        let done = sqlx::query(
+            "DELETE FROM signin_failures WHERE address IN (SELECT address FROM signin_failures \
+             WHERE window_started_at < $1 AND (locked_until IS NULL OR locked_until < $2) LIMIT $3)",
+        )
+        .bind(now.saturating_sub(SIGNIN_FAILURES_KEPT_MS))
+        .bind(now)
+        .bind(PRUNE_BATCH)
+        .execute(&mut **tx)
+        .await?;
+        Ok(done.rows_affected())
+    })
+}

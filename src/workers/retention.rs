@@ -1,0 +1,38 @@
+//! The retention worker: prunes what the shop no longer needs (`store::retention`) and forgets the
+//! rate-limit buckets of idle addresses.
+
+use std::sync::Arc;
+
+use crate::clock::SharedClock;
+use crate::config::Retention;
+use crate::error::Result;
+use crate::http::guard::Guard;
+use crate::store::Db;
+use crate::store::retention::{self, Pruned};
+
+pub struct Retainer {
+    pub db: Db,
+    pub clock: SharedClock,
+    pub retention: Retention,
+    pub guard: Arc<Guard>,
+}
+
+impl Retainer {
+    /// One pass.
+    pub async fn step(&self) -> Result<Pruned> {
+        self.guard.forget_idle();
+        let pruned = retention::prune(&self.db, self.retention, self.clock.now_ms()).await?;
+        if pruned.any() {
+            tracing::info!(?pruned, "retention pass");
+        }
+        for (kind, n) in [
+            ("baskets", pruned.baskets),
+            ("sessions", pruned.sessions),
+            ("notification_bodies", pruned.notification_bodies),
+            ("signin_failures", pruned.signin_failures),
+        ] {
+            metrics::counter!("kassa_pruned_total", "kind" => kind).increment(n);
+        }
+        Ok(pruned)
+    }
+}
