@@ -86,6 +86,15 @@ pub fn bucket_of(method: &Method, path: &str) -> Option<Bucket> {
     }
 }
 
+/// The bucket of a request: its route's, or — for the storefront visited without a buyer cookie,
+/// which creates a buyer session — the sessions bucket.
+pub fn bucket_of_request(method: &Method, path: &str, headers: &HeaderMap) -> Option<Bucket> {
+    bucket_of(method, path).or_else(|| {
+        let new_buyer = method == Method::GET && path == "/" && super::cookie(headers, super::SESSION_COOKIE).is_none();
+        new_buyer.then_some(Bucket::Sessions)
+    })
+}
+
 /// Who a request comes from, as the limits see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Client {
@@ -367,7 +376,8 @@ pub async fn guard_requests(State(state): State<AppState>, mut req: Request, nex
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    let bucket = req.extensions().get::<MatchedPath>().and_then(|p| bucket_of(req.method(), p.as_str()));
+    let bucket =
+        req.extensions().get::<MatchedPath>().and_then(|p| bucket_of_request(req.method(), p.as_str(), req.headers()));
     if let Some(bucket) = bucket {
         let admin = super::bearer(req.headers()).is_some_and(|t| state.is_admin_token(t));
         if !admin && let Err(e) = state.guard.take(bucket, &client) {
@@ -485,5 +495,13 @@ mod tests {
         assert_eq!(bucket_of(&Method::POST, "/admin/login"), Some(Bucket::Signins));
         assert_eq!(bucket_of(&Method::POST, "/notify/{gateway}"), None, "a gateway's notifications are never limited");
         assert_eq!(bucket_of(&Method::GET, "/admin/login"), None);
+        let none = HeaderMap::new();
+        assert_eq!(
+            bucket_of_request(&Method::GET, "/", &none),
+            Some(Bucket::Sessions),
+            "a storefront visit makes a buyer"
+        );
+        let returning = headers(&[("cookie", "kassa_session=abc")]);
+        assert_eq!(bucket_of_request(&Method::GET, "/", &returning), None);
     }
 }
