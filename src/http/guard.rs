@@ -20,8 +20,8 @@ use crate::error::{Error, RefusalKind};
 pub const SHOP_KEY_HEADER: &str = "kassa-shop-key";
 /// Header in which the shop's server names the buyer's address.
 pub const BUYER_IP_HEADER: &str = "kassa-buyer-ip";
-/// Addresses whose buckets are kept per limit; past it, buckets idle long enough to be full again
-/// are dropped, and if that is not enough all of them are (a full bucket and a new one are alike).
+/// Addresses whose buckets are kept per limit before buckets idle long enough to be full again are
+/// dropped at once rather than at the next retention pass (a full bucket and a new one are alike).
 pub const TRACKED_ADDRESSES_MAX: usize = 100_000;
 /// Longest bot-check token passed on to the verifier.
 pub const CAPTCHA_TOKEN_LEN_MAX: usize = 4096;
@@ -240,9 +240,7 @@ impl Guard {
         if limiter.len() >= TRACKED_ADDRESSES_MAX {
             limiter.retain_recent();
             if limiter.len() >= TRACKED_ADDRESSES_MAX {
-                tracing::warn!(bucket = bucket.name(), "rate limit buckets full; starting over");
-                limiter.retain_recent();
-                limiter.shrink_to_fit();
+                tracing::warn!(bucket = bucket.name(), "rate limit buckets full of active addresses");
             }
         }
         match limiter.check_key(&key_of(client.addr)) {

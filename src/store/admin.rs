@@ -77,12 +77,20 @@ pub async fn end_session(db: &Db, token: &str) -> Result<()> {
 
 /// Until when `address` is locked out of signing in, if it is.
 pub async fn signin_locked_until(db: &Db, address: &str, now: Millis) -> Result<Option<Millis>> {
-    let until: Option<Option<Millis>> =
-        sqlx::query_scalar("SELECT locked_until FROM signin_failures WHERE address = $1")
-            .bind(address)
-            .fetch_optional(db.read_pool())
-            .await?;
-    Ok(until.flatten().filter(|u| *u > now))
+    let row = sqlx::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
+        .bind(address)
+        .fetch_optional(db.read_pool())
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(failures_of(&row)?.may_try(now).err())
+}
+
+fn failures_of(row: &sqlx::any::AnyRow) -> Result<crate::domain::signin::Failures> {
+    Ok(crate::domain::signin::Failures {
+        failures: col(row, "failures")?,
+        window_started_at: col(row, "window_started_at")?,
+        locked_until: col(row, "locked_until")?,
+    })
 }
 
 /// Counts a failed sign-in from `address`. Returns the end of the lockout when this failure
@@ -93,22 +101,14 @@ pub async fn record_signin_failure(
     now: Millis,
     policy: crate::domain::signin::LockoutPolicy,
 ) -> Result<Option<Millis>> {
-    use crate::domain::signin::{Failures, after_failure};
+    use crate::domain::signin::after_failure;
     crate::write_tx!(db, |tx| {
         let row =
             sqlx::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
                 .bind(address)
                 .fetch_optional(&mut **tx)
                 .await?;
-        let before = row
-            .map(|r| {
-                Ok::<_, crate::error::Error>(Failures {
-                    failures: col(&r, "failures")?,
-                    window_started_at: col(&r, "window_started_at")?,
-                    locked_until: col(&r, "locked_until")?,
-                })
-            })
-            .transpose()?;
+        let before = row.as_ref().map(failures_of).transpose()?;
         let after = after_failure(before, now, policy);
         sqlx::query(
             "INSERT INTO signin_failures (address, failures, window_started_at, locked_until) VALUES ($1, $2, $3, $4) \
