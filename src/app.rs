@@ -199,7 +199,7 @@ impl App {
         let addr = listener.local_addr()?;
         std::fs::create_dir_all(&settings.data_dir)
             .with_context(|| format!("creating the data dir {}", settings.data_dir.display()))?;
-        let db = Db::connect(&settings.database_url, settings.db_max_connections).await?;
+        let db = Db::connect_with(&settings.database_url, settings.db_max_connections, settings.engine).await?;
         db.migrate().await.context("applying migrations")?;
         let public_url =
             settings.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_string();

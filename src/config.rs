@@ -1,6 +1,7 @@
 //! Configuration: command line, then `KASSA_<NAME>` environment variables (both through clap),
 //! then the TOML file named by `--config`, then defaults.
 
+use crate::store::engine::EngineConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -242,6 +243,8 @@ pub struct Settings {
     /// How often the reconciler runs.
     pub reconcile_interval_ms: u64,
     pub protection: Protection,
+    /// How the storage engine runs ([`EngineConfig::from_env`]: switches for measuring).
+    pub engine: EngineConfig,
 }
 
 /// What protects a public storefront: per-buyer and per-address limits, the bot check, the admin
@@ -585,6 +588,7 @@ impl Settings {
             .unwrap_or(DEFAULT_RECONCILE_AFTER_SECONDS)
             .min(HOLD_SECONDS_MAX);
         Ok(Settings {
+            engine: EngineConfig::from_env()?,
             protection,
             gateways: file.gateways.clone(),
             default_gateway: args.default_gateway.clone().or(file.default_gateway.clone()),
@@ -636,13 +640,15 @@ impl Settings {
         Ok(std::fs::read_to_string(&path).ok().map(|s| s.trim().to_string()))
     }
 
-    /// The database settings for `check` and `migrate`.
-    pub fn resolve_common(args: &CommonArgs) -> anyhow::Result<(String, u32)> {
+    /// The database settings for `check`, `migrate` and `keys import`: its URL, the pool's bound
+    /// and the engine's configuration.
+    pub fn resolve_common(args: &CommonArgs) -> anyhow::Result<(String, u32, EngineConfig)> {
         let file = read_file(args.config.as_deref())?;
         let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("./kassa-data"));
         Ok((
             database_url(&data_dir, args.database_url.clone().or(file.database_url)),
             args.db_max_connections.or(file.db_max_connections).unwrap_or(DEFAULT_DB_MAX_CONNECTIONS),
+            EngineConfig::from_env()?,
         ))
     }
 }

@@ -12,12 +12,59 @@ pub enum Error {
     #[error("{0}")]
     Refused(Refusal),
     #[error("database error: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(#[from] DbError),
     #[error("internal error: {0:#}")]
     Internal(#[from] anyhow::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a database said went wrong, whichever driver said it: the code it gave (PostgreSQL's
+/// SQLSTATE, SQLite's extended result code) and its message, or that it could not be reached.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct DbError {
+    code: Option<String>,
+    message: String,
+    /// Not reached at all: no connection, or it broke.
+    unreachable: bool,
+}
+
+impl DbError {
+    pub fn new(code: Option<String>, message: impl Into<String>) -> DbError {
+        DbError { code, message: message.into(), unreachable: false }
+    }
+
+    /// The database could not be reached (a connection refused, broken, or not handed out in time).
+    pub fn unreachable(message: impl Into<String>) -> DbError {
+        DbError { code: None, message: message.into(), unreachable: true }
+    }
+
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The database cannot be reached (down, restarting, refusing connections).
+    pub fn is_unavailable(&self) -> bool {
+        self.unreachable
+            || self.code().is_some_and(|c| {
+                // PostgreSQL: connection_exception (08…), operator_intervention shutting down or
+                // not yet accepting connections (57P01-57P03), too_many_connections (53300).
+                c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300")
+            })
+    }
+
+    /// Worth running the whole transaction again for.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.code(),
+            // PostgreSQL: serialization_failure, deadlock_detected.
+            Some("40001") | Some("40P01")
+            // SQLite: SQLITE_BUSY, SQLITE_BUSY_SNAPSHOT, SQLITE_LOCKED.
+            | Some("5") | Some("517") | Some("6")
+        )
+    }
+}
 
 impl Error {
     pub fn refused(kind: RefusalKind, code: &'static str, message: impl Into<String>) -> Self {
@@ -79,8 +126,11 @@ impl Error {
     /// succeed later, and is answered 503 `database_unavailable` with `Retry-After`.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Error::Db(e) => is_unavailable_db(e),
-            Error::Internal(e) => e.chain().any(|c| c.downcast_ref::<sqlx::Error>().is_some_and(is_unavailable_db)),
+            Error::Db(e) => e.is_unavailable(),
+            Error::Internal(e) => e.chain().any(|c| {
+                c.downcast_ref::<DbError>().is_some_and(DbError::is_unavailable)
+                    || c.downcast_ref::<Error>().is_some_and(Error::is_unavailable)
+            }),
             Error::Refused(_) => false,
         }
     }
@@ -88,61 +138,12 @@ impl Error {
     /// Serialization failures and deadlocks (PostgreSQL) or a busy database (SQLite) are worth
     /// retrying the whole transaction for; nothing else is.
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::Db(e) => is_retryable_db(e),
-            _ => false,
-        }
-    }
-
-    /// PostgreSQL refused an `EXECUTE` of a batch statement the connection had not prepared
-    /// (`store::prepared`); nothing of it ran, and the connection has been given the statement.
-    pub fn is_unprepared(&self) -> bool {
-        matches!(self, Error::Db(e) if is_unprepared_db(e))
+        matches!(self, Error::Db(e) if e.is_retryable())
     }
 }
 
 /// Seconds a client is asked to wait (`Retry-After`) when the database is unavailable.
 pub const DB_UNAVAILABLE_RETRY_AFTER_S: u64 = 5;
-
-/// Whether `e` says the database could not be reached, rather than that a statement failed.
-pub fn is_unavailable_db(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => matches!(
-            db.code().as_deref(),
-            // PostgreSQL: connection_exception (08…), operator_intervention shutting down or not yet
-            // accepting connections (57P01-57P03), too_many_connections (53300).
-            Some(c) if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300")
-        ),
-        _ => false,
-    }
-}
-
-/// PostgreSQL's `invalid_sql_statement_name`: an `EXECUTE` of a statement the connection has not
-/// prepared.
-pub const UNPREPARED_SQLSTATE: &str = "26000";
-
-/// Whether `e` is [`UNPREPARED_SQLSTATE`].
-pub fn is_unprepared_db(e: &sqlx::Error) -> bool {
-    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == UNPREPARED_SQLSTATE)
-}
-
-pub fn is_retryable_db(e: &sqlx::Error) -> bool {
-    let Some(db) = e.as_database_error() else {
-        return matches!(e, sqlx::Error::PoolTimedOut);
-    };
-    matches!(
-        db.code().as_deref(),
-        // PostgreSQL: serialization_failure, deadlock_detected.
-        Some("40001") | Some("40P01")
-        // SQLite: SQLITE_BUSY, SQLITE_BUSY_SNAPSHOT, SQLITE_LOCKED.
-        | Some("5") | Some("517") | Some("6")
-    )
-}
 
 impl From<crate::domain::MoneyError> for Error {
     fn from(e: crate::domain::MoneyError) -> Self {

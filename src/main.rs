@@ -75,7 +75,7 @@ enum KeysCommand {
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     // Structured JSON when not on a terminal (log collectors), readable text otherwise.
     if std::io::stderr().is_terminal() {
@@ -183,7 +183,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 
 async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::reconciler::ReconcileReport> {
     let settings = Settings::resolve(&args.serve)?;
-    let db = Db::connect(&settings.database_url, settings.db_max_connections).await?;
+    let db = Db::connect_with(&settings.database_url, settings.db_max_connections, settings.engine).await?;
     db.migrate().await?;
     let clock: kassa::clock::SharedClock = Arc::new(SystemClock);
     let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
@@ -225,8 +225,8 @@ async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, key
     let secret = Settings::resolve_keys_secret(common, keys)?
         .ok_or_else(|| anyhow::anyhow!("no keys secret: pass --keys-secret (or KASSA_KEYS_SECRET)"))?;
     let vault = kassa::vault::Vault::from_hex(&secret)?;
-    let (url, max) = Settings::resolve_common(common)?;
-    let db = Db::connect(&url, max).await?;
+    let (url, max, engine) = Settings::resolve_common(common)?;
+    let db = Db::connect_with(&url, max, engine).await?;
     db.migrate().await?;
     let reader: Box<dyn std::io::BufRead> = if file.as_os_str() == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
@@ -279,8 +279,8 @@ async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, key
 }
 
 async fn migrate(args: &CommonArgs) -> anyhow::Result<()> {
-    let (url, max) = Settings::resolve_common(args)?;
-    let db = Db::connect(&url, max).await?;
+    let (url, max, engine) = Settings::resolve_common(args)?;
+    let db = Db::connect_with(&url, max, engine).await?;
     db.migrate().await?;
     println!("migrations applied");
     Ok(())
@@ -288,12 +288,12 @@ async fn migrate(args: &CommonArgs) -> anyhow::Result<()> {
 
 async fn run_check(args: &CommonArgs, keys: &KeysArgs) -> ExitCode {
     let result = async {
-        let (url, max) = Settings::resolve_common(args)?;
+        let (url, max, engine) = Settings::resolve_common(args)?;
         let vault = Settings::resolve_keys_secret(args, keys)?
             .map(|s| kassa::vault::Vault::from_hex(&s))
             .transpose()
             .map_err(|e| anyhow::anyhow!("the keys secret: {e}"))?;
-        let db = Db::connect(&url, max).await?;
+        let db = Db::connect_with(&url, max, engine).await?;
         let keys_unchecked = vault.is_none() && kassa::store::fulfilment::keys_stored(&db).await?;
         anyhow::Ok((check::run_with(&db, vault.as_ref()).await?, keys_unchecked))
     }

@@ -1,13 +1,14 @@
 //! The engine scenarios (the store alone, no HTTP) and the durable-commit limit.
 
 use super::*;
+use kassa::store::sql;
 
 /// In-process: the store alone, no HTTP.
 pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     use kassa::store::{catalog, checkout, payments};
     let dir = ScratchDir::new()?;
     let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
-    let db = Db::connect(&url, 32).await?;
+    let db = Db::connect_with(&url, 32, kassa::store::engine::EngineConfig::from_env()?).await?;
     db.migrate().await?;
     let now = SystemClock.now_ms();
     let hot = args.scenario == "hot";
@@ -177,7 +178,7 @@ pub(super) async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
     while Instant::now() < deadline {
         n += 1;
         let mut tx = db.begin().await?;
-        sqlx::query("INSERT INTO settings (name, value) VALUES ($1, 'x') ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+        sql::query("INSERT INTO settings (name, value) VALUES ($1, 'x') ON CONFLICT (name) DO UPDATE SET value = excluded.value")
             .bind(format!("bench-{}", n % 1000))
             .execute(&mut *tx)
             .await?;

@@ -4,6 +4,7 @@ use super::*;
 use anyhow::Context as _;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use kassa::store::sql;
 
 pub(super) struct Server {
     pub(super) base: String,
@@ -107,7 +108,7 @@ const SANDBOX_MERCHANT: &str = "kassa-demo-merchant";
 async fn sandbox_signer(server: &Server) -> anyhow::Result<aws_lc_rs::signature::Ed25519KeyPair> {
     let url = server.database_url.as_deref().context("notify-direct needs the server's --database-url")?;
     let db = Db::connect(url, 2).await?;
-    let pkcs8: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.signing_key_pkcs8'")
+    let pkcs8: String = sql::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.signing_key_pkcs8'")
         .fetch_one(db.read_pool())
         .await
         .context("reading the sandbox's signing key")?;

@@ -1,5 +1,6 @@
 //! JSON API handlers (docs/CONTRACT.md, "HTTP").
 
+use crate::store::sql;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -21,7 +22,7 @@ use crate::store::views;
 use crate::store::{fulfilment, orders, refunds};
 
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
-    match sqlx::query_scalar::<_, i64>("SELECT 1").fetch_one(state.db.read_pool()).await {
+    match sql::query_scalar::<i64>("SELECT 1").fetch_one(state.db.read_pool()).await {
         Ok(_) => axum::Json(json!({"status": "ok"})).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "health check failed");

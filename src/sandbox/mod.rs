@@ -9,6 +9,7 @@
 pub mod http;
 pub mod protocol;
 
+use crate::store::sql;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -227,14 +228,10 @@ impl Sandbox {
     }
 
     pub async fn payment(&self, attempt_ref: &str) -> Result<SandboxPayment> {
-        let r = self
-            .db
-            .fetch_optional(
-                sqlx::query(
+        let r = sql::query(
                     "SELECT attempt_ref, amount_minor, currency, subject, return_url, status, closed FROM sandbox_payments WHERE attempt_ref = $1",
                 )
-                .bind(attempt_ref),
-            )
+                .bind(attempt_ref).fetch_optional(self.db.read_pool())
             .await?
             .ok_or_else(|| Error::not_found("sandbox payment"))?;
         Ok(SandboxPayment {
@@ -268,7 +265,7 @@ impl Sandbox {
         let (event_id, ids) = self.db.on_writer(async move {
             let (me, attempt_ref) = (&me, reference.as_str());
             crate::write_tx!(me.db, |tx| {
-                let p = sqlx::query(&format!(
+                let p = sql::query(&format!(
                         "SELECT status, closed, event_id, txn_id, amount_minor, currency, notify_url FROM sandbox_payments WHERE attempt_ref = $1{lock}"
                     ))
                     .bind(attempt_ref)
@@ -353,7 +350,7 @@ impl Sandbox {
         );
         let rejected = |reason: &str| Ok((RefundAnswer::Rejected { reason: reason.to_string() }, Vec::new()));
         let (answer, ids) = crate::write_tx!(self.db, |tx| {
-            let Some(p) = sqlx::query(&format!(
+            let Some(p) = sql::query(&format!(
                 "SELECT status, amount_minor, currency, notify_url FROM sandbox_payments WHERE attempt_ref = $1{lock}"
             ))
             .bind(attempt_ref)
@@ -363,7 +360,7 @@ impl Sandbox {
                 return rejected("no such payment");
             };
             let existing: Option<String> =
-                sqlx::query_scalar("SELECT attempt_ref FROM sandbox_refunds WHERE refund_no = $1")
+                sql::query_scalar("SELECT attempt_ref FROM sandbox_refunds WHERE refund_no = $1")
                     .bind(refund_no)
                     .fetch_optional(&mut **tx)
                     .await?;
@@ -381,7 +378,7 @@ impl Sandbox {
             if col::<String>(&p, "currency")? != amount.currency().code() {
                 return rejected("currency differs from the payment");
             }
-            let refunded: i64 = sqlx::query_scalar(
+            let refunded: i64 = sql::query_scalar(
                 "SELECT CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) FROM sandbox_refunds WHERE attempt_ref = $1",
             )
             .bind(attempt_ref)
@@ -424,7 +421,7 @@ impl Sandbox {
         let now = self.clock.now_ms();
         let lock = self.db.for_update();
         crate::write_tx!(self.db, |tx| {
-            let Some(p) = sqlx::query(&format!(
+            let Some(p) = sql::query(&format!(
                     "SELECT status, closed, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1{lock}"
                 ))
                 .bind(attempt_ref)
@@ -436,7 +433,7 @@ impl Sandbox {
             if col::<String>(&p, "status")? == "succeeded" {
                 return Ok(CloseOutcome::AlreadyPaid(paid_event(&p, attempt_ref, "close")?));
             }
-            sqlx::query("UPDATE sandbox_payments SET closed = 1, updated_at = $1 WHERE attempt_ref = $2")
+            sql::query("UPDATE sandbox_payments SET closed = 1, updated_at = $1 WHERE attempt_ref = $2")
                 .bind(now)
                 .bind(attempt_ref)
                 .execute(&mut **tx)
@@ -447,14 +444,10 @@ impl Sandbox {
 
     /// The merchant asks what became of a payment (active query).
     pub async fn query(&self, attempt_ref: &str) -> Result<PaymentState> {
-        let row = self
-            .db
-            .fetch_optional(
-                sqlx::query(
+        let row = sql::query(
                     "SELECT status, closed, event_id, txn_id, amount_minor, currency FROM sandbox_payments WHERE attempt_ref = $1",
                 )
-                .bind(attempt_ref),
-            )
+                .bind(attempt_ref).fetch_optional(self.db.read_pool())
             .await?;
         let Some(p) = row else {
             return Ok(PaymentState::NotFound);
@@ -469,7 +462,7 @@ impl Sandbox {
 
     /// The merchant asks what became of a refund.
     pub async fn query_refund(&self, attempt_ref: &str, refund_no: &str) -> Result<RefundState> {
-        let found: Option<String> = sqlx::query_scalar("SELECT attempt_ref FROM sandbox_refunds WHERE refund_no = $1")
+        let found: Option<String> = sql::query_scalar("SELECT attempt_ref FROM sandbox_refunds WHERE refund_no = $1")
             .bind(refund_no)
             .fetch_optional(self.db.read_pool())
             .await?;
@@ -483,7 +476,7 @@ impl Sandbox {
     pub async fn deliver(&self, id: &str) -> Result<()> {
         let now = self.clock.now_ms();
         let claimed = crate::write_tx!(self.db, |tx| {
-            let done = sqlx::query(
+            let done = sql::query(
                     "UPDATE sandbox_deliveries SET lease_until = $1 WHERE id = $2 AND status = 'pending' AND lease_until <= $3",
                 )
                 .bind(now.saturating_add(DELIVERY_LEASE_MS))
@@ -494,7 +487,7 @@ impl Sandbox {
             if done.rows_affected() != 1 {
                 return Ok(None);
             }
-            let r = sqlx::query("SELECT body, notify_url, tries FROM sandbox_deliveries WHERE id = $1")
+            let r = sql::query("SELECT body, notify_url, tries FROM sandbox_deliveries WHERE id = $1")
                 .bind(id)
                 .fetch_one(&mut **tx)
                 .await?;
@@ -522,7 +515,7 @@ impl Sandbox {
         self.db
             .on_writer(async move {
                 db.write_one(|| {
-                    sqlx::query(
+                    sql::query(
                         "UPDATE sandbox_deliveries SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4 WHERE id = $5",
                     )
                     .bind(status)
@@ -572,7 +565,7 @@ impl Sandbox {
     /// One pass of the delivery worker: sends every due notification. Returns how many it tried.
     pub async fn deliver_step(self: &Arc<Self>) -> Result<usize> {
         let now = self.clock.now_ms();
-        let ids: Vec<String> = sqlx::query_scalar(
+        let ids: Vec<String> = sql::query_scalar(
             "SELECT id FROM sandbox_deliveries WHERE status = 'pending' AND next_at <= $1 AND lease_until <= $1 ORDER BY next_at LIMIT $2",
         )
         .bind(now)
@@ -599,9 +592,9 @@ impl Sandbox {
 
     /// Deliveries not yet acknowledged (for tests and the operator).
     pub async fn pending_deliveries(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'")
+        sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'")
             .fetch_one(self.db.read_pool())
-            .await?)
+            .await
     }
 }
 
@@ -703,7 +696,7 @@ async fn mark_delivered(db: Db, ids: Vec<String>, now: i64) -> Result<u64> {
          last_error = NULL WHERE id IN ({})",
         params(2, ids.len())
     );
-    db.write_one(|| ids.iter().fold(sqlx::query(&sql).bind(now), |q, id| q.bind(*id))).await
+    db.write_one(|| ids.iter().fold(sql::query(&sql).bind(now), |q, id| q.bind(*id))).await
 }
 
 /// A payment the merchant asked for, to record.
@@ -745,7 +738,7 @@ async fn insert_payments(db: Db, rows: Vec<Registration>) -> Result<u64> {
         values.join(", ")
     );
     db.write_one(|| {
-        rows.iter().fold(sqlx::query(&sql), |q, r| {
+        rows.iter().fold(sql::query(&sql), |q, r| {
             q.bind(&r.attempt_ref)
                 .bind(&r.merchant_id)
                 .bind(r.amount.amount_minor())
@@ -762,7 +755,7 @@ async fn insert_payments(db: Db, rows: Vec<Registration>) -> Result<u64> {
 
 /// A paid sandbox payment as a verified success; `source` (close, query) keeps the event id
 /// stable per payment so repeated answers de-duplicate.
-fn paid_event(p: &sqlx::any::AnyRow, attempt_ref: &str, source: &str) -> Result<VerifiedEvent> {
+fn paid_event(p: &sql::Row, attempt_ref: &str, source: &str) -> Result<VerifiedEvent> {
     let event_id: Option<String> = col(p, "event_id")?;
     let amount = Money::new(col(p, "amount_minor")?, Currency::parse(&col::<String>(p, "currency")?)?)?;
     let body = json!({source: attempt_ref, "status": "succeeded"}).to_string();
@@ -792,7 +785,7 @@ mod tests {
         for id in &ids {
             records
                 .write_one(|| {
-                    sqlx::query(
+                    sql::query(
                         "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, \
                          lease_until, last_error, created_at) VALUES ($1, 'a', 'e', '{}', 'u', 'pending', 2, 5, 9, 'x', 1)",
                     )
@@ -803,7 +796,7 @@ mod tests {
         }
         assert_eq!(mark_delivered(records.clone(), ids[..3].to_vec(), 77).await.unwrap(), 3);
         assert_eq!(mark_delivered(records.clone(), Vec::new(), 77).await.unwrap(), 0);
-        let rows: Vec<(String, String, i64, i64, i64, Option<String>)> = sqlx::query_as(
+        let rows: Vec<(String, String, i64, i64, i64, Option<String>)> = sql::query_as(
             "SELECT id, status, tries, next_at, lease_until, last_error FROM sandbox_deliveries ORDER BY id",
         )
         .fetch_all(records.read_pool())
@@ -842,7 +835,7 @@ mod tests {
         assert_eq!(insert_payments(records.clone(), again).await.unwrap(), 2);
         assert_eq!(insert_payments(records.clone(), Vec::new()).await.unwrap(), 0);
         type Row = (String, String, i64, String, String, String, String, i64, String, i64, i64, i64);
-        let rows: Vec<Row> = sqlx::query_as(
+        let rows: Vec<Row> = sql::query_as(
             "SELECT attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, expires_at, \
              status, closed, created_at, updated_at FROM sandbox_payments ORDER BY attempt_ref",
         )

@@ -4,6 +4,7 @@ use crate::clock::{Millis, rfc3339};
 use crate::domain::ids;
 use crate::error::Result;
 use crate::store::catalog::{SkuView, list_skus, token_hash};
+use crate::store::sql;
 use crate::store::{Db, col, new_id};
 
 /// How long an admin console session lasts at most, however busy its operator.
@@ -21,8 +22,8 @@ pub async fn create_session(db: &Db, now: Millis, idle_ms: Millis) -> Result<(St
     let token = ids::new_secret_token();
     let csrf = ids::new_secret_token();
     crate::write_tx!(db, |tx| {
-        sqlx::query("DELETE FROM admin_sessions WHERE expires_at < $1").bind(now).execute(&mut **tx).await?;
-        sqlx::query(
+        sql::query("DELETE FROM admin_sessions WHERE expires_at < $1").bind(now).execute(&mut **tx).await?;
+        sql::query(
             "INSERT INTO admin_sessions (token_hash, csrf_token, created_at, expires_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(token_hash(&token))
@@ -42,19 +43,19 @@ pub async fn session_csrf(db: &Db, token: &str, now: Millis, idle_ms: Millis) ->
         return Ok(None);
     }
     let hash = token_hash(token);
-    let row = db
-        .fetch_optional(
-            sqlx::query("SELECT csrf_token, created_at, expires_at FROM admin_sessions WHERE token_hash = $1 AND expires_at > $2")
-                .bind(&hash)
-                .bind(now),
-        )
-        .await?;
+    let row = sql::query(
+        "SELECT csrf_token, created_at, expires_at FROM admin_sessions WHERE token_hash = $1 AND expires_at > $2",
+    )
+    .bind(&hash)
+    .bind(now)
+    .fetch_optional(db.read_pool())
+    .await?;
     let Some(row) = row else { return Ok(None) };
     let (created_at, expires_at): (Millis, Millis) = (col(&row, "created_at")?, col(&row, "expires_at")?);
     let slid = now.saturating_add(idle_ms).min(created_at.saturating_add(ADMIN_SESSION_MS));
     if slid.saturating_sub(expires_at) > SESSION_SLIDE_MIN_MS {
         crate::write_tx!(db, |tx| {
-            sqlx::query("UPDATE admin_sessions SET expires_at = $1 WHERE token_hash = $2 AND expires_at < $1")
+            sql::query("UPDATE admin_sessions SET expires_at = $1 WHERE token_hash = $2 AND expires_at < $1")
                 .bind(slid)
                 .bind(&hash)
                 .execute(&mut **tx)
@@ -67,7 +68,7 @@ pub async fn session_csrf(db: &Db, token: &str, now: Millis, idle_ms: Millis) ->
 
 pub async fn end_session(db: &Db, token: &str) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query("DELETE FROM admin_sessions WHERE token_hash = $1")
+        sql::query("DELETE FROM admin_sessions WHERE token_hash = $1")
             .bind(token_hash(token))
             .execute(&mut **tx)
             .await?;
@@ -77,7 +78,7 @@ pub async fn end_session(db: &Db, token: &str) -> Result<()> {
 
 /// Until when `address` is locked out of signing in, if it is.
 pub async fn signin_locked_until(db: &Db, address: &str, now: Millis) -> Result<Option<Millis>> {
-    let row = sqlx::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
+    let row = sql::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
         .bind(address)
         .fetch_optional(db.read_pool())
         .await?;
@@ -85,7 +86,7 @@ pub async fn signin_locked_until(db: &Db, address: &str, now: Millis) -> Result<
     Ok(failures_of(&row)?.may_try(now).err())
 }
 
-fn failures_of(row: &sqlx::any::AnyRow) -> Result<crate::domain::signin::Failures> {
+fn failures_of(row: &sql::Row) -> Result<crate::domain::signin::Failures> {
     Ok(crate::domain::signin::Failures {
         failures: col(row, "failures")?,
         window_started_at: col(row, "window_started_at")?,
@@ -104,13 +105,13 @@ pub async fn record_signin_failure(
     use crate::domain::signin::after_failure;
     crate::write_tx!(db, |tx| {
         let row =
-            sqlx::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
+            sql::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
                 .bind(address)
                 .fetch_optional(&mut **tx)
                 .await?;
         let before = row.as_ref().map(failures_of).transpose()?;
         let after = after_failure(before, now, policy);
-        sqlx::query(
+        sql::query(
             "INSERT INTO signin_failures (address, failures, window_started_at, locked_until) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (address) DO UPDATE SET failures = excluded.failures, \
              window_started_at = excluded.window_started_at, locked_until = excluded.locked_until",
@@ -145,7 +146,7 @@ pub async fn record_signin_failure(
 /// Forgets the failures of an address that signed in.
 pub async fn clear_signin_failures(db: &Db, address: &str) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query("DELETE FROM signin_failures WHERE address = $1").bind(address).execute(&mut **tx).await?;
+        sql::query("DELETE FROM signin_failures WHERE address = $1").bind(address).execute(&mut **tx).await?;
         Ok(())
     })
 }
@@ -168,10 +169,9 @@ pub async fn dashboard(db: &Db, now: Millis) -> Result<Dashboard> {
     let pool = db.read_pool();
     let day_start = now - now.rem_euclid(86_400_000);
     let by_status = crate::store::check::orders_by_status(db).await?;
-    let open_alerts: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE acknowledged = 0")
-        .fetch_one(pool)
-        .await?;
-    let captured = sqlx::query(
+    let open_alerts: i64 =
+        sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE acknowledged = 0").fetch_one(pool).await?;
+    let captured = sql::query(
         "SELECT a.currency, CAST(COALESCE(SUM(a.captured_minor), 0) AS BIGINT) AS total FROM payment_attempts a \
          JOIN status_events e ON e.entity = 'attempt' AND e.entity_id = a.attempt_ref AND e.to_status = 'succeeded' \
          WHERE e.at >= $1 GROUP BY a.currency ORDER BY a.currency",
@@ -179,7 +179,7 @@ pub async fn dashboard(db: &Db, now: Millis) -> Result<Dashboard> {
     .bind(day_start)
     .fetch_all(pool)
     .await?;
-    let refunded = sqlx::query(
+    let refunded = sql::query(
         "SELECT r.currency, CAST(COALESCE(SUM(r.amount_minor), 0) AS BIGINT) AS total FROM refunds r \
          JOIN status_events e ON e.entity = 'refund' AND e.entity_id = r.refund_no AND e.to_status = 'succeeded' \
          WHERE e.at >= $1 GROUP BY r.currency ORDER BY r.currency",
@@ -212,7 +212,7 @@ pub struct OrderRow {
 /// Orders, newest first, optionally of one status and/or matching an order number, attempt
 /// reference or gateway transaction id exactly.
 pub async fn list_orders(db: &Db, status: Option<&str>, query: Option<&str>) -> Result<Vec<OrderRow>> {
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT o.order_no, o.status, o.total_minor, o.currency, o.created_at FROM orders o \
          WHERE ($1 = '' OR o.status = $1) AND ($2 = '' OR o.order_no = $2 OR EXISTS (SELECT 1 FROM payment_attempts a \
          WHERE a.order_no = o.order_no AND (a.attempt_ref = $2 OR a.gateway_txn_id = $2))) \
@@ -246,7 +246,7 @@ pub struct NotificationRow {
 }
 
 pub async fn notifications(db: &Db, order_no: Option<&str>, only_rejected: bool) -> Result<Vec<NotificationRow>> {
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT n.received_at, n.gateway, n.claimed_event_id, n.attempt_ref, n.status, n.reason FROM notifications n \
          WHERE ($1 = '' OR n.order_no = $1 OR n.attempt_ref IN (SELECT attempt_ref FROM payment_attempts WHERE order_no = $1)) \
          AND ($2 = 0 OR n.status = 'rejected') ORDER BY n.received_at DESC, n.id LIMIT $3",
@@ -280,7 +280,7 @@ pub struct OutboxRow {
 
 pub async fn outbox_for_order(db: &Db, order_no: &str) -> Result<Vec<OutboxRow>> {
     let rows =
-        sqlx::query("SELECT topic, status, tries, created_at FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
+        sql::query("SELECT topic, status, tries, created_at FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
             .bind(order_no)
             .fetch_all(db.read_pool())
             .await?;
@@ -310,7 +310,7 @@ pub struct AlertRow {
 }
 
 pub async fn alerts(db: &Db, include_acknowledged: bool) -> Result<Vec<AlertRow>> {
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT id, kind, severity, order_no, details, first_seen, last_seen, count, acknowledged FROM alerts \
          WHERE ($1 = 1 OR acknowledged = 0) ORDER BY last_seen DESC, id LIMIT $2",
     )
@@ -337,7 +337,7 @@ pub async fn alerts(db: &Db, include_acknowledged: bool) -> Result<Vec<AlertRow>
 
 pub async fn acknowledge_alert(db: &Db, id: &str) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query("UPDATE alerts SET acknowledged = 1 WHERE id = $1").bind(id).execute(&mut **tx).await?;
+        sql::query("UPDATE alerts SET acknowledged = 1 WHERE id = $1").bind(id).execute(&mut **tx).await?;
         Ok(())
     })
 }
@@ -355,7 +355,7 @@ pub async fn skus(db: &Db) -> Result<Vec<SkuRow>> {
     for sku in list_skus(db).await? {
         let (keys_unsold, keys_delivered) = if sku.kind == "digital" {
             let count = |status: &'static str| {
-                sqlx::query_scalar::<_, i64>(
+                sql::query_scalar::<i64>(
                     "SELECT CAST(COUNT(*) AS BIGINT) FROM card_keys WHERE sku = $1 AND status = $2",
                 )
                 .bind(sku.sku.clone())

@@ -1,5 +1,6 @@
 //! Catalog (SKUs and stock), buyer sessions and baskets.
 
+use crate::store::sql;
 use serde::Serialize;
 
 use crate::args;
@@ -78,7 +79,7 @@ pub struct LimitsPatch {
 const SKU_COLUMNS: &str =
     "sku, name, kind, price_minor, currency, on_hand, reserved, sold, max_per_order, hold_seconds";
 
-fn sku_from_row(row: &sqlx::any::AnyRow) -> Result<SkuView> {
+fn sku_from_row(row: &sql::Row) -> Result<SkuView> {
     let on_hand: i64 = col(row, "on_hand")?;
     let reserved: i64 = col(row, "reserved")?;
     Ok(SkuView {
@@ -106,7 +107,7 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
     // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
     let stock = if new.kind == SkuKind::Digital { 0 } else { new.stock };
     let created = crate::write_tx!(db, |tx| {
-        let done = sqlx::query(
+        let done = sql::query(
                 "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, max_per_order, hold_seconds, created_at, updated_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, 0, 0, $7, $8, $9, $9) ON CONFLICT (sku) DO NOTHING",
             )
@@ -130,15 +131,16 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
 }
 
 pub async fn get_sku(db: &Db, sku: &str) -> Result<SkuView> {
-    let row = db
-        .fetch_optional(sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus WHERE sku = $1")).bind(sku))
+    let row = sql::query(&format!("SELECT {SKU_COLUMNS} FROM skus WHERE sku = $1"))
+        .bind(sku)
+        .fetch_optional(db.read_pool())
         .await?
         .ok_or_else(|| Error::not_found("SKU"))?;
     sku_from_row(&row)
 }
 
 pub async fn list_skus(db: &Db) -> Result<Vec<SkuView>> {
-    let rows = db.fetch_all(sqlx::query(&format!("SELECT {SKU_COLUMNS} FROM skus ORDER BY sku"))).await?;
+    let rows = sql::query(&format!("SELECT {SKU_COLUMNS} FROM skus ORDER BY sku")).fetch_all(db.read_pool()).await?;
     rows.iter().map(sku_from_row).collect()
 }
 
@@ -161,7 +163,7 @@ pub async fn update_sku(
     let (set_max, max) = set(limits.max_per_order);
     let (set_hold, hold) = set(limits.hold_seconds);
     crate::write_tx!(db, |tx| {
-        let done = sqlx::query(
+        let done = sql::query(
             "UPDATE skus SET name = COALESCE($1, name), price_minor = COALESCE($2, price_minor), \
              max_per_order = CASE WHEN $5 = 1 THEN $6 ELSE max_per_order END, \
              hold_seconds = CASE WHEN $7 = 1 THEN $8 ELSE hold_seconds END, updated_at = $3 WHERE sku = $4",
@@ -188,7 +190,7 @@ pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result
         return Err(Error::unprocessable("invalid_quantity", "delta must be non-zero and within ±1000000000"));
     }
     crate::write_tx!(db, |tx| {
-        let done = sqlx::query(
+        let done = sql::query(
             "UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3 AND kind = 'physical' AND on_hand + $1 >= reserved",
         )
         .bind(delta)
@@ -200,7 +202,7 @@ pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result
             return Ok(());
         }
         let kind: Option<String> =
-            sqlx::query_scalar("SELECT kind FROM skus WHERE sku = $1").bind(sku).fetch_optional(&mut **tx).await?;
+            sql::query_scalar("SELECT kind FROM skus WHERE sku = $1").bind(sku).fetch_optional(&mut **tx).await?;
         match kind.as_deref() {
             None => Err(Error::not_found("SKU")),
             Some("digital") => Err(Error::unprocessable(
@@ -228,7 +230,7 @@ pub async fn create_session(db: &Db, now: Millis) -> Result<(String, Session)> {
     let token = ids::new_secret_token();
     let session = Session { id: new_id(), csrf_token: ids::new_secret_token() };
     crate::write_tx!(db, |tx| {
-        sqlx::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ($1, $2, $3, $4)")
+        sql::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ($1, $2, $3, $4)")
             .bind(&session.id)
             .bind(token_hash(&token))
             .bind(&session.csrf_token)
@@ -278,10 +280,9 @@ pub async fn session_by_token(db: &Db, token: &str, now: Millis) -> Result<Optio
     if let Some(found) = db.sessions().get(&hash, now) {
         return Ok(Some(found));
     }
-    let row = db
-        .fetch_optional(
-            sqlx::query("SELECT id, csrf_token, created_at FROM sessions WHERE token_hash = $1").bind(&hash),
-        )
+    let row = sql::query("SELECT id, csrf_token, created_at FROM sessions WHERE token_hash = $1")
+        .bind(&hash)
+        .fetch_optional(db.read_pool())
         .await?;
     let Some(row) = row else { return Ok(None) };
     let session = Session { id: col(&row, "id")?, csrf_token: col(&row, "csrf_token")? };
@@ -304,7 +305,7 @@ pub async fn open_basket(db: &Db, session_id: &str, lines: Vec<(String, i64)>, n
 
 async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], now: Millis) -> Result<BasketView> {
     let id = new_id();
-    if db.kind() == crate::store::DbKind::Postgres && crate::store::batch::pg_one_trip() {
+    if db.kind() == crate::store::DbKind::Postgres {
         return open_basket_pg(db, &id, session_id, lines, now).await;
     }
     let sql = skus_sql(lines.len());
@@ -342,7 +343,7 @@ async fn open_basket_pg(
         run.push((INSERT_PRICED_LINE_SQL, args![id, sku.as_str(), *quantity]));
     }
     let stored = db.pg_script(run).await?.ok_or_else(|| Error::internal("a script needs PostgreSQL"))?;
-    let quoted: Vec<sqlx::any::AnyRow> = stored.into_iter().skip(1).flat_map(|o| o.rows).collect();
+    let quoted: Vec<sql::Row> = stored.into_iter().skip(1).flat_map(|o| o.rows).collect();
     match new_basket(id, session_id, lines, &quoted, now) {
         Ok((view, _as_stored)) => Ok(view),
         Err(refused) => {
@@ -362,11 +363,8 @@ fn skus_sql(n: usize) -> String {
     format!("SELECT sku, name, price_minor, currency, max_per_order FROM skus WHERE sku IN ({})", params.join(", "))
 }
 
-fn bind_skus<'q>(
-    sql: &'q str,
-    lines: &'q [(String, i64)],
-) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-    lines.iter().fold(sqlx::query(sql), |q, (sku, _)| q.bind(sku))
+fn bind_skus<'q>(sql: &'q str, lines: &'q [(String, i64)]) -> sql::Query<'q> {
+    lines.iter().fold(sql::query(sql), |q, (sku, _)| q.bind(sku))
 }
 
 /// A new basket of `lines` quoted at the prices `found`: its view and the batch that stores it.
@@ -375,7 +373,7 @@ fn new_basket(
     id: &str,
     session_id: &str,
     lines: &[(String, i64)],
-    found: &[sqlx::any::AnyRow],
+    found: &[sql::Row],
     now: Millis,
 ) -> Result<(BasketView, Batch)> {
     let mut rows = Vec::with_capacity(lines.len());
@@ -440,7 +438,7 @@ async fn set_basket_line_here(
         // (and let two currencies in). The next statement reads everything committed. SQLite's
         // write transaction already excludes every other writer: one read is enough.
         if db.kind() == crate::store::DbKind::Postgres {
-            sqlx::query("SELECT id FROM baskets WHERE id = $1 AND session_id = $2 FOR UPDATE")
+            sql::query("SELECT id FROM baskets WHERE id = $1 AND session_id = $2 FOR UPDATE")
                 .bind(basket_id)
                 .bind(session_id)
                 .fetch_optional(&mut **tx)
@@ -450,7 +448,7 @@ async fn set_basket_line_here(
         // The basket, today's price of the SKU and the basket's other lines (one currency, a
         // representable total, a bounded size; their names and today's prices for the answer),
         // in one read: a row per other line, or one row with null line columns.
-        let rows = sqlx::query(
+        let rows = sql::query(
             "SELECT b.status, s.name, s.price_minor, s.currency, s.max_per_order, l.sku AS line_sku, ls.name AS line_name, \
              ls.price_minor AS line_price_minor, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
              FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
@@ -480,7 +478,7 @@ async fn set_basket_line_here(
             }
         }
         if quantity == 0 {
-            sqlx::query("DELETE FROM basket_lines WHERE basket_id = $1 AND sku = $2")
+            sql::query("DELETE FROM basket_lines WHERE basket_id = $1 AND sku = $2")
                 .bind(basket_id)
                 .bind(sku)
                 .execute(&mut **tx)
@@ -592,7 +590,7 @@ pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, l.sku, s.name, l
 pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<BasketView> {
     // The basket and its lines in one read (one consistent view); a basket without lines is one
     // row whose line columns are null.
-    let rows = db.fetch_all(sqlx::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id)).await?;
+    let rows = sql::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id).fetch_all(db.read_pool()).await?;
     let basket = rows.first().ok_or_else(|| Error::not_found("basket"))?;
     let (status, order_no): (String, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
     let mut lines = Vec::with_capacity(rows.len());
@@ -614,7 +612,7 @@ pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<Ba
 /// After a `price_changed` refusal: quote today's prices so the buyer can review and confirm again.
 pub async fn requote_basket(db: &Db, basket_id: &str) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query(
+        sql::query(
             "UPDATE basket_lines SET quoted_unit_minor = (SELECT price_minor FROM skus WHERE skus.sku = basket_lines.sku) \
              WHERE basket_id = $1 AND EXISTS (SELECT 1 FROM baskets b WHERE b.id = $1 AND b.status = 'open')",
         )

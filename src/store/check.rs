@@ -2,6 +2,7 @@
 //! checkout, on a consistent snapshot. Each query returns the rows that break an invariant; an
 //! empty result means it holds.
 
+use crate::store::sql;
 use std::collections::BTreeMap;
 
 use crate::domain::OrderStatus;
@@ -94,7 +95,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     // refs: the rows of a checkout name parents that exist. Foreign keys keep them (migration
     // 0010), unless someone switched them off for a hand-made repair; the checks below join
     // through them and would pass over a row whose parent is missing.
-    let rows = sqlx::query(REFERENCES_SQL).fetch_all(&mut *tx).await?;
+    let rows = sql::query(REFERENCES_SQL).fetch_all(&mut *tx).await?;
     for r in &rows {
         let (row, id, parent, missing): (String, String, String, String) =
             (col(r, "row_kind")?, col(r, "id")?, col(r, "parent")?, col(r, "missing")?);
@@ -102,7 +103,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     }
 
     // I1 stock: counters equal the reservations they summarise; never more held than on hand.
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT s.sku, s.on_hand, s.reserved, s.sold, \
            CAST(COALESCE((SELECT SUM(r.quantity) FROM reservations r WHERE r.sku = s.sku AND r.status = 'active'), 0) AS BIGINT) AS active_qty, \
            CAST(COALESCE((SELECT SUM(r.quantity) FROM reservations r WHERE r.sku = s.sku AND r.status = 'consumed'), 0) AS BIGINT) AS consumed_qty \
@@ -126,7 +127,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     }
 
     // I2 reservations follow their order.
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT r.order_no, r.sku, r.status AS r_status, o.status AS o_status, \
            CAST((SELECT COUNT(*) FROM status_events e WHERE e.entity = 'order' AND e.entity_id = r.order_no AND e.to_status = 'paid') AS BIGINT) AS paid_events \
          FROM reservations r JOIN orders o ON o.order_no = r.order_no ORDER BY r.order_no, r.sku",
@@ -145,7 +146,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     }
 
     // I5 attempts: at most one active per order, and none on an order that is not pending.
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT a.order_no, o.status, CAST(COUNT(*) AS BIGINT) AS n FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no \
          WHERE a.status IN ('created','redirected','unknown') GROUP BY a.order_no, o.status ORDER BY a.order_no",
     )
@@ -163,7 +164,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
 
     // I6 events: event ids unique per gateway; an applied event caused exactly one attempt
     // transition (and at most one order transition); other arrivals caused none.
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT gateway, event_id, CAST(COUNT(*) AS BIGINT) AS n FROM notifications WHERE event_id IS NOT NULL \
          GROUP BY gateway, event_id HAVING COUNT(*) > 1",
     )
@@ -173,7 +174,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         let (gateway, event_id): (String, String) = (col(r, "gateway")?, col(r, "event_id")?);
         add("I6", format!("event {gateway}/{event_id} stored more than once"));
     }
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT n.id, n.gateway, n.claimed_event_id, n.status, \
            CAST((SELECT COUNT(*) FROM status_events e WHERE e.notification_id = n.id AND e.entity IN ('attempt', 'refund')) AS BIGINT) AS own_events, \
            CAST((SELECT COUNT(*) FROM status_events e WHERE e.notification_id = n.id AND e.entity = 'order') AS BIGINT) AS order_events \
@@ -204,7 +205,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     // I3 keys: a delivered digital line has exactly its quantity of keys; no key for an order that
     // was never paid; unsold keys match the SKU's stock. (One row per key with one order line, so
     // a key can never belong to two lines.)
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT l.order_no, l.line_no, l.quantity, o.status, \
            CAST((SELECT COUNT(*) FROM card_keys k WHERE k.order_no = l.order_no AND k.line_no = l.line_no) AS BIGINT) AS keys \
          FROM order_lines l JOIN orders o ON o.order_no = l.order_no WHERE l.kind = 'digital' ORDER BY l.order_no, l.line_no",
@@ -222,7 +223,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
             add("I3", format!("order {order_no} line {line_no} holds {keys} keys for quantity {quantity}"));
         }
     }
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT k.id, k.order_no FROM card_keys k WHERE k.order_no IS NOT NULL AND NOT EXISTS \
          (SELECT 1 FROM payment_attempts a WHERE a.order_no = k.order_no AND a.status = 'succeeded') ORDER BY k.id",
     )
@@ -232,7 +233,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         let (id, order_no): (String, String) = (col(r, "id")?, col(r, "order_no")?);
         add("I3", format!("key {id} was delivered to order {order_no}, which was never paid"));
     }
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT s.sku, s.on_hand, CAST((SELECT COUNT(*) FROM card_keys k WHERE k.sku = s.sku AND k.status = 'available') AS BIGINT) AS unsold \
          FROM skus s WHERE s.kind = 'digital' ORDER BY s.sku",
     )
@@ -247,7 +248,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
 
     // I4 money: a paid order captured exactly its total; each attempt's refunds (not failed) stay
     // within what it captured; every capture is tied to a gateway event.
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT order_no, status, total_minor, currency, captured_minor, captured_currency FROM orders \
          WHERE status IN ('paid', 'delivered', 'refunding', 'refunded', 'paid_after_expiry') ORDER BY order_no",
     )
@@ -265,7 +266,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
             );
         }
     }
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT a.attempt_ref, a.captured_minor, \
            CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.attempt_ref = a.attempt_ref AND r.status <> 'failed'), 0) AS BIGINT) AS refunded \
          FROM payment_attempts a WHERE EXISTS (SELECT 1 FROM refunds r WHERE r.attempt_ref = a.attempt_ref) ORDER BY a.attempt_ref",
@@ -282,7 +283,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
             );
         }
     }
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT a.attempt_ref FROM payment_attempts a WHERE a.status = 'succeeded' \
          AND NOT (a.gateway = $1 AND a.captured_minor = 0) AND NOT EXISTS \
          (SELECT 1 FROM status_events e JOIN notifications n ON n.id = e.notification_id \
@@ -298,7 +299,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     }
 
     // A zero-total order is completed without a gateway: its attempt moves no money.
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT attempt_ref, amount_minor, captured_minor FROM payment_attempts \
          WHERE gateway = $1 AND (amount_minor <> 0 OR COALESCE(captured_minor, 0) <> 0) ORDER BY attempt_ref",
     )
@@ -313,7 +314,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     // I8 effects: no fulfilment or "paid" message for an order that was never paid; at most one
     // `order.paid` and one `fulfilment.requested` per order, ever; a refund message for every
     // refund and for how it ended.
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT m.id, m.order_no, m.topic FROM outbox m WHERE m.topic IN ('order.paid', 'order.delivered', 'fulfilment.requested') \
          AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.order_no = m.order_no AND a.status = 'succeeded') ORDER BY m.id",
     )
@@ -323,7 +324,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         let (id, order_no, topic): (String, String, String) = (col(r, "id")?, col(r, "order_no")?, col(r, "topic")?);
         add("I8", format!("outbox message {id} ({topic}) for order {order_no}, which was never paid"));
     }
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT order_no, topic, CAST(COUNT(*) AS BIGINT) AS n FROM outbox \
          WHERE topic IN ('order.paid', 'order.delivered', 'fulfilment.requested') \
          GROUP BY order_no, topic HAVING COUNT(*) > 1 ORDER BY order_no, topic",
@@ -334,7 +335,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         let (order_no, topic, n): (String, String, i64) = (col(r, "order_no")?, col(r, "topic")?, col(r, "n")?);
         add("I8", format!("order {order_no} has {n} {topic} messages (at most one ever)"));
     }
-    let rows = sqlx::query("SELECT topic, payload FROM outbox WHERE topic LIKE 'refund.%'").fetch_all(&mut *tx).await?;
+    let rows = sql::query("SELECT topic, payload FROM outbox WHERE topic LIKE 'refund.%'").fetch_all(&mut *tx).await?;
     let mut sent = std::collections::BTreeSet::new();
     for r in &rows {
         let (topic, payload): (String, String) = (col(r, "topic")?, col(r, "payload")?);
@@ -345,7 +346,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         sent.insert((refund_no, topic));
     }
     let rows =
-        sqlx::query("SELECT refund_no, order_no, status FROM refunds ORDER BY refund_no").fetch_all(&mut *tx).await?;
+        sql::query("SELECT refund_no, order_no, status FROM refunds ORDER BY refund_no").fetch_all(&mut *tx).await?;
     for r in &rows {
         let (refund_no, order_no, status): (String, String, String) =
             (col(r, "refund_no")?, col(r, "order_no")?, col(r, "status")?);
@@ -364,7 +365,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     }
 
     // I7 audit: replaying each log gives the current status.
-    let logs = sqlx::query(
+    let logs = sql::query(
         "SELECT entity, entity_id, from_status, to_status FROM status_events ORDER BY entity, entity_id, id",
     )
     .fetch_all(&mut *tx)
@@ -376,9 +377,9 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
             .or_default()
             .push((col(r, "from_status")?, col(r, "to_status")?));
     }
-    let orders = sqlx::query("SELECT order_no AS id, status FROM orders").fetch_all(&mut *tx).await?;
-    let attempts = sqlx::query("SELECT attempt_ref AS id, status FROM payment_attempts").fetch_all(&mut *tx).await?;
-    let refunds = sqlx::query("SELECT refund_no AS id, status FROM refunds").fetch_all(&mut *tx).await?;
+    let orders = sql::query("SELECT order_no AS id, status FROM orders").fetch_all(&mut *tx).await?;
+    let attempts = sql::query("SELECT attempt_ref AS id, status FROM payment_attempts").fetch_all(&mut *tx).await?;
+    let refunds = sql::query("SELECT refund_no AS id, status FROM refunds").fetch_all(&mut *tx).await?;
     for (entity, rows) in [("order", &orders), ("attempt", &attempts), ("refund", &refunds)] {
         for r in rows {
             let (id, status): (String, String) = (col(r, "id")?, col(r, "status")?);
@@ -404,7 +405,7 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
 
 /// Counts used by tests and operators: orders by status.
 pub async fn orders_by_status(db: &Db) -> Result<Vec<(String, i64)>> {
-    let rows = sqlx::query("SELECT status, CAST(COUNT(*) AS BIGINT) AS n FROM orders GROUP BY status ORDER BY status")
+    let rows = sql::query("SELECT status, CAST(COUNT(*) AS BIGINT) AS n FROM orders GROUP BY status ORDER BY status")
         .fetch_all(db.read_pool())
         .await?;
     rows.iter().map(|r| Ok((col(r, "status")?, col(r, "n")?))).collect()

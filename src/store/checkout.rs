@@ -1,5 +1,6 @@
 //! Checkout confirm: the one atomic step that turns a basket into a pending order.
 
+use crate::store::sql;
 use serde_json::json;
 
 use crate::args;
@@ -208,7 +209,7 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         changed.truncate(checked);
         if let Some(line) = lines.iter().zip(&changed).find(|(_, n)| **n != 1).map(|(l, _)| l) {
             // Its hold changed nothing, so the row shows what was available.
-            let available: i64 = sqlx::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
+            let available: i64 = sql::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
                 .bind(&line.sku)
                 .fetch_one(&mut **tx)
                 .await?;
@@ -230,7 +231,7 @@ async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                     quantity: l.quantity,
                 })
                 .collect();
-            payments::complete_free(tx, db.skip_locked(), &order_no, &attempt_ref, total, order_lines, req.now).await?;
+            payments::complete_free(tx, &order_no, &attempt_ref, total, order_lines, req.now).await?;
             return load_placed(tx, &order_no, true).await;
         }
         Ok(Placed {
@@ -287,7 +288,7 @@ pub const PRICE_LINES_SQL: &str = "SELECT l.sku, l.quantity, l.quoted_unit_minor
      FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku";
 
 /// The basket's lines as quoted, beside today's catalog ([`PRICE_LINES_SQL`]).
-fn quoted_lines(rows: &[sqlx::any::AnyRow]) -> Result<Vec<QuotedLine>> {
+fn quoted_lines(rows: &[sql::Row]) -> Result<Vec<QuotedLine>> {
     rows.iter()
         .map(|r| {
             Ok(QuotedLine {
@@ -308,18 +309,18 @@ fn quoted_lines(rows: &[sqlx::any::AnyRow]) -> Result<Vec<QuotedLine>> {
 
 /// The order with its newest attempt, for repeated confirms and retries of the hand-off.
 pub async fn load_placed(tx: &mut Tx<'_>, order_no: &str, created: bool) -> Result<Placed> {
-    let order = sqlx::query("SELECT status, total_minor, currency, hold_expires_at FROM orders WHERE order_no = $1")
+    let order = sql::query("SELECT status, total_minor, currency, hold_expires_at FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_optional(&mut **tx)
         .await?
         .ok_or_else(|| Error::not_found("order"))?;
-    let attempt = sqlx::query(
+    let attempt = sql::query(
         "SELECT attempt_ref, gateway, channel FROM payment_attempts WHERE order_no = $1 ORDER BY seq DESC LIMIT 1",
     )
     .bind(order_no)
     .fetch_one(&mut **tx)
     .await?;
-    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+    let names: Vec<String> = sql::query_scalar("SELECT name FROM order_lines WHERE order_no = $1 ORDER BY line_no")
         .bind(order_no)
         .fetch_all(&mut **tx)
         .await?;

@@ -1,16 +1,15 @@
-//! The transaction and connection types the store's commands run on, whichever driver carries
-//! them: sqlx's, PostgreSQL's held connections ([`super::held`]) or SQLite's native writer
-//! ([`super::native`]).
+//! The transaction the store's commands run on, whichever database carries it: PostgreSQL's on a
+//! pooled connection ([`PgTx`]), SQLite's on the writer connection ([`NativeTx`]) or, for a
+//! consistent read, on a reader of its own ([`ReadTx`]). `&mut **tx` is a [`Conn`], which the
+//! store's statements run on (`query(…).execute(&mut **tx)`).
 
-use sqlx::Any;
+use super::DbKind;
+use super::engine::pg::PgTx;
+use super::engine::sqlite::{NativeConn, ReadTx};
+use super::sql::{Arg, Executor, Output};
+use crate::error::{Error, Result};
 
-use super::{held, native};
-use crate::error::Result;
-
-/// A transaction the store's commands run on: sqlx's (reads, SQLite without group commit),
-/// PostgreSQL's on a held connection ([`held`]) or SQLite's native writer ([`native`]).
-/// `&mut **tx` is a [`Conn`], which sqlx queries run on like on any connection
-/// (`.execute(&mut **tx)`).
+/// A transaction: its [`Conn`], borrowed for as long as the command runs.
 #[derive(Debug)]
 pub struct Tx<'c> {
     conn: Conn,
@@ -20,14 +19,14 @@ pub struct Tx<'c> {
 /// The connection of a [`Tx`].
 #[derive(Debug)]
 pub enum Conn {
-    Sqlx(sqlx::Transaction<'static, Any>),
-    Pg(held::PgTx),
+    Pg(PgTx),
     Native(NativeTx),
+    Read(ReadTx),
 }
 
-/// The native SQLite writer, held for the length of one transaction; rolled back if dropped open.
+/// The SQLite writer, held for the length of one transaction; rolled back if dropped open.
 #[derive(Debug)]
-pub struct NativeTx(tokio::sync::OwnedMutexGuard<native::NativeConn>);
+pub struct NativeTx(tokio::sync::OwnedMutexGuard<NativeConn>);
 
 impl Drop for NativeTx {
     fn drop(&mut self) {
@@ -53,172 +52,88 @@ impl std::ops::DerefMut for Tx<'_> {
     }
 }
 
-impl From<sqlx::Transaction<'static, Any>> for Tx<'static> {
-    fn from(tx: sqlx::Transaction<'static, Any>) -> Self {
-        Tx { conn: Conn::Sqlx(tx), _borrow: std::marker::PhantomData }
-    }
-}
-
-impl From<held::PgTx> for Tx<'static> {
-    fn from(tx: held::PgTx) -> Self {
-        Tx { conn: Conn::Pg(tx), _borrow: std::marker::PhantomData }
+impl From<Conn> for Tx<'static> {
+    fn from(conn: Conn) -> Self {
+        Tx { conn, _borrow: std::marker::PhantomData }
     }
 }
 
 impl Tx<'static> {
-    /// Opens a write transaction (`BEGIN IMMEDIATE`) on the native SQLite writer, waiting for it.
-    pub async fn begin_native(writer: &std::sync::Arc<tokio::sync::Mutex<native::NativeConn>>) -> Result<Self> {
+    /// Opens a write transaction (`BEGIN IMMEDIATE`) on the SQLite writer, waiting for it.
+    pub async fn begin_native(writer: &std::sync::Arc<tokio::sync::Mutex<NativeConn>>) -> Result<Self> {
         let mut guard = std::sync::Arc::clone(writer).lock_owned().await;
         guard.exec("BEGIN IMMEDIATE")?;
-        Ok(Tx { conn: Conn::Native(NativeTx(guard)), _borrow: std::marker::PhantomData })
+        Ok(Conn::Native(NativeTx(guard)).into())
     }
 }
 
 impl Tx<'_> {
-    pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
+    pub async fn commit(self) -> Result<()> {
         match self.conn {
-            Conn::Sqlx(tx) => tx.commit().await,
             Conn::Pg(tx) => tx.commit().await,
             // The commit waits for the disk; on a thread of its own, so the commands behind it
             // keep running up to their turn (and gather into the next batch) meanwhile.
             Conn::Native(mut n) => tokio::task::spawn_blocking(move || n.0.exec("COMMIT"))
                 .await
-                .map_err(|e| sqlx::Error::Protocol(format!("commit thread: {e}")))?,
+                .map_err(|e| Error::internal(format!("commit thread: {e}")))?,
+            Conn::Read(r) => r.end(),
         }
     }
 
-    pub async fn rollback(self) -> std::result::Result<(), sqlx::Error> {
+    pub async fn rollback(self) -> Result<()> {
         match self.conn {
-            Conn::Sqlx(tx) => tx.rollback().await,
             Conn::Pg(tx) => tx.rollback().await,
             Conn::Native(mut n) => n.0.exec("ROLLBACK"),
+            Conn::Read(r) => r.end(),
         }
     }
 }
 
 impl Conn {
-    /// PostgreSQL: true once, if this transaction's BEGIN has not been sent — the caller sends it
-    /// in front of its statements ([`held::PgTx`]).
-    pub fn take_begin(&mut self) -> bool {
+    /// Which database the transaction is on ([`DbKind`]: its row locks).
+    pub fn kind(&self) -> DbKind {
         match self {
-            Conn::Pg(tx) => tx.take_begin(),
-            Conn::Sqlx(_) | Conn::Native(_) => false,
+            Conn::Pg(_) => DbKind::Postgres,
+            Conn::Native(_) | Conn::Read(_) => DbKind::Sqlite,
         }
     }
 
-    /// PostgreSQL: whether this transaction's BEGIN is still to be sent.
+    /// PostgreSQL: whether this transaction's BEGIN is still to be sent (it goes with the first
+    /// statements).
     pub fn begin_pending(&self) -> bool {
         matches!(self, Conn::Pg(tx) if tx.begin_pending())
     }
 
-    /// `"SQLite"` or `"PostgreSQL"`, as sqlx names them.
-    pub fn backend_name(&self) -> &str {
+    /// Runs statements without parameters or results (`SAVEPOINT …`, a migration's script).
+    pub async fn exec(&mut self, sql: &str) -> Result<()> {
         match self {
-            Conn::Sqlx(tx) => tx.backend_name(),
-            Conn::Pg(_) => "PostgreSQL",
-            Conn::Native(_) => "SQLite",
+            Conn::Pg(tx) => tx.exec(sql).await,
+            Conn::Native(n) => n.0.exec(sql),
+            Conn::Read(r) => r.conn()?.exec(sql),
+        }
+    }
+
+    /// Runs statements in order and returns what each gave: on PostgreSQL in one round trip
+    /// ([`PgTx::pipeline`]), on SQLite one after another (in place: there are no round trips to
+    /// save).
+    pub async fn run_all(&mut self, statements: &[(String, Vec<Arg>)]) -> Result<Vec<Output>> {
+        match self {
+            Conn::Pg(tx) => tx.pipeline(statements).await,
+            Conn::Native(n) => statements.iter().map(|(sql, args)| n.0.run(sql, args, None)).collect(),
+            Conn::Read(r) => {
+                let conn = r.conn()?;
+                statements.iter().map(|(sql, args)| conn.run(sql, args, None)).collect()
+            }
         }
     }
 }
 
-/// Runs a sqlx query on the native writer: its SQL and arguments, at most `limit` rows.
-fn run_native<'q, E: sqlx::Execute<'q, Any>>(
-    n: &mut NativeTx,
-    mut query: E,
-    limit: Option<usize>,
-) -> std::result::Result<Vec<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>>, sqlx::Error> {
-    let arguments = query.take_arguments().map_err(sqlx::Error::Encode)?;
-    n.0.run(query.sql(), arguments, limit)
-}
-
-impl<'c> sqlx::Executor<'c> for &'c mut Conn {
-    type Database = Any;
-
-    fn fetch_many<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> futures_util::stream::BoxStream<
-        'e,
-        std::result::Result<sqlx::Either<sqlx::any::AnyQueryResult, sqlx::any::AnyRow>, sqlx::Error>,
-    >
-    where
-        'c: 'e,
-        E: 'q + sqlx::Execute<'q, Any>,
-    {
-        use futures_util::StreamExt as _;
+impl Executor for &mut Conn {
+    async fn run(self, sql: &str, args: Vec<Arg>, limit: Option<usize>) -> Result<Output> {
         match self {
-            Conn::Sqlx(tx) => (&mut **tx).fetch_many(query),
-            Conn::Pg(tx) => {
-                use futures_util::TryStreamExt as _;
-                futures_util::stream::once(async move { Ok::<_, sqlx::Error>(tx.conn().await?.fetch_many(query)) })
-                    .try_flatten()
-                    .boxed()
-            }
-            Conn::Native(n) => match run_native(n, query, None) {
-                Ok(items) => futures_util::stream::iter(items.into_iter().map(Ok)).boxed(),
-                Err(e) => futures_util::stream::once(std::future::ready(Err(e))).boxed(),
-            },
-        }
-    }
-
-    fn fetch_optional<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> futures_util::future::BoxFuture<'e, std::result::Result<Option<sqlx::any::AnyRow>, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + sqlx::Execute<'q, Any>,
-    {
-        use futures_util::FutureExt as _;
-        match self {
-            Conn::Sqlx(tx) => (&mut **tx).fetch_optional(query),
-            Conn::Pg(tx) => async move { tx.conn().await?.fetch_optional(query).await }.boxed(),
-            Conn::Native(n) => {
-                let row = run_native(n, query, Some(1)).map(|items| {
-                    items.into_iter().find_map(|i| match i {
-                        sqlx::Either::Right(row) => Some(row),
-                        sqlx::Either::Left(_) => None,
-                    })
-                });
-                std::future::ready(row).boxed()
-            }
-        }
-    }
-
-    fn prepare_with<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-        parameters: &'e [sqlx::any::AnyTypeInfo],
-    ) -> futures_util::future::BoxFuture<'e, std::result::Result<sqlx::any::AnyStatement<'q>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        use futures_util::FutureExt as _;
-        match self {
-            Conn::Sqlx(tx) => (&mut **tx).prepare_with(sql, parameters),
-            Conn::Pg(tx) => async move { tx.conn().await?.prepare_with(sql, parameters).await }.boxed(),
-            Conn::Native(_) => {
-                std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer prepares by itself".into())))
-                    .boxed()
-            }
-        }
-    }
-
-    fn describe<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-    ) -> futures_util::future::BoxFuture<'e, std::result::Result<sqlx::Describe<Any>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        use futures_util::FutureExt as _;
-        match self {
-            Conn::Sqlx(tx) => (&mut **tx).describe(sql),
-            Conn::Pg(tx) => async move { tx.conn().await?.describe(sql).await }.boxed(),
-            Conn::Native(_) => {
-                std::future::ready(Err(sqlx::Error::Protocol("the native SQLite writer does not describe".into())))
-                    .boxed()
-            }
+            Conn::Pg(tx) => tx.run(sql, args, limit).await,
+            Conn::Native(n) => n.0.run(sql, &args, limit),
+            Conn::Read(r) => r.conn()?.run(sql, &args, limit),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! each change is checked against the transition table and logged in the same transaction.
 
 use crate::store::Conn;
+use crate::store::sql;
 
 use crate::args;
 use crate::clock::Millis;
@@ -215,7 +216,7 @@ pub async fn raise_alert(
         Severity::Warning => "warning",
         Severity::Critical => "critical",
     };
-    sqlx::query(
+    sql::query(
         "INSERT INTO alerts (id, kind, dedupe_key, severity, order_no, details, first_seen, last_seen, count, acknowledged) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, 0) \
          ON CONFLICT (kind, dedupe_key) DO UPDATE SET count = alerts.count + 1, last_seen = excluded.last_seen, \

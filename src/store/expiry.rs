@@ -7,6 +7,7 @@ use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::events::{self, Cause};
 use crate::store::payments::{parse_attempt_status, parse_order_status, release_reservations};
+use crate::store::sql;
 use crate::store::{Db, col};
 
 /// What the sweeper did to one order.
@@ -22,7 +23,7 @@ pub enum Expiry {
 pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry> {
     let lock = db.for_update();
     let result = crate::write_tx!(db, |tx| {
-        let order = sqlx::query(&format!("SELECT status, hold_expires_at FROM orders WHERE order_no = $1{lock}"))
+        let order = sql::query(&format!("SELECT status, hold_expires_at FROM orders WHERE order_no = $1{lock}"))
             .bind(order_no)
             .fetch_optional(&mut **tx)
             .await?
@@ -32,7 +33,7 @@ pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry
             return Ok(Expiry::Skipped(status));
         }
         let cause = Cause { trigger: "hold_expired", notification_id: None, at: now };
-        let active = sqlx::query(&format!(
+        let active = sql::query(&format!(
             "SELECT attempt_ref, status FROM payment_attempts WHERE order_no = $1 AND {}",
             AttemptStatus::active_sql("status")
         ))
@@ -59,7 +60,7 @@ pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry
 pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<DueOrder>> {
     let skip = db.skip_locked();
     let claimed: Vec<String> = crate::write_tx!(db, |tx| {
-        let rows = sqlx::query(&format!(
+        let rows = sql::query(&format!(
             "UPDATE orders SET sweep_lease_until = $1 WHERE order_no IN (SELECT order_no FROM orders \
              WHERE status = 'pending_payment' AND hold_expires_at <= $2 AND sweep_lease_until <= $2 \
              ORDER BY hold_expires_at LIMIT $3{skip}) RETURNING order_no"
@@ -73,7 +74,7 @@ pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -
     })?;
     let mut due = Vec::with_capacity(claimed.len());
     for order_no in claimed {
-        let r = sqlx::query(&format!(
+        let r = sql::query(&format!(
             "SELECT o.hold_expires_at, a.attempt_ref, a.gateway, a.gateway_ref FROM orders o \
              LEFT JOIN payment_attempts a ON a.order_no = o.order_no AND {} WHERE o.order_no = $1",
             AttemptStatus::active_sql("a.status")

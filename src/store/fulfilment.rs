@@ -1,5 +1,6 @@
 //! Fulfilment: card keys (import, exactly-once delivery) and the `paid -> delivered` step.
 
+use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::Millis;
@@ -55,7 +56,7 @@ pub async fn verify_keys_secret(db: &Db, vault: &Vault) -> Result<()> {
 /// Whether the database holds any card key.
 pub async fn keys_stored(db: &Db) -> Result<bool> {
     let any: Option<String> =
-        sqlx::query_scalar("SELECT id FROM card_keys LIMIT 1").fetch_optional(db.read_pool()).await?;
+        sql::query_scalar("SELECT id FROM card_keys LIMIT 1").fetch_optional(db.read_pool()).await?;
     Ok(any.is_some())
 }
 
@@ -66,10 +67,10 @@ pub async fn keys_check_matches(db: &Db, vault: &Vault) -> Result<Option<bool>> 
 
 /// The keys secret's check value as stored, if one is.
 async fn stored_check(db: &Db) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
+    sql::query_scalar("SELECT value FROM settings WHERE name = $1")
         .bind(KEYS_CHECK_SETTING)
         .fetch_optional(db.read_pool())
-        .await?)
+        .await
 }
 
 /// Stored keys that do not decrypt under `vault` (id, SKU, order if delivered), at most `limit`.
@@ -78,13 +79,12 @@ pub async fn unreadable_keys(db: &Db, vault: &Vault, limit: usize) -> Result<Vec
     let mut found = Vec::new();
     let mut after = String::new();
     loop {
-        let rows = sqlx::query(
-            "SELECT id, sku, order_no, nonce, ciphertext FROM card_keys WHERE id > $1 ORDER BY id LIMIT $2",
-        )
-        .bind(&after)
-        .bind(VERIFY_PAGE_MAX)
-        .fetch_all(db.read_pool())
-        .await?;
+        let rows =
+            sql::query("SELECT id, sku, order_no, nonce, ciphertext FROM card_keys WHERE id > $1 ORDER BY id LIMIT $2")
+                .bind(&after)
+                .bind(VERIFY_PAGE_MAX)
+                .fetch_all(db.read_pool())
+                .await?;
         for r in &rows {
             let (id, sku): (String, String) = (col(r, "id")?, col(r, "sku")?);
             if vault.open(&sku, &col::<Vec<u8>>(r, "nonce")?, &col::<Vec<u8>>(r, "ciphertext")?).is_err() {
@@ -124,7 +124,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
     }
     let lock = db.for_update();
     let inserted = crate::write_tx!(db, |tx| {
-        let kind: Option<String> = sqlx::query_scalar(&format!("SELECT kind FROM skus WHERE sku = $1{lock}"))
+        let kind: Option<String> = sql::query_scalar(&format!("SELECT kind FROM skus WHERE sku = $1{lock}"))
             .bind(sku)
             .fetch_optional(&mut **tx)
             .await?;
@@ -135,7 +135,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
         }
         let mut inserted: i64 = 0;
         for (fp, nonce, ct) in &sealed {
-            let done = sqlx::query(
+            let done = sql::query(
                 "INSERT INTO card_keys (id, sku, fingerprint, nonce, ciphertext, status, created_at) \
                  VALUES ($1, $2, $3, $4, $5, 'available', $6) ON CONFLICT (sku, fingerprint) DO NOTHING",
             )
@@ -149,7 +149,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now
             .await?;
             inserted += i64::try_from(done.rows_affected()).unwrap_or(0);
         }
-        sqlx::query("UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3")
+        sql::query("UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3")
             .bind(inserted)
             .bind(now)
             .bind(sku)
@@ -167,19 +167,14 @@ use crate::store::lines::{OrderLine, order_lines};
 /// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
 /// from available to this order line under the order lock) and, when nothing physical remains to
 /// ship, moves the order on to `delivered`.
-pub async fn after_paid(tx: &mut Tx<'_>, skip_locked: &str, order_no: &str, cause: Cause<'_>) -> Result<()> {
+pub async fn after_paid(tx: &mut Tx<'_>, order_no: &str, cause: Cause<'_>) -> Result<()> {
     let lines = order_lines(tx, order_no).await?;
-    deliver_keys(tx, skip_locked, order_no, &lines, cause).await
+    deliver_keys(tx, order_no, &lines, cause).await
 }
 
 /// [`after_paid`] with the order's lines already read.
-pub async fn deliver_keys(
-    tx: &mut Tx<'_>,
-    skip_locked: &str,
-    order_no: &str,
-    lines: &[OrderLine],
-    cause: Cause<'_>,
-) -> Result<()> {
+pub async fn deliver_keys(tx: &mut Tx<'_>, order_no: &str, lines: &[OrderLine], cause: Cause<'_>) -> Result<()> {
+    let skip_locked = tx.kind().skip_locked();
     let mut physical = false;
     for line in lines {
         if line.kind != "digital" {
@@ -188,7 +183,7 @@ pub async fn deliver_keys(
         }
         let (line_no, sku, quantity) = (line.line_no, &line.sku, line.quantity);
         let already: i64 =
-            sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM card_keys WHERE order_no = $1 AND line_no = $2")
+            sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM card_keys WHERE order_no = $1 AND line_no = $2")
                 .bind(order_no)
                 .bind(line_no)
                 .fetch_one(&mut **tx)
@@ -196,7 +191,7 @@ pub async fn deliver_keys(
         if already > 0 {
             continue;
         }
-        let ids: Vec<String> = sqlx::query_scalar(&format!(
+        let ids: Vec<String> = sql::query_scalar(&format!(
             "SELECT id FROM card_keys WHERE sku = $1 AND status = 'available' ORDER BY created_at, id LIMIT $2{skip_locked}"
         ))
         .bind(sku.as_str())
@@ -208,7 +203,7 @@ pub async fn deliver_keys(
             return Err(Error::internal(format!("SKU {sku} has fewer unsold keys than its stock says")));
         }
         for id in &ids {
-            let done = sqlx::query(
+            let done = sql::query(
                 "UPDATE card_keys SET status = 'delivered', order_no = $1, line_no = $2, delivered_at = $3 WHERE id = $4 AND status = 'available'",
             )
             .bind(order_no)
@@ -234,7 +229,7 @@ pub async fn deliver_keys(
 pub async fn mark_delivered(db: &Db, order_no: &str, now: Millis) -> Result<()> {
     let lock = db.for_update();
     crate::write_tx!(db, |tx| {
-        let status: String = sqlx::query_scalar(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
+        let status: String = sql::query_scalar(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
             .bind(order_no)
             .fetch_optional(&mut **tx)
             .await?
@@ -271,7 +266,7 @@ impl OrderKeys {
 /// decrypt (no secret configured, or not the secret it was sealed with) is counted, not shown: the
 /// order stays readable, and an alert tells the operator.
 pub async fn order_keys(db: &Db, vault: Option<&Vault>, order_no: &str, now: Millis) -> Result<OrderKeys> {
-    let rows = sqlx::query(
+    let rows = sql::query(
         "SELECT line_no, sku, nonce, ciphertext FROM card_keys WHERE order_no = $1 ORDER BY line_no, delivered_at, id",
     )
     .bind(order_no)

@@ -1,6 +1,7 @@
 //! An order's line snapshot as fulfilment and the shop's messages read it.
 
 use crate::error::Result;
+use crate::store::sql;
 use crate::store::{Conn, col};
 
 /// One line of an order, as fulfilment and the outbox need it.
@@ -15,7 +16,7 @@ pub struct OrderLine {
 
 /// An order's lines, in line order.
 pub async fn order_lines(conn: &mut Conn, order_no: &str) -> Result<Vec<OrderLine>> {
-    sqlx::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+    sql::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
         .bind(order_no)
         .fetch_all(conn)
         .await?

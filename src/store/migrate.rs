@@ -3,9 +3,9 @@
 //! instances start at once; and the sandbox's own SQLite file.
 
 use anyhow::Context as _;
-use sqlx::Executor as _;
 
-use super::{Db, DbKind, SqliteWriter, sandbox_url, writer};
+use super::sql::{query, query_scalar};
+use super::{Db, DbKind, Engine, sandbox_url, writer};
 
 impl Db {
     /// Applies the migrations of this database kind that have not been applied yet. Safe when
@@ -39,33 +39,33 @@ impl Db {
                 (11, include_str!("../../migrations/postgres/0011_abuse_limits.sql")),
             ],
         };
-        let mut conn = self.write.acquire().await?;
-        if self.kind == DbKind::Postgres {
-            // One migrator at a time across the fleet; released at the end of the session.
-            conn.execute("SELECT pg_advisory_lock(7285937001)").await?;
+        match &self.engine {
+            Engine::Postgres(pool) => {
+                // One migrator at a time across the fleet: a session lock, held on a connection of
+                // its own while the migrations run on others.
+                let lock = pool.get().await?;
+                lock.exec("SELECT pg_advisory_lock(7285937001)").await?;
+                let result = self.apply(migrations).await;
+                lock.exec("SELECT pg_advisory_unlock(7285937001)").await?;
+                result
+            }
+            Engine::Sqlite(_) => self.apply(migrations).await,
         }
-        let result = self.apply(&mut conn, migrations).await;
-        if self.kind == DbKind::Postgres {
-            conn.execute("SELECT pg_advisory_unlock(7285937001)").await?;
-        }
-        result
     }
 
-    /// Applies, on `conn`, the listed migrations it has not applied yet, each in a transaction of
-    /// its own with its `schema_migrations` row.
-    async fn apply(&self, conn: &mut sqlx::AnyConnection, migrations: &[(i64, &str)]) -> anyhow::Result<()> {
-        conn.execute(
+    /// Applies the listed migrations not applied yet, each in a transaction of its own with its
+    /// `schema_migrations` row. On SQLite the transaction takes the write lock before looking, so
+    /// two processes starting on one file cannot both decide to apply the same migration.
+    async fn apply(&self, migrations: &[(i64, &str)]) -> anyhow::Result<()> {
+        let mut tx = self.begin().await?;
+        tx.exec(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
         )
         .await?;
+        tx.commit().await?;
         for (version, sql) in migrations {
-            // SQLite: take the write lock before looking, so two processes starting on one file
-            // cannot both decide to apply the same migration.
-            let mut tx = match self.kind {
-                DbKind::Sqlite => sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?,
-                DbKind::Postgres => sqlx::Connection::begin(&mut *conn).await?,
-            };
-            let applied: Option<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+            let mut tx = self.begin().await?;
+            let applied: Option<i64> = query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
                 .bind(*version)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -73,8 +73,8 @@ impl Db {
                 tx.rollback().await?;
                 continue;
             }
-            sqlx::raw_sql(sql).execute(&mut *tx).await.with_context(|| format!("applying migration {version}"))?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+            tx.exec(sql).await.with_context(|| format!("applying migration {version}"))?;
+            query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
                 .bind(*version)
                 .bind(crate::clock::Clock::now_ms(&crate::clock::SystemClock))
                 .execute(&mut *tx)
@@ -96,22 +96,26 @@ impl Db {
             return Ok(self.clone());
         };
         // Its writer thread is not held on kassa's writer's CPU: the two would queue for it.
-        let db = Db::open(&url, 1, SqliteWriter::from_env(), writer::Role::Sandbox).await?;
-        let mut conn = db.write.acquire().await?;
-        sqlx::query("ATTACH DATABASE $1 AS kassa_main").bind(&main_path).execute(&mut *conn).await?;
+        let db = Db::open(&url, 1, self.config, writer::Role::Sandbox).await?;
+        let Engine::Sqlite(sqlite) = &db.engine else {
+            anyhow::bail!("the sandbox's own database is SQLite");
+        };
+        // Outside any transaction (SQLite attaches no database inside one), on the connection the
+        // migrations then run on.
+        sqlite.writer.lock().await.run(
+            "ATTACH DATABASE $1 AS kassa_main",
+            &[super::sql::Arg::from(main_path.as_str())],
+            None,
+        )?;
         let result = db
-            .apply(
-                &mut conn,
-                &[
-                    (1, include_str!("../../migrations/sqlite-sandbox/0001_sandbox.sql")),
-                    (2, include_str!("../../migrations/sqlite-sandbox/0002_check_comparisons.sql")),
-                ],
-            )
+            .apply(&[
+                (1, include_str!("../../migrations/sqlite-sandbox/0001_sandbox.sql")),
+                (2, include_str!("../../migrations/sqlite-sandbox/0002_check_comparisons.sql")),
+            ])
             .await;
-        let detached = conn.execute("DETACH DATABASE kassa_main").await;
+        let detached = sqlite.writer.lock().await.exec("DETACH DATABASE kassa_main");
         result.context("preparing the sandbox's database")?;
         detached?;
-        drop(conn);
         Ok(db)
     }
 }

@@ -8,32 +8,33 @@ pub mod catalog;
 pub mod check;
 pub mod checkout;
 pub mod conn;
+pub mod dialect;
+pub mod engine;
 pub mod events;
 pub mod expiry;
 pub mod fulfilment;
-pub mod group;
-pub mod held;
 pub mod lines;
 mod migrate;
-pub mod native;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
-pub mod prepared;
 pub mod reconcile;
 pub mod refunds;
 pub mod retention;
 pub mod settings;
+pub mod sql;
 pub mod views;
-pub mod writer;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use sqlx::any::{AnyPoolOptions, install_default_drivers};
-use sqlx::{Any, AnyPool, Executor as _};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use engine::pg::{PgPool, PgTx};
+use engine::sqlite::{Location, NativeConn, Readers};
+use engine::{EngineConfig, group, writer};
+use sql::{Arg, Executor, Output};
 
 pub use conn::{Conn, NativeTx, Tx};
 
@@ -47,7 +48,7 @@ macro_rules! write_tx {
     ($db:expr, |$tx:ident| $body:block) => {{
         let db: &$crate::store::Db = &$db;
         match db.group() {
-            // SQLite: group commit (see `store::group`); one writer, so nothing to retry.
+            // SQLite: group commit (see `store::engine::group`); one writer, so nothing to retry.
             Some(group) => {
                 let mut member = group.join().await;
                 let outcome: $crate::error::Result<_> = match member.savepoint().await {
@@ -70,27 +71,9 @@ macro_rules! write_tx {
                     tries += 1;
                     let outcome: $crate::error::Result<_> = match db.begin().await {
                         Ok(mut owned) => {
-                            let mut recoveries: u32 = 0;
-                            let outcome = loop {
-                                let outcome: $crate::error::Result<_> = {
-                                    let $tx = &mut owned;
-                                    async { $body }.await
-                                };
-                                match outcome {
-                                    // The connection lacked a prepared batch statement: it has
-                                    // been given them all and a new transaction opened on it
-                                    // (`store::prepared::recover_in_transaction`); run again there.
-                                    Err(e) if e.is_unprepared() => {
-                                        recoveries += 1;
-                                        if recoveries >= $crate::store::prepared::RECOVERIES_MAX {
-                                            $crate::store::prepared::give_up();
-                                        }
-                                        if recoveries > $crate::store::prepared::RECOVERIES_MAX {
-                                            break Err(e);
-                                        }
-                                    }
-                                    other => break other,
-                                }
+                            let outcome: $crate::error::Result<_> = {
+                                let $tx = &mut owned;
+                                async { $body }.await
                             };
                             db.finish(owned, outcome).await
                         }
@@ -132,91 +115,67 @@ where
 /// Retries of a whole transaction after a serialization failure or deadlock. Bounded so a
 /// pathological conflict surfaces as an error instead of spinning.
 pub const TX_RETRIES_MAX: u32 = 8;
-/// SQLite: how long a connection waits for another process's write lock before giving up.
-const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
-/// SQLite: concurrent readers (the writer is a pool of one, see [`Db::connect`]).
-const SQLITE_READERS_MAX: u32 = 4;
-/// A PostgreSQL connection idle this long is pinged before it is used again.
-const PG_PING_IDLE: Duration = Duration::from_secs(1);
+/// SQLite: concurrent readers (the writer is one connection, see [`Db::connect`]).
+const SQLITE_READERS_MAX: usize = 4;
 
-/// How SQLite's write commands reach the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SqliteWriter {
-    /// Group commit on the native writer ([`native`]): the default.
-    Native,
-    /// Group commit on sqlx's write connection (`KASSA_SQLITE_NATIVE=0`, for benchmarking).
-    Sqlx,
-    /// One transaction and one durable commit per command, on sqlx's write connection
-    /// (`KASSA_SQLITE_GROUP_COMMIT=0`, for benchmarking group commit's effect).
-    Single,
-}
-
-impl SqliteWriter {
-    pub fn from_env() -> SqliteWriter {
-        let off = |name: &str| std::env::var(name).is_ok_and(|v| v == "0");
-        if off("KASSA_SQLITE_GROUP_COMMIT") {
-            SqliteWriter::Single
-        } else if off("KASSA_SQLITE_NATIVE") {
-            SqliteWriter::Sqlx
-        } else {
-            SqliteWriter::Native
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DbKind {
-    Sqlite,
-    Postgres,
-}
+pub use dialect::DbKind;
 
 #[derive(Debug, Clone)]
 pub struct Db {
     kind: DbKind,
-    /// Writes. For SQLite a single connection: SQLite has one writer anyway, and queueing in the
-    /// pool is fair and cheap where SQLite's busy handler would sleep and poll.
-    write: AnyPool,
-    /// Reads and `kassa check`. The same pool as `write` on PostgreSQL.
-    read: AnyPool,
-    /// SQLite: the group-commit writer over `write`.
-    group: Option<std::sync::Arc<group::GroupCommit>>,
-    /// SQLite: the thread that runs the hot write commands ([`Db::on_writer`]).
-    writer: Option<writer::WriterThread>,
+    engine: Engine,
+    /// How the engine runs (the sandbox's database runs the same way).
+    config: EngineConfig,
     /// Buyer sessions already read ([`catalog::session_by_token`]).
-    sessions: std::sync::Arc<catalog::SessionCache>,
-    /// PostgreSQL: connections kept between commands ([`held`]).
-    held: Option<std::sync::Arc<held::HeldConns>>,
+    sessions: Arc<catalog::SessionCache>,
 }
 
-/// Turns the configured URL into one sqlx can open, creating the SQLite file when missing.
-pub fn normalize_url(url: &str) -> anyhow::Result<(DbKind, String)> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok((DbKind::Postgres, url.to_string()));
+#[derive(Debug, Clone)]
+enum Engine {
+    Sqlite(Arc<Sqlite>),
+    Postgres(PgPool),
+}
+
+/// SQLite's connections: one writer, run in place, and a few readers.
+#[derive(Debug)]
+struct Sqlite {
+    writer: Arc<tokio::sync::Mutex<NativeConn>>,
+    readers: Arc<Readers>,
+    /// The group-commit writer over `writer` ([`EngineConfig::sqlite_group_commit`]).
+    group: Option<group::GroupCommit>,
+    /// The thread that runs the hot write commands ([`Db::on_writer`]).
+    thread: writer::WriterThread,
+}
+
+/// Where the store's reads run: the readers (SQLite) or the pool (PostgreSQL), outside any
+/// transaction. Statements run on it like on a transaction's connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Reader<'d>(&'d Db);
+
+impl Executor for Reader<'_> {
+    async fn run(self, sql: &str, args: Vec<Arg>, limit: Option<usize>) -> Result<Output> {
+        match &self.0.engine {
+            Engine::Sqlite(s) => s.readers.run(sql, args, limit).await,
+            Engine::Postgres(pool) => pool.get().await?.run(sql, &args, limit).await,
+        }
     }
-    let Some(rest) = url.strip_prefix("sqlite:") else {
+}
+
+/// Which database a URL names; for a SQLite file, creates its directory when missing.
+pub fn normalize_url(url: &str) -> anyhow::Result<DbKind> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(DbKind::Postgres);
+    }
+    if !url.starts_with("sqlite:") {
         anyhow::bail!("unsupported database URL scheme (use sqlite:// or postgres://)");
-    };
-    let path = rest.trim_start_matches("//");
-    let path = path.split('?').next().unwrap_or_default();
-    if let Some(parent) = std::path::Path::new(path).parent()
+    }
+    if let Some((_, path, _)) = sqlite_file_parts(url)
+        && let Some(parent) = std::path::Path::new(path).parent()
         && !parent.as_os_str().is_empty()
     {
         std::fs::create_dir_all(parent).with_context(|| format!("creating database directory {}", parent.display()))?;
     }
-    let url = if url.contains("mode=") {
-        url.to_string()
-    } else if url.contains('?') {
-        format!("{url}&mode=rwc")
-    } else {
-        format!("{url}?mode=rwc")
-    };
-    Ok((DbKind::Sqlite, url))
-}
-
-/// The file of a SQLite URL; `None` for an in-memory database (which only sqlx's own connections
-/// can share).
-fn sqlite_file(url: &str) -> Option<String> {
-    sqlite_file_parts(url).map(|(_, path, _)| path.to_string())
+    Ok(DbKind::Sqlite)
 }
 
 /// A SQLite file URL's parts: the slashes after `sqlite:`, the file's path, the query (without
@@ -242,79 +201,38 @@ pub fn sandbox_url(url: &str) -> Option<(String, String)> {
 }
 
 impl Db {
-    /// Opens the database. `max_connections` bounds the PostgreSQL pool.
+    /// Opens the database with the engine's defaults. `max_connections` bounds the PostgreSQL
+    /// pool.
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
-        Db::connect_with(url, max_connections, SqliteWriter::from_env()).await
+        Db::connect_with(url, max_connections, EngineConfig::default()).await
     }
 
-    /// [`Db::connect`] with SQLite's writer chosen (tests reach every kind; ignored for PostgreSQL).
-    pub async fn connect_with(url: &str, max_connections: u32, sqlite_writer: SqliteWriter) -> anyhow::Result<Db> {
-        Db::open(url, max_connections, sqlite_writer, writer::Role::Kassa).await
+    /// [`Db::connect`] with the engine configured.
+    pub async fn connect_with(url: &str, max_connections: u32, engine: EngineConfig) -> anyhow::Result<Db> {
+        Db::open(url, max_connections, engine, writer::Role::Kassa).await
     }
 
     /// `role`: whose writes SQLite's writer thread runs ([`writer::Role`]).
-    async fn open(
-        url: &str,
-        max_connections: u32,
-        sqlite_writer: SqliteWriter,
-        role: writer::Role,
-    ) -> anyhow::Result<Db> {
-        install_default_drivers();
-        let (kind, url) = normalize_url(url)?;
-        match kind {
+    async fn open(url: &str, max_connections: u32, config: EngineConfig, role: writer::Role) -> anyhow::Result<Db> {
+        let kind = normalize_url(url)?;
+        let engine = match kind {
             DbKind::Sqlite => {
-                let writer = writer::WriterThread::start(role)?;
-                // Opened from the writer thread, so the driver's thread for this connection shares
-                // its CPU (see `store::writer`); kept open for good, so it is never re-opened
-                // elsewhere.
-                let write = {
-                    let url = url.clone();
-                    writer.run(async move { sqlite_pool(&url, 1, true).await }).await??
-                };
-                let read = sqlite_pool(&url, SQLITE_READERS_MAX, false).await?;
-                let group = match (sqlite_writer, sqlite_file(&url)) {
-                    (SqliteWriter::Single, _) => None,
-                    (SqliteWriter::Native, Some(path)) => Some(group::GroupCommit::native(
-                        native::NativeConn::open(&path, SQLITE_BUSY_TIMEOUT_MS)
-                            .with_context(|| format!("opening SQLite database {path} for writing"))?,
-                    )),
-                    // An in-memory database is shared only by sqlx's own connections.
-                    (SqliteWriter::Native | SqliteWriter::Sqlx, _) => Some(group::GroupCommit::new(write.clone())),
-                }
-                .map(std::sync::Arc::new);
-                Ok(Db { kind, write, read, group, writer: Some(writer), sessions: Default::default(), held: None })
+                let at = Location::of(url);
+                let thread = writer::WriterThread::start(role, config.sqlite_pin_writer)?;
+                let conn = NativeConn::open(&at).with_context(|| format!("opening SQLite database {url}"))?;
+                let writer = Arc::new(tokio::sync::Mutex::new(conn));
+                let group = config.sqlite_group_commit.then(|| group::GroupCommit::new(Arc::clone(&writer)));
+                let readers = Arc::new(Readers::new(at, SQLITE_READERS_MAX));
+                Engine::Sqlite(Arc::new(Sqlite { writer, readers, group, thread }))
             }
             DbKind::Postgres => {
-                let max_connections = max_connections.max(2);
-                let pool = AnyPoolOptions::new()
-                    .max_connections(max_connections)
-                    .acquire_timeout(Duration::from_secs(30))
-                    .after_connect(|conn, _meta| Box::pin(prepared::on_connect(conn)))
-                    // sqlx pings every connection it hands out, a round trip per acquire (several
-                    // per purchase); only one idle for a while can have been dropped by the server.
-                    .test_before_acquire(false)
-                    .before_acquire(|conn, meta| {
-                        Box::pin(async move {
-                            if meta.idle_for >= PG_PING_IDLE {
-                                sqlx::Connection::ping(conn).await?;
-                            }
-                            Ok(true)
-                        })
-                    })
-                    .connect(&url)
-                    .await
-                    .context("connecting to PostgreSQL")?;
-                Ok(Db {
-                    kind,
-                    held: Some(held::HeldConns::new(pool.clone(), max_connections, PG_PING_IDLE)),
-                    write: pool.clone(),
-                    read: pool,
-                    group: None,
-                    writer: None,
-                    sessions: Default::default(),
-                })
+                let max = usize::try_from(max_connections.max(2)).unwrap_or(2);
+                Engine::Postgres(
+                    PgPool::connect(url, max, config.pg_pipeline).await.context("connecting to PostgreSQL")?,
+                )
             }
-        }
+        };
+        Ok(Db { kind, engine, config, sessions: Default::default() })
     }
 
     /// Runs a write command on SQLite's writer thread ([`writer`]); elsewhere, here.
@@ -323,9 +241,9 @@ impl Db {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        match &self.writer {
-            Some(w) => w.run(command).await,
-            None => Ok(command.await),
+        match &self.engine {
+            Engine::Sqlite(s) => s.thread.run(command).await,
+            Engine::Postgres(_) => Ok(command.await),
         }
     }
 
@@ -335,76 +253,42 @@ impl Db {
 
     /// The group-commit writer (SQLite only).
     pub fn group(&self) -> Option<&group::GroupCommit> {
-        self.group.as_deref()
+        match &self.engine {
+            Engine::Sqlite(s) => s.group.as_ref(),
+            Engine::Postgres(_) => None,
+        }
     }
 
     pub fn kind(&self) -> DbKind {
         self.kind
     }
 
-    pub fn read_pool(&self) -> &AnyPool {
-        &self.read
+    /// Where reads outside a transaction run.
+    pub fn read_pool(&self) -> Reader<'_> {
+        Reader(self)
     }
 
-    /// The rows of one read: on PostgreSQL on a held connection ([`held`]: no round trip to hand
-    /// it back), else from the read pool.
-    pub async fn fetch_all<'q, E>(&self, query: E) -> Result<Vec<sqlx::any::AnyRow>>
-    where
-        E: 'q + sqlx::Execute<'q, Any>,
-    {
-        match &self.held {
-            Some(held) => held.with(async |conn| Ok(conn.fetch_all(query).await?)).await,
-            None => Ok(self.read.fetch_all(query).await?),
-        }
-    }
-
-    /// The row of one read, if any ([`Db::fetch_all`]).
-    pub async fn fetch_optional<'q, E>(&self, query: E) -> Result<Option<sqlx::any::AnyRow>>
-    where
-        E: 'q + sqlx::Execute<'q, Any>,
-    {
-        match &self.held {
-            Some(held) => held.with(async |conn| Ok(conn.fetch_optional(query).await?)).await,
-            None => Ok(self.read.fetch_optional(query).await?),
-        }
-    }
-
-    /// Row-lock suffix for reading a row the transaction will change. SQLite needs none: its write
-    /// transaction (`BEGIN IMMEDIATE`) already excludes every other writer.
+    /// [`DbKind::for_update`] of this database.
     pub fn for_update(&self) -> &'static str {
-        match self.kind {
-            DbKind::Sqlite => "",
-            DbKind::Postgres => " FOR UPDATE",
-        }
+        self.kind.for_update()
     }
 
-    /// [`Db::for_update`] for a join: locks the rows of `alias` only.
+    /// [`DbKind::for_update_of`] of this database.
     pub fn for_update_of(&self, alias: &str) -> String {
-        match self.kind {
-            DbKind::Sqlite => String::new(),
-            DbKind::Postgres => format!(" FOR UPDATE OF {alias}"),
-        }
+        self.kind.for_update_of(alias)
     }
 
-    /// Suffix of a sub-select that claims queue rows: PostgreSQL skips rows another instance has
-    /// locked; SQLite has one writer, so there is nothing to skip.
+    /// [`DbKind::skip_locked`] of this database.
     pub fn skip_locked(&self) -> &'static str {
-        match self.kind {
-            DbKind::Sqlite => "",
-            DbKind::Postgres => " FOR UPDATE SKIP LOCKED",
-        }
+        self.kind.skip_locked()
     }
 
     /// Starts a write transaction.
     pub async fn begin(&self) -> Result<Tx<'static>> {
-        let tx = match self.kind {
-            DbKind::Sqlite => self.write.begin_with("BEGIN IMMEDIATE").await?,
-            DbKind::Postgres => match &self.held {
-                Some(held) => return Ok(held::PgTx::begin(held).await?.into()),
-                None => self.write.begin().await?,
-            },
-        };
-        Ok(tx.into())
+        match &self.engine {
+            Engine::Sqlite(s) => Tx::begin_native(&s.writer).await,
+            Engine::Postgres(pool) => Ok(Conn::Pg(pool.begin("BEGIN").await?).into()),
+        }
     }
 
     /// One write statement, durably: on PostgreSQL on its own (autocommit: one round trip instead
@@ -413,35 +297,32 @@ impl Db {
     /// a retry). Returns the number of rows it changed.
     pub async fn write_one<'q, F>(&self, build: F) -> Result<u64>
     where
-        F: Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+        F: Fn() -> sql::Query<'q>,
     {
-        if self.group.is_some() {
+        if self.kind == DbKind::Sqlite {
             return crate::write_tx!(self, |tx| { Ok(build().execute(&mut **tx).await?.rows_affected()) });
         }
-        retrying(|| async {
-            match &self.held {
-                Some(held) => held.with(async |conn| Ok(build().execute(conn).await?.rows_affected())).await,
-                None => Ok(build().execute(&self.write).await?.rows_affected()),
-            }
-        })
-        .await
+        retrying(|| async { Ok(build().execute(self.read_pool()).await?.rows_affected()) }).await
     }
 
-    /// PostgreSQL: `run` as one script outside any transaction, on a held connection: one round
-    /// trip and one implicit transaction, all of it or none ([`batch::script_outputs`]). What each
-    /// statement gave, in order. `None` on SQLite.
-    pub async fn pg_script(&self, run: Vec<(&str, Vec<batch::Arg>)>) -> Result<Option<Vec<batch::Output>>> {
-        let Some(held) = self.held.as_ref() else { return Ok(None) };
-        retrying(|| held.with(async |conn| Ok(Some(batch::script_outputs(conn, run.clone()).await?)))).await
+    /// PostgreSQL: `run` outside any transaction as one transaction of its own, all of it or none,
+    /// in one round trip (`BEGIN`, the statements and `COMMIT` pipelined). What each statement
+    /// gave, in order. `None` on SQLite.
+    pub async fn pg_script(&self, run: Vec<(&str, Vec<Arg>)>) -> Result<Option<Vec<Output>>> {
+        let Engine::Postgres(pool) = &self.engine else { return Ok(None) };
+        let run: Vec<(String, Vec<Arg>)> = run.into_iter().map(|(sql, args)| (sql.to_string(), args)).collect();
+        retrying(|| async { Ok(Some(pool.get().await?.pipeline(Some("BEGIN"), &run, Some("COMMIT")).await?)) }).await
     }
 
     /// Starts a read-only transaction on a consistent snapshot (safe while kassa serves).
     pub async fn snapshot(&self) -> Result<Tx<'static>> {
-        let tx = match self.kind {
-            DbKind::Sqlite => self.read.begin().await?,
-            DbKind::Postgres => self.read.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?,
-        };
-        Ok(tx.into())
+        Ok(match &self.engine {
+            Engine::Sqlite(s) => Conn::Read(s.readers.begin().await?).into(),
+            Engine::Postgres(pool) => {
+                let tx: PgTx = pool.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?;
+                Conn::Pg(tx).into()
+            }
+        })
     }
 
     /// Commits on `Ok`, rolls back on `Err`; used by [`write_tx!`].
@@ -464,51 +345,25 @@ impl Db {
         tokio::time::sleep(Duration::from_millis(u64::from(tries) * 5)).await;
     }
 
-    pub async fn close(&self) {
-        if let Some(held) = &self.held {
-            held.release_all();
+    /// Read connections open, and of those idle (the pool's on PostgreSQL, the readers' on
+    /// SQLite).
+    pub fn connections(&self) -> (usize, usize) {
+        match &self.engine {
+            Engine::Sqlite(s) => s.readers.connections(),
+            Engine::Postgres(pool) => pool.connections(),
         }
-        self.write.close().await;
-        self.read.close().await;
+    }
+
+    pub async fn close(&self) {
+        if let Engine::Postgres(pool) = &self.engine {
+            pool.close();
+        }
     }
 }
 
-async fn sqlite_pool(url: &str, max: u32, for_good: bool) -> anyhow::Result<AnyPool> {
-    let options = AnyPoolOptions::new();
-    let options = if for_good { options.min_connections(max).idle_timeout(None).max_lifetime(None) } else { options };
-    options
-        .max_connections(max)
-        .acquire_timeout(Duration::from_secs(30))
-        // A connection to a file does not drop: no ping (a round trip to its driver thread) each
-        // time one is handed out.
-        .test_before_acquire(false)
-        .after_connect(|conn, _meta| {
-            Box::pin(async move {
-                // WAL lets readers run beside the writer; synchronous=FULL makes every
-                // acknowledged commit survive a power loss (durability is not traded for speed).
-                // Temporary storage (a savepoint's sub-journal) in memory: see `native::open`.
-                conn.execute(
-                    format!(
-                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY; PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS};"
-                    )
-                    .as_str(),
-                )
-                .await?;
-                Ok(())
-            })
-        })
-        .connect(url)
-        .await
-        .context("opening SQLite database")
-}
-
 /// Reads a column, turning a decode problem into an internal error with the column's name.
-pub(crate) fn col<T>(row: &sqlx::any::AnyRow, name: &str) -> Result<T>
-where
-    T: for<'r> sqlx::Decode<'r, Any> + sqlx::Type<Any>,
-{
-    use sqlx::Row as _;
-    row.try_get::<T, _>(name).map_err(Error::from)
+pub(crate) fn col<T: sql::FromValue>(row: &sql::Row, name: &str) -> Result<T> {
+    row.try_get(name)
 }
 
 pub(crate) fn new_id() -> String {

@@ -6,6 +6,7 @@ use crate::domain::{AttemptStatus, OrderStatus, decide, ids};
 use crate::error::{Error, Result};
 use crate::store::checkout::{Placed, load_placed};
 use crate::store::events::{self, Cause};
+use crate::store::sql;
 use crate::store::{Db, Tx, col, fulfilment, new_id, payments};
 
 /// An attempt that was closed locally and must also be closed at its gateway (after commit).
@@ -29,7 +30,7 @@ async fn lock_order(
     order_no: &str,
     session_id: Option<&str>,
 ) -> Result<(OrderStatus, i64)> {
-    let row = sqlx::query(&format!("SELECT status, hold_expires_at, session_id FROM orders WHERE order_no = $1{lock}"))
+    let row = sql::query(&format!("SELECT status, hold_expires_at, session_id FROM orders WHERE order_no = $1{lock}"))
         .bind(order_no)
         .fetch_optional(&mut **tx)
         .await?
@@ -44,7 +45,7 @@ async fn lock_order(
 }
 
 async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(ToClose, AttemptStatus)>> {
-    let rows = sqlx::query(&format!(
+    let rows = sql::query(&format!(
         "SELECT attempt_ref, gateway, gateway_ref, status FROM payment_attempts WHERE order_no = $1 AND {} ORDER BY seq",
         AttemptStatus::active_sql("status")
     ))
@@ -87,14 +88,14 @@ pub async fn new_attempt(
                 .await?;
             to_close.push(attempt);
         }
-        let seq: i64 = sqlx::query_scalar(
+        let seq: i64 = sql::query_scalar(
             "SELECT CAST(COALESCE(MAX(seq), 0) + 1 AS BIGINT) FROM payment_attempts WHERE order_no = $1",
         )
         .bind(order_no)
         .fetch_one(&mut **tx)
         .await?;
         let attempt_ref = ids::attempt_ref(order_no, seq);
-        sqlx::query(
+        sql::query(
             "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
              SELECT $1, order_no, $2, $3, $4, 'created', total_minor, currency, $5, $5 FROM orders WHERE order_no = $6",
         )
@@ -117,7 +118,7 @@ pub async fn active_attempt(db: &Db, order_no: &str) -> Result<Option<ToClose>> 
         "SELECT attempt_ref, gateway, gateway_ref FROM payment_attempts WHERE order_no = $1 AND {} ORDER BY seq DESC LIMIT 1",
         AttemptStatus::active_sql("status")
     );
-    let row = db.fetch_optional(sqlx::query(&sql).bind(order_no)).await?;
+    let row = sql::query(&sql).bind(order_no).fetch_optional(db.read_pool()).await?;
     row.map(|r| {
         Ok(ToClose {
             attempt_ref: col(&r, "attempt_ref")?,
@@ -152,12 +153,12 @@ pub async fn cancel(
             return Ok(None);
         }
         // A frozen basket is never edited: the buyer gets a new one, quoted at today's prices.
-        let session: String = sqlx::query_scalar("SELECT session_id FROM orders WHERE order_no = $1")
+        let session: String = sql::query_scalar("SELECT session_id FROM orders WHERE order_no = $1")
             .bind(order_no)
             .fetch_one(&mut **tx)
             .await?;
         let basket_id = new_id();
-        sqlx::query(
+        sql::query(
             "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
         )
         .bind(&basket_id)
@@ -165,7 +166,7 @@ pub async fn cancel(
         .bind(now)
         .execute(&mut **tx)
         .await?;
-        sqlx::query(
+        sql::query(
             "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) \
              SELECT $1, l.sku, l.quantity, s.price_minor, s.currency FROM order_lines l JOIN skus s ON s.sku = l.sku WHERE l.order_no = $2",
         )
@@ -181,7 +182,6 @@ pub async fn cancel(
 /// the order is paid and fulfilled as usual.
 pub async fn accept_late_payment(db: &Db, order_no: &str, now: Millis) -> Result<()> {
     let lock = db.for_update();
-    let skip = db.skip_locked();
     crate::write_tx!(db, |tx| {
         let (status, _) = lock_order(tx, lock, order_no, None).await?;
         decide::may_accept_late(status)?;
@@ -190,6 +190,6 @@ pub async fn accept_late_payment(db: &Db, order_no: &str, now: Millis) -> Result
         }
         let cause = Cause { trigger: "manual_accept", notification_id: None, at: now };
         events::set_order_status(tx, order_no, status, OrderStatus::Paid, cause).await?;
-        fulfilment::after_paid(tx, skip, order_no, cause).await
+        fulfilment::after_paid(tx, order_no, cause).await
     })
 }

@@ -2,6 +2,7 @@
 //! transaction as the change they describe, relayed at least once by [`crate::workers::outbox`].
 
 use crate::store::Conn;
+use crate::store::sql;
 use serde_json::json;
 
 use crate::args;
@@ -30,7 +31,7 @@ pub async fn add_order_event(
     if !messages.status && !messages.fulfilment {
         return Ok(());
     }
-    let row = sqlx::query("SELECT total_minor, currency, captured_minor FROM orders WHERE order_no = $1")
+    let row = sql::query("SELECT total_minor, currency, captured_minor FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_one(&mut *conn)
         .await?;
@@ -149,7 +150,7 @@ pub struct Message {
 pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Message>> {
     let skip = db.skip_locked();
     crate::write_tx!(db, |tx| {
-        let rows = sqlx::query(&format!(
+        let rows = sql::query(&format!(
             "UPDATE outbox SET lease_until = $1 WHERE id IN (SELECT id FROM outbox WHERE status = 'pending' \
              AND next_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3{skip}) \
              RETURNING id, order_no, topic, payload, created_at, tries"
@@ -194,7 +195,7 @@ pub async fn finish(
         (Err(e), false) => ("pending", Some(e.clone())),
     };
     crate::write_tx!(db, |tx| {
-        sqlx::query(
+        sql::query(
             "UPDATE outbox SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4, \
              delivered_at = CASE WHEN $1 = 'delivered' THEN $5 ELSE delivered_at END WHERE id = $6",
         )
@@ -211,7 +212,7 @@ pub async fn finish(
 }
 
 pub async fn backlog(db: &Db) -> Result<i64> {
-    Ok(sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM outbox WHERE status = 'pending'")
+    sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM outbox WHERE status = 'pending'")
         .fetch_one(db.read_pool())
-        .await?)
+        .await
 }

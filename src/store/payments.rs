@@ -12,6 +12,7 @@ use crate::store::events::{self, Also, Cause, Severity};
 use crate::store::lines::OrderLine;
 use crate::store::outbox::OrderFacts;
 use crate::store::refunds;
+use crate::store::sql;
 use crate::store::{Db, Tx, col, fulfilment, new_id};
 
 use crate::domain::event::{Outcome, VerifiedEvent};
@@ -37,11 +38,10 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
 
 async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
     let lock_order = db.for_update_of("o");
-    let skip = db.skip_locked();
     let applied = crate::write_tx!(db, |tx| {
         let id = new_id();
         // Claim the event id first: a concurrent copy waits here and then sees the claim.
-        let claimed = sqlx::query(
+        let claimed = sql::query(
                 "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
                  VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
             )
@@ -114,11 +114,11 @@ async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: 
                     others: &others,
                     parts: &parts,
                 };
-                apply_success(tx, skip, &success, order_status, attempt_status, policy, cause).await?
+                apply_success(tx, &success, order_status, attempt_status, policy, cause).await?
             }
             Outcome::RefundSucceeded { refund_no, .. } | Outcome::RefundFailed { refund_no } => {
                 let refund =
-                    sqlx::query("SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2")
+                    sql::query("SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2")
                         .bind(refund_no)
                         .bind(&ev.attempt_ref)
                         .fetch_optional(&mut **tx)
@@ -239,7 +239,7 @@ pub fn order_parts_of_attempt_sql() -> &'static str {
 }
 
 /// [`OrderParts`] from the rows of [`ORDER_PARTS_SQL`].
-fn order_parts(rows: &[sqlx::any::AnyRow]) -> Result<OrderParts> {
+fn order_parts(rows: &[sql::Row]) -> Result<OrderParts> {
     let mut parts = OrderParts { attempts: Vec::new(), reservations: Vec::new(), lines: Vec::new() };
     for r in rows {
         match col::<String>(r, "part")?.as_str() {
@@ -259,7 +259,6 @@ fn order_parts(rows: &[sqlx::any::AnyRow]) -> Result<OrderParts> {
 
 async fn apply_success(
     tx: &mut Tx<'_>,
-    skip_locked: &str,
     s: &Success<'_>,
     order_status: OrderStatus,
     attempt_status: AttemptStatus,
@@ -331,7 +330,7 @@ async fn apply_success(
                 add_notification_outcome(&mut batch, id, "applied", order_no);
             }
             batch.run_checked(tx).await?;
-            fulfilment::deliver_keys(tx, skip_locked, order_no, lines, cause).await?;
+            fulfilment::deliver_keys(tx, order_no, lines, cause).await?;
             Ok(Some(PAID))
         }
         SuccessDecision::LatePayment => {
@@ -357,7 +356,7 @@ async fn apply_success(
                     let cause = Cause { trigger: "reallocated", ..follow_up };
                     events::set_order_status(tx, order_no, OrderStatus::PaidAfterExpiry, OrderStatus::Paid, cause)
                         .await?;
-                    fulfilment::after_paid(tx, skip_locked, order_no, cause).await?;
+                    fulfilment::after_paid(tx, order_no, cause).await?;
                     Ok(Some("paid_after_expiry_reallocated"))
                 }
                 LatePolicy::Reallocate | LatePolicy::Refund => {
@@ -401,7 +400,6 @@ async fn apply_success(
 /// sent, as a payment would, without a gateway (which would refuse a zero amount).
 pub async fn complete_free(
     tx: &mut Tx<'_>,
-    skip_locked: &str,
     order_no: &str,
     attempt_ref: &str,
     total: Money,
@@ -430,7 +428,7 @@ pub async fn complete_free(
     };
     let cause = Cause { trigger: "zero_total", notification_id: None, at: now };
     let status = OrderStatus::PendingPayment;
-    apply_success(tx, skip_locked, &success, status, AttemptStatus::Created, LatePolicy::Manual, cause).await?;
+    apply_success(tx, &success, status, AttemptStatus::Created, LatePolicy::Manual, cause).await?;
     metrics::counter!("kassa_zero_total_orders_total").increment(1);
     Ok(())
 }
@@ -439,14 +437,14 @@ pub async fn complete_free(
 /// or none. Returns whether it succeeded; on success the reservations count as consumed.
 pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
     let rows =
-        sqlx::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'released' ORDER BY sku")
+        sql::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'released' ORDER BY sku")
             .bind(order_no)
             .fetch_all(&mut **tx)
             .await?;
     let mut taken: Vec<(String, i64)> = Vec::new();
     for r in &rows {
         let (sku, quantity): (String, i64) = (col(r, "sku")?, col(r, "quantity")?);
-        let done = sqlx::query(
+        let done = sql::query(
             "UPDATE skus SET on_hand = on_hand - $1, sold = sold + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
         )
         .bind(quantity)
@@ -457,7 +455,7 @@ pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<
         if done.rows_affected() != 1 {
             // Put back what this attempt took; nothing changes.
             for (sku, quantity) in &taken {
-                sqlx::query("UPDATE skus SET on_hand = on_hand + $1, sold = sold - $1 WHERE sku = $2")
+                sql::query("UPDATE skus SET on_hand = on_hand + $1, sold = sold - $1 WHERE sku = $2")
                     .bind(quantity)
                     .bind(sku)
                     .execute(&mut **tx)
@@ -467,7 +465,7 @@ pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<
         }
         taken.push((sku, quantity));
     }
-    sqlx::query(
+    sql::query(
         "UPDATE reservations SET status = 'consumed', updated_at = $1 WHERE order_no = $2 AND status = 'released'",
     )
     .bind(now)
@@ -513,7 +511,7 @@ async fn add_move_reservations(
     now: Millis,
 ) -> Result<()> {
     let rows =
-        sqlx::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'active' ORDER BY sku")
+        sql::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'active' ORDER BY sku")
             .bind(order_no)
             .fetch_all(&mut **tx)
             .await?;
@@ -561,7 +559,7 @@ async fn reject(
     now: Millis,
 ) -> Result<Applied> {
     // Give the event id back: a rejected event is refused again when retried, never "duplicate".
-    sqlx::query("UPDATE notifications SET event_id = NULL, status = 'rejected', reason = $1 WHERE id = $2")
+    sql::query("UPDATE notifications SET event_id = NULL, status = 'rejected', reason = $1 WHERE id = $2")
         .bind(format!("{code}: {reason}"))
         .bind(id)
         .execute(&mut **tx)
@@ -588,7 +586,7 @@ async fn reject_mismatch(
     reason: String,
     now: Millis,
 ) -> Result<Applied> {
-    sqlx::query("UPDATE notifications SET order_no = $1 WHERE id = $2")
+    sql::query("UPDATE notifications SET order_no = $1 WHERE id = $2")
         .bind(order_no)
         .bind(id)
         .execute(&mut **tx)
@@ -605,7 +603,7 @@ async fn record_arrival(
     reason: Option<&str>,
     now: Millis,
 ) -> Result<()> {
-    sqlx::query(
+    sql::query(
         "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, reason, attempt_ref, raw_body, received_at) \
          VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8)",
     )
@@ -633,7 +631,7 @@ pub async fn record_rejected(
     now: Millis,
 ) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query(
+        sql::query(
             "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, reason, raw_body, received_at) \
              VALUES ($1, $2, NULL, $3, 'rejected', $4, $5, $6)",
         )
@@ -657,7 +655,7 @@ pub async fn record_rejected(
 /// the hand-off after the order committed. Set once: a later hand-off of the same attempt keeps it.
 pub async fn set_gateway_ref(db: &Db, attempt_ref: &str, gateway_ref: &str) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query("UPDATE payment_attempts SET gateway_ref = $1 WHERE attempt_ref = $2 AND gateway_ref IS NULL")
+        sql::query("UPDATE payment_attempts SET gateway_ref = $1 WHERE attempt_ref = $2 AND gateway_ref IS NULL")
             .bind(gateway_ref)
             .bind(attempt_ref)
             .execute(&mut **tx)

@@ -2,6 +2,7 @@
 //! payments, refunds still processing), claimed with a lease so a fleet shares the work, and the
 //! findings it records.
 
+use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
@@ -63,20 +64,20 @@ pub async fn claim_attempts(db: &Db, due: Due) -> Result<Vec<AttemptToQuery>> {
 /// older than `$3`, at most `$4`) and returns the claimed keys.
 async fn claim(db: &Db, sql: &str, due: Due) -> Result<Vec<String>> {
     crate::write_tx!(db, |tx| {
-        let rows = sqlx::query(sql)
+        let rows = sql::query(sql)
             .bind(due.lease_until)
             .bind(due.due_at)
             .bind(due.created_before)
             .bind(due.limit)
             .fetch_all(&mut **tx)
             .await?;
-        rows.iter().map(|r| sqlx::Row::try_get::<String, _>(r, 0).map_err(crate::error::Error::from)).collect()
+        rows.iter().map(|r| r.try_get::<String>(0)).collect()
     })
 }
 
 /// An attempt with what a query needs, read after it was claimed.
 async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
-    let r = sqlx::query(
+    let r = sql::query(
         "SELECT a.order_no, a.gateway, a.gateway_ref, a.status, a.query_tries, o.status AS order_status \
          FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1",
     )
@@ -126,7 +127,7 @@ pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
     let numbers = claim(db, &claim_refunds_sql(db.skip_locked()), due).await?;
     let mut out = Vec::with_capacity(numbers.len());
     for refund_no in numbers {
-        let r = sqlx::query(
+        let r = sql::query(
             "SELECT r.attempt_ref, r.order_no, r.gateway_refund_id, r.amount_minor, r.currency, r.reason, r.query_tries, \
              a.gateway, a.gateway_txn_id, a.amount_minor AS captured_minor \
              FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref WHERE r.refund_no = $1",
@@ -177,7 +178,7 @@ pub async fn reschedule_refund(db: &Db, refund_no: &str, tries: i64, next_at: Mi
 
 async fn reschedule(db: &Db, sql: &str, key: &str, tries: i64, next_at: Millis) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query(sql).bind(tries).bind(next_at).bind(key).execute(&mut **tx).await?;
+        sql::query(sql).bind(tries).bind(next_at).bind(key).execute(&mut **tx).await?;
         Ok(())
     })
 }
@@ -198,7 +199,7 @@ pub struct Finding {
 /// Records a finding and raises (or re-raises) its alert, in one transaction.
 pub async fn record_finding(db: &Db, f: &Finding, severity: Severity, now: Millis) -> Result<()> {
     crate::write_tx!(db, |tx| {
-        sqlx::query(
+        sql::query(
             "INSERT INTO reconciliation_findings (kind, gateway, order_no, attempt_ref, refund_no, ours, theirs, action, found_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
@@ -248,7 +249,7 @@ pub async fn list_findings(db: &Db, order_no: Option<&str>, limit: i64) -> Resul
         "SELECT kind, gateway, order_no, attempt_ref, refund_no, ours, theirs, action, found_at \
          FROM reconciliation_findings {filter} ORDER BY id DESC LIMIT $1"
     );
-    let mut q = sqlx::query(&sql).bind(limit);
+    let mut q = sql::query(&sql).bind(limit);
     if let Some(o) = order_no {
         q = q.bind(o);
     }
@@ -279,7 +280,7 @@ pub async fn claim_for_buyer(
     min_gap_ms: Millis,
 ) -> Result<Option<AttemptToQuery>> {
     let claimed = crate::write_tx!(db, |tx| {
-        let r = sqlx::query(&format!(
+        let r = sql::query(&format!(
             "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref = $2 AND next_query_at <= $3 AND {}",
             AttemptStatus::active_sql("status")
         ))

@@ -2,6 +2,7 @@
 //! any transaction by the refund worker, settled by the gateway's answer or refund notification.
 //! The same refund number always means the same refund, so it pays out once.
 
+use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
@@ -31,7 +32,7 @@ pub struct RefundView {
     pub created_at: String,
 }
 
-fn view(r: &sqlx::any::AnyRow) -> Result<RefundView> {
+fn view(r: &sql::Row) -> Result<RefundView> {
     Ok(RefundView {
         refund_no: col(r, "refund_no")?,
         order_no: col(r, "order_no")?,
@@ -48,16 +49,15 @@ fn view(r: &sqlx::any::AnyRow) -> Result<RefundView> {
 const COLUMNS: &str = "refund_no, order_no, attempt_ref, status, amount_minor, currency, reason, kind, created_at";
 
 pub async fn list_for_order(db: &Db, order_no: &str) -> Result<Vec<RefundView>> {
-    let rows =
-        sqlx::query(&format!("SELECT {COLUMNS} FROM refunds WHERE order_no = $1 ORDER BY created_at, refund_no"))
-            .bind(order_no)
-            .fetch_all(db.read_pool())
-            .await?;
+    let rows = sql::query(&format!("SELECT {COLUMNS} FROM refunds WHERE order_no = $1 ORDER BY created_at, refund_no"))
+        .bind(order_no)
+        .fetch_all(db.read_pool())
+        .await?;
     rows.iter().map(view).collect()
 }
 
 pub async fn get(db: &Db, refund_no: &str) -> Result<RefundView> {
-    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM refunds WHERE refund_no = $1"))
+    let row = sql::query(&format!("SELECT {COLUMNS} FROM refunds WHERE refund_no = $1"))
         .bind(refund_no)
         .fetch_optional(db.read_pool())
         .await?
@@ -86,12 +86,12 @@ pub async fn request(
     let reason = refund::clean_reason(reason);
     let lock = db.for_update();
     let created = crate::write_tx!(db, |tx| {
-        let order = sqlx::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
+        let order = sql::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
             .bind(order_no)
             .fetch_optional(&mut **tx)
             .await?
             .ok_or_else(|| Error::not_found("order"))?;
-        let existing = sqlx::query("SELECT order_no, amount_minor, reason, kind FROM refunds WHERE refund_no = $1")
+        let existing = sql::query("SELECT order_no, amount_minor, reason, kind FROM refunds WHERE refund_no = $1")
             .bind(refund_no)
             .fetch_optional(&mut **tx)
             .await?;
@@ -131,18 +131,18 @@ pub async fn request(
 
 /// When the order's payment was captured: its capturing attempt's `succeeded` event.
 async fn paid_at(tx: &mut Tx<'_>, order_no: &str) -> Result<Option<Millis>> {
-    Ok(sqlx::query_scalar(
+    sql::query_scalar(
         "SELECT MIN(e.at) FROM status_events e JOIN orders o ON o.captured_attempt_ref = e.entity_id \
          WHERE o.order_no = $1 AND e.order_no = $1 AND e.entity = 'attempt' AND e.to_status = 'succeeded'",
     )
     .bind(order_no)
     .fetch_one(&mut **tx)
-    .await?)
+    .await
 }
 
 /// What the order's own refunds add up to (a duplicate payment's refund is not the order's).
 pub async fn order_totals(tx: &mut Tx<'_>, order_no: &str) -> Result<RefundTotals> {
-    let row = sqlx::query(
+    let row = sql::query(
         "SELECT o.captured_minor, \
          CAST(COALESCE(SUM(CASE WHEN r.status <> 'failed' THEN r.amount_minor ELSE 0 END), 0) AS BIGINT) AS committed, \
          CAST(COALESCE(SUM(CASE WHEN r.status = 'succeeded' THEN r.amount_minor ELSE 0 END), 0) AS BIGINT) AS succeeded, \
@@ -163,7 +163,7 @@ pub async fn order_totals(tx: &mut Tx<'_>, order_no: &str) -> Result<RefundTotal
 
 /// The attempt that captured the order's money.
 async fn paid_attempt(tx: &mut Tx<'_>, order_no: &str) -> Result<String> {
-    let captured: Option<String> = sqlx::query_scalar("SELECT captured_attempt_ref FROM orders WHERE order_no = $1")
+    let captured: Option<String> = sql::query_scalar("SELECT captured_attempt_ref FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_one(&mut **tx)
         .await?;
@@ -183,12 +183,12 @@ pub async fn insert(
     kind: RefundKind,
     now: Millis,
 ) -> Result<()> {
-    let a = sqlx::query("SELECT captured_minor, currency FROM payment_attempts WHERE attempt_ref = $1")
+    let a = sql::query("SELECT captured_minor, currency FROM payment_attempts WHERE attempt_ref = $1")
         .bind(attempt_ref)
         .fetch_one(&mut **tx)
         .await?;
     let captured: i64 = col::<Option<i64>>(&a, "captured_minor")?.unwrap_or(0);
-    let committed: i64 = sqlx::query_scalar(
+    let committed: i64 = sql::query_scalar(
         "SELECT CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) FROM refunds WHERE attempt_ref = $1 AND status <> 'failed'",
     )
     .bind(attempt_ref)
@@ -197,7 +197,7 @@ pub async fn insert(
     refund::check_within_capture(captured, committed, amount_minor)?;
     let reason = refund::clean_reason(reason);
     let currency: String = col(&a, "currency")?;
-    sqlx::query(
+    sql::query(
         "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', 0, $8, 0, $8, $8)",
     )
@@ -244,7 +244,7 @@ pub async fn start_refunding(
     to: OrderStatus,
     cause: Cause<'_>,
 ) -> Result<()> {
-    sqlx::query("UPDATE orders SET pre_refund_status = $1 WHERE order_no = $2")
+    sql::query("UPDATE orders SET pre_refund_status = $1 WHERE order_no = $2")
         .bind(from.as_str())
         .bind(order_no)
         .execute(&mut **tx)
@@ -276,7 +276,7 @@ pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limi
          AND next_at <= $2 AND lease_until <= $2{filter} ORDER BY next_at LIMIT $3{skip}) RETURNING refund_no"
     );
     let rows = crate::write_tx!(db, |tx| {
-        let mut q = sqlx::query(&sql).bind(now.saturating_add(lease_ms)).bind(now).bind(limit);
+        let mut q = sql::query(&sql).bind(now.saturating_add(lease_ms)).bind(now).bind(limit);
         if let Some(no) = only {
             q = q.bind(no);
         }
@@ -285,7 +285,7 @@ pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limi
     })?;
     let mut out = Vec::with_capacity(rows.len());
     for refund_no in rows {
-        let r = sqlx::query(
+        let r = sql::query(
             "SELECT r.refund_no, r.order_no, r.attempt_ref, r.amount_minor, r.currency, r.reason, r.tries, a.gateway, \
              a.amount_minor AS captured_minor, a.gateway_txn_id \
              FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref WHERE r.refund_no = $1",
@@ -319,7 +319,7 @@ pub async fn mark_processing(db: &Db, refund_no: &str, gateway_refund_id: &str, 
         let order_no = lock_refund_order(tx, lock, refund_no).await?;
         let status = refund_status(tx, refund_no).await?;
         if status == RefundStatus::Requested {
-            sqlx::query("UPDATE refunds SET gateway_refund_id = $1, lease_until = 0 WHERE refund_no = $2")
+            sql::query("UPDATE refunds SET gateway_refund_id = $1, lease_until = 0 WHERE refund_no = $2")
                 .bind(gateway_refund_id)
                 .bind(refund_no)
                 .execute(&mut **tx)
@@ -346,7 +346,7 @@ pub async fn retry_later(
             .map(|_| ());
     }
     crate::write_tx!(db, |tx| {
-        sqlx::query("UPDATE refunds SET tries = $1, next_at = $2, lease_until = 0, failure = $3 WHERE refund_no = $4")
+        sql::query("UPDATE refunds SET tries = $1, next_at = $2, lease_until = 0, failure = $3 WHERE refund_no = $4")
             .bind(tries)
             .bind(next_at)
             .bind(error)
@@ -358,12 +358,12 @@ pub async fn retry_later(
 }
 
 async fn lock_refund_order(tx: &mut Tx<'_>, lock: &str, refund_no: &str) -> Result<String> {
-    let order_no: String = sqlx::query_scalar("SELECT order_no FROM refunds WHERE refund_no = $1")
+    let order_no: String = sql::query_scalar("SELECT order_no FROM refunds WHERE refund_no = $1")
         .bind(refund_no)
         .fetch_optional(&mut **tx)
         .await?
         .ok_or_else(|| Error::not_found("refund"))?;
-    sqlx::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
+    sql::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
         .bind(&order_no)
         .fetch_one(&mut **tx)
         .await?;
@@ -371,7 +371,7 @@ async fn lock_refund_order(tx: &mut Tx<'_>, lock: &str, refund_no: &str) -> Resu
 }
 
 async fn refund_status(tx: &mut Tx<'_>, refund_no: &str) -> Result<RefundStatus> {
-    let s: String = sqlx::query_scalar("SELECT status FROM refunds WHERE refund_no = $1")
+    let s: String = sql::query_scalar("SELECT status FROM refunds WHERE refund_no = $1")
         .bind(refund_no)
         .fetch_one(&mut **tx)
         .await?;
@@ -413,7 +413,7 @@ pub async fn settle_locked(
     let cause =
         Cause { trigger: if succeeded { "refund_succeeded" } else { "refund_failed" }, notification_id, at: now };
     events::set_refund_status(tx, order_no, refund_no, status, to, cause).await?;
-    sqlx::query("UPDATE refunds SET lease_until = 0, failure = $1 WHERE refund_no = $2")
+    sql::query("UPDATE refunds SET lease_until = 0, failure = $1 WHERE refund_no = $2")
         .bind(if succeeded { None } else { Some(detail) })
         .bind(refund_no)
         .execute(&mut **tx)
@@ -422,7 +422,7 @@ pub async fn settle_locked(
     if !succeeded {
         events::raise_alert(tx, "refund_failed", Severity::Critical, refund_no, Some(order_no), detail, now).await?;
     }
-    let refund = sqlx::query("SELECT amount_minor, currency, kind FROM refunds WHERE refund_no = $1")
+    let refund = sql::query("SELECT amount_minor, currency, kind FROM refunds WHERE refund_no = $1")
         .bind(refund_no)
         .fetch_one(&mut **tx)
         .await?;
@@ -441,7 +441,7 @@ pub async fn settle_locked(
     batch.run_checked(tx).await?;
     // The order moves only when it is refunding: to `refunded` once everything captured went
     // back, or back to where it was when a failure leaves part of the capture unrefunded.
-    let order = sqlx::query("SELECT status, pre_refund_status FROM orders WHERE order_no = $1")
+    let order = sql::query("SELECT status, pre_refund_status FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_one(&mut **tx)
         .await?;

@@ -4,6 +4,7 @@
 //! reference them), a frozen basket stays with its order, and a notification keeps its body while
 //! its order is open or a refund of it is unsettled.
 
+use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::Millis;
@@ -77,12 +78,12 @@ async fn prune_baskets(db: &Db, idle_before: Millis) -> Result<u64> {
         db.skip_locked()
     );
     crate::write_tx!(db, |tx| {
-        let rows = sqlx::query(&claim).bind(idle_before).bind(PRUNE_BATCH).fetch_all(&mut **tx).await?;
+        let rows = sql::query(&claim).bind(idle_before).bind(PRUNE_BATCH).fetch_all(&mut **tx).await?;
         let mut n = 0;
         for row in &rows {
             let id: String = col(row, "id")?;
-            sqlx::query("DELETE FROM basket_lines WHERE basket_id = $1").bind(&id).execute(&mut **tx).await?;
-            n += sqlx::query("DELETE FROM baskets WHERE id = $1 AND status = 'open'")
+            sql::query("DELETE FROM basket_lines WHERE basket_id = $1").bind(&id).execute(&mut **tx).await?;
+            n += sql::query("DELETE FROM baskets WHERE id = $1 AND status = 'open'")
                 .bind(&id)
                 .execute(&mut **tx)
                 .await?
@@ -95,7 +96,7 @@ async fn prune_baskets(db: &Db, idle_before: Millis) -> Result<u64> {
 /// Buyer sessions created before `idle_before` that have no order and no basket left.
 async fn prune_sessions(db: &Db, idle_before: Millis) -> Result<u64> {
     crate::write_tx!(db, |tx| {
-        let done = sqlx::query(
+        let done = sql::query(
             "DELETE FROM sessions WHERE id IN (SELECT s.id FROM sessions s WHERE s.created_at < $1 \
              AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.session_id = s.id) \
              AND NOT EXISTS (SELECT 1 FROM baskets b WHERE b.session_id = s.id) ORDER BY s.created_at LIMIT $2)",
@@ -120,13 +121,8 @@ async fn prune_notification_bodies(db: &Db, before: Millis, now: Millis) -> Resu
          ORDER BY n.received_at LIMIT $4)"
     );
     crate::write_tx!(db, |tx| {
-        let done = sqlx::query(&sql)
-            .bind(Vec::<u8>::new())
-            .bind(now)
-            .bind(before)
-            .bind(PRUNE_BATCH)
-            .execute(&mut **tx)
-            .await?;
+        let done =
+            sql::query(&sql).bind(Vec::<u8>::new()).bind(now).bind(before).bind(PRUNE_BATCH).execute(&mut **tx).await?;
         Ok(done.rows_affected())
     })
 }
@@ -134,7 +130,7 @@ async fn prune_notification_bodies(db: &Db, before: Millis, now: Millis) -> Resu
 /// Sign-in failure counts whose window is long over and whose lockout (if any) has ended.
 async fn prune_signin_failures(db: &Db, now: Millis) -> Result<u64> {
     crate::write_tx!(db, |tx| {
-        let done = sqlx::query(
+        let done = sql::query(
             "DELETE FROM signin_failures WHERE address IN (SELECT address FROM signin_failures \
              WHERE window_started_at < $1 AND (locked_until IS NULL OR locked_until < $2) LIMIT $3)",
         )

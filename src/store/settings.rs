@@ -2,19 +2,20 @@
 
 use crate::error::Result;
 use crate::store::Db;
+use crate::store::sql;
 
 /// Returns the stored value, or stores `make()` and returns it. When several instances start at
 /// once, exactly one value wins and all of them read that one.
 pub async fn get_or_init(db: &Db, name: &str, make: impl FnOnce() -> String) -> Result<String> {
     let candidate = make();
     crate::write_tx!(db, |tx| {
-        sqlx::query("INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+        sql::query("INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
             .bind(name)
             .bind(&candidate)
             .execute(&mut **tx)
             .await?;
         let value: String =
-            sqlx::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_one(&mut **tx).await?;
+            sql::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_one(&mut **tx).await?;
         Ok(value)
     })
 }

@@ -1,6 +1,7 @@
 //! Read models of an order: its lines, attempts, refunds and event log as the API, the pages and
 //! the console show them.
 
+use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::rfc3339;
@@ -66,16 +67,16 @@ impl OrderView {
 
 /// Finds the order an attempt reference belongs to.
 pub async fn order_no_for_attempt(db: &Db, attempt_ref: &str) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar("SELECT order_no FROM payment_attempts WHERE attempt_ref = $1")
+    sql::query_scalar("SELECT order_no FROM payment_attempts WHERE attempt_ref = $1")
         .bind(attempt_ref)
         .fetch_optional(db.read_pool())
-        .await?)
+        .await
 }
 
 /// The order with lines and attempts; with `with_events` the whole event log too (admin view).
 pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<OrderView> {
     let pool = db.read_pool();
-    let o = sqlx::query(
+    let o = sql::query(
         "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
          CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = orders.order_no \
          AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
@@ -85,7 +86,7 @@ pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<Ord
     .fetch_optional(pool)
     .await?
     .ok_or_else(|| Error::not_found("order"))?;
-    let lines = sqlx::query("SELECT sku, name, quantity, unit_price_minor, line_total_minor FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+    let lines = sql::query("SELECT sku, name, quantity, unit_price_minor, line_total_minor FROM order_lines WHERE order_no = $1 ORDER BY line_no")
         .bind(order_no)
         .fetch_all(pool)
         .await?
@@ -100,7 +101,7 @@ pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<Ord
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let attempts = sqlx::query(
+    let attempts = sql::query(
         "SELECT attempt_ref, status, gateway, channel, amount_minor, currency, gateway_txn_id, created_at FROM payment_attempts WHERE order_no = $1 ORDER BY seq",
     )
     .bind(order_no)
@@ -121,7 +122,7 @@ pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<Ord
     })
     .collect::<Result<Vec<_>>>()?;
     let events = if with_events {
-        let rows = sqlx::query(
+        let rows = sql::query(
             "SELECT entity, entity_id, from_status, to_status, trigger_name, at FROM status_events WHERE order_no = $1 ORDER BY id",
         )
         .bind(order_no)

@@ -2,6 +2,7 @@
 //! at the whole database (orders stuck past their hold, attempts in `unknown`, a sweeper falling
 //! behind), and pushes new or repeated alerts to the alert webhook when one is configured.
 
+use crate::store::sql;
 use std::time::Duration;
 
 use serde_json::json;
@@ -52,10 +53,11 @@ impl Monitor {
             metrics::gauge!("kassa_orders", "status" => status).set(n as f64);
         }
         metrics::gauge!("kassa_outbox_backlog").set(outbox::backlog(&self.db).await? as f64);
-        metrics::gauge!("kassa_db_pool_connections", "state" => "open").set(f64::from(pool.size()));
-        metrics::gauge!("kassa_db_pool_connections", "state" => "idle").set(pool.num_idle() as f64);
+        let (open, idle) = self.db.connections();
+        metrics::gauge!("kassa_db_pool_connections", "state" => "open").set(open as f64);
+        metrics::gauge!("kassa_db_pool_connections", "state" => "idle").set(idle as f64);
 
-        let oldest_due: Option<i64> = sqlx::query_scalar(
+        let oldest_due: Option<i64> = sql::query_scalar(
             "SELECT MIN(hold_expires_at) FROM orders WHERE status = 'pending_payment' AND hold_expires_at <= $1",
         )
         .bind(now)
@@ -65,14 +67,14 @@ impl Monitor {
         // Seconds for Prometheus; whole seconds avoid float arithmetic (not money, but the rule is simple).
         metrics::gauge!("kassa_sweeper_lag_seconds").set((report.sweeper_lag_ms / 1000) as f64);
 
-        let stuck: Vec<String> = sqlx::query_scalar(
+        let stuck: Vec<String> = sql::query_scalar(
             "SELECT order_no FROM orders WHERE status = 'pending_payment' AND hold_expires_at < $1 ORDER BY hold_expires_at LIMIT $2",
         )
         .bind(now - STUCK_GRACE_MS)
         .bind(MONITOR_BATCH_MAX)
         .fetch_all(pool)
         .await?;
-        let unknown = sqlx::query(UNKNOWN_ATTEMPTS_SQL)
+        let unknown = sql::query(UNKNOWN_ATTEMPTS_SQL)
             .bind(now - UNKNOWN_ALERT_MS)
             .bind(MONITOR_BATCH_MAX)
             .fetch_all(pool)
@@ -118,7 +120,7 @@ impl Monitor {
 
     /// Pushes alerts raised (or raised again) since their last push. Outside any transaction.
     async fn push_alerts(&self, url: &str) -> Result<usize> {
-        let rows = sqlx::query(
+        let rows = sql::query(
             "SELECT id, kind, severity, order_no, details, first_seen, last_seen, count FROM alerts \
              WHERE pushed_count < count AND acknowledged = 0 ORDER BY last_seen LIMIT $1",
         )
@@ -141,7 +143,7 @@ impl Monitor {
             match self.http.post(url).json(&body).send().await {
                 Ok(resp) if resp.status().is_success() => {
                     crate::write_tx!(self.db, |tx| {
-                        sqlx::query("UPDATE alerts SET pushed_count = $1 WHERE id = $2")
+                        sql::query("UPDATE alerts SET pushed_count = $1 WHERE id = $2")
                             .bind(count)
                             .bind(&id)
                             .execute(&mut **tx)

@@ -2,6 +2,7 @@
 //! shop server's key, admin sign-in lockout and sessions, the bot check, the server's own limits
 //! against hostile clients, security headers and retention.
 
+use kassa::store::sql;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -126,7 +127,7 @@ async fn a_buyer_holds_at_most_three_open_orders(backend: Backend) {
     assert_eq!(t.count("SELECT COUNT(*) FROM orders").await, 3, "nothing created");
     assert_eq!(t.sku("MUG").await["reserved"], 3);
     // A repeated confirm of an order already placed is still answered with it.
-    let first_basket: String = sqlx::query_scalar("SELECT basket_id FROM orders WHERE order_no = $1")
+    let first_basket: String = sql::query_scalar("SELECT basket_id FROM orders WHERE order_no = $1")
         .bind(&orders[0])
         .fetch_one(t.app.state.db.read_pool())
         .await
@@ -136,7 +137,7 @@ async fn a_buyer_holds_at_most_three_open_orders(backend: Backend) {
     // Another buyer is not held to this one's orders; paying one frees a place.
     let (_, other, _) = t.pending_order(&[("MUG", 1)]).await;
     assert!(!other.is_empty());
-    let attempt: String = sqlx::query_scalar("SELECT attempt_ref FROM payment_attempts WHERE order_no = $1")
+    let attempt: String = sql::query_scalar("SELECT attempt_ref FROM payment_attempts WHERE order_no = $1")
         .bind(&orders[1])
         .fetch_one(t.app.state.db.read_pool())
         .await
@@ -417,7 +418,7 @@ async fn retention_prunes_only_what_nothing_needs(backend: Backend) {
     let pruned = t.app.retainer.step().await.unwrap();
     assert_eq!(pruned.notification_bodies, 3, "{pruned:?}");
     let kept: Vec<(String, Vec<u8>)> =
-        sqlx::query_as("SELECT order_no, raw_body FROM notifications WHERE body_pruned_at IS NULL")
+        sql::query_as("SELECT order_no, raw_body FROM notifications WHERE body_pruned_at IS NULL")
             .fetch_all(t.app.state.db.read_pool())
             .await
             .unwrap();

@@ -1,6 +1,7 @@
 //! Test harness: a real kassa on port 0 with a fresh database per test (a temp SQLite file, or a
 //! fresh PostgreSQL database when `KASSA_TEST_DATABASE_URL` is set), driven over HTTP.
 
+use kassa::store::sql;
 use std::sync::Arc;
 
 use kassa::app::{App, Workers};
@@ -110,18 +111,44 @@ pub async fn fresh_database(backend: &Backend, dir: &std::path::Path) -> String 
     match backend {
         Backend::Sqlite => format!("sqlite://{}", dir.join("kassa.db").display()),
         Backend::Postgres(url) => {
-            use sqlx::Connection as _;
             let name = format!("kassa_t_{}", uuid::Uuid::now_v7().simple());
-            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect to KASSA_TEST_DATABASE_URL");
-            sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
-                .await
-                .expect("create test database");
+            pg_admin(url, &format!("CREATE DATABASE {name}")).await.expect("create test database");
             // The query may hold slashes of its own (`?host=/var/run/postgresql`): split it off first.
             let (path, query) =
                 url.split_once('?').map_or((url.as_str(), String::new()), |(p, q)| (p, format!("?{q}")));
             let (prefix, _) = path.rsplit_once('/').expect("database URL ends with /dbname");
             format!("{prefix}/{name}{query}")
         }
+    }
+}
+
+/// Runs `sql` (statements without parameters) on a connection of its own to the PostgreSQL server
+/// at `url`: what a test does to databases as a whole (create, drop).
+pub async fn pg_admin(url: &str, sql: &str) -> Result<(), String> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(connection);
+    let result = client.batch_execute(sql).await.map_err(|e| e.to_string());
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
+/// Drops the PostgreSQL database `url` names (FORCE closes whatever is still connected to it).
+pub async fn drop_pg_database(url: &str) {
+    let Some(Backend::Postgres(server)) = Backend::postgres() else { return };
+    let name = url.rsplit('/').next().unwrap_or_default().split('?').next().unwrap_or_default().to_string();
+    let _ = pg_admin(&server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+}
+
+/// Runs a script (statements without parameters) on a connection of its own to the database at
+/// `url`, as an older kassa or an operator would have: outside kassa's store.
+pub async fn run_script(url: &str, script: &str) {
+    match url.strip_prefix("sqlite:") {
+        Some(rest) => {
+            let path = rest.trim_start_matches("//").split('?').next().unwrap_or_default();
+            rusqlite::Connection::open(path).unwrap().execute_batch(script).unwrap();
+        }
+        None => pg_admin(url, script).await.unwrap(),
     }
 }
 
@@ -157,6 +184,7 @@ impl TestApp {
             reconcile_after_ms: 60_000,
             reconcile_interval_ms: 3_600_000,
             protection: opts.protection.clone(),
+            engine: kassa::store::engine::EngineConfig::default(),
         };
         let manual = opts.manual_clock.then(ManualClock::default);
         let clock: SharedClock = match &manual {
@@ -326,7 +354,7 @@ impl TestApp {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         let stuck: Vec<(String, Option<String>)> =
-            sqlx::query_as("SELECT body, last_error FROM sandbox_deliveries WHERE status = 'pending'")
+            sql::query_as("SELECT body, last_error FROM sandbox_deliveries WHERE status = 'pending'")
                 .fetch_all(sandbox.records().read_pool())
                 .await
                 .unwrap_or_default();
@@ -343,7 +371,7 @@ impl TestApp {
     }
 
     pub async fn count(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql).fetch_one(self.app.state.db.read_pool()).await.expect("count query")
+        sql::query_scalar(sql).fetch_one(self.app.state.db.read_pool()).await.expect("count query")
     }
 
     /// The sandbox gateway's records (a file of their own on SQLite, kassa's database on PostgreSQL).
@@ -353,7 +381,7 @@ impl TestApp {
 
     /// A count over the sandbox gateway's records.
     pub async fn sandbox_count(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql).fetch_one(self.sandbox_records().read_pool()).await.expect("count query")
+        sql::query_scalar(sql).fetch_one(self.sandbox_records().read_pool()).await.expect("count query")
     }
 }
 
@@ -364,14 +392,7 @@ impl Drop for TestApp {
         let dropper = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             rt.block_on(async {
-                use sqlx::Connection as _;
-                if let Ok(mut conn) = sqlx::PgConnection::connect(&server).await {
-                    let _ = sqlx::Executor::execute(
-                        &mut conn,
-                        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str(),
-                    )
-                    .await;
-                }
+                let _ = pg_admin(&server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
             });
         });
         let _ = dropper.join();
@@ -380,9 +401,9 @@ impl Drop for TestApp {
 
 /// After a crash or a fleet run: every order whose confirm was answered 201 exists, and every
 /// payment the gateway acknowledged ended up paying its order.
-pub async fn assert_acknowledged(pool: &sqlx::AnyPool, orders: &[String], paid_attempts: &[String]) {
+pub async fn assert_acknowledged(pool: kassa::store::Reader<'_>, orders: &[String], paid_attempts: &[String]) {
     for order_no in orders {
-        let n: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE order_no = $1")
+        let n: i64 = sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE order_no = $1")
             .bind(order_no)
             .fetch_one(pool)
             .await
@@ -390,7 +411,7 @@ pub async fn assert_acknowledged(pool: &sqlx::AnyPool, orders: &[String], paid_a
         assert_eq!(n, 1, "acknowledged order {order_no} is missing");
     }
     for attempt_ref in paid_attempts {
-        let status: String = sqlx::query_scalar(
+        let status: String = sql::query_scalar(
             "SELECT o.status FROM orders o JOIN payment_attempts a ON a.order_no = o.order_no WHERE a.attempt_ref = $1",
         )
         .bind(attempt_ref)
@@ -402,9 +423,8 @@ pub async fn assert_acknowledged(pool: &sqlx::AnyPool, orders: &[String], paid_a
 }
 
 /// Units of one SKU: (on_hand, reserved, sold, ordered by all reservations, released).
-pub async fn ledger(pool: &sqlx::AnyPool, sku: &str) -> (i64, i64, i64, i64, i64) {
-    use sqlx::Row as _;
-    let row = sqlx::query(
+pub async fn ledger(pool: kassa::store::Reader<'_>, sku: &str) -> (i64, i64, i64, i64, i64) {
+    let row = sql::query(
         "SELECT s.on_hand, s.reserved, s.sold, \
          CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku), 0) AS BIGINT) AS ordered, \
          CAST(COALESCE((SELECT SUM(quantity) FROM reservations r WHERE r.sku = s.sku AND r.status = 'released'), 0) AS BIGINT) AS released \

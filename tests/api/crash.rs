@@ -4,6 +4,7 @@
 //! took is applied exactly once, stock adds up, the checker is clean. `KASSA_CRASH_ROUNDS` sets the
 //! number of kills (default 6).
 
+use kassa::store::sql;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,12 +125,12 @@ async fn crash_rounds(backend: Backend) {
     let mut settled = false;
     for _ in 0..900 {
         let pending: i64 =
-            sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE status = 'pending_payment'")
+            sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE status = 'pending_payment'")
                 .fetch_one(pool)
                 .await
                 .unwrap();
         let deliveries: i64 =
-            sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'")
+            sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'")
                 .fetch_one(records.read_pool())
                 .await
                 .unwrap();
@@ -150,12 +151,12 @@ async fn crash_rounds(backend: Backend) {
     crate::common::assert_acknowledged(pool, &acked.orders, &acked.paid_at_gateway).await;
     // Every payment the gateway recorded (acknowledged to us or not) was applied exactly once.
     // (The sandbox's records are in a file of their own on SQLite: two reads, compared here.)
-    let taken: Vec<String> = sqlx::query_scalar("SELECT attempt_ref FROM sandbox_payments WHERE status = 'succeeded'")
+    let taken: Vec<String> = sql::query_scalar("SELECT attempt_ref FROM sandbox_payments WHERE status = 'succeeded'")
         .fetch_all(records.read_pool())
         .await
         .unwrap();
     let applied: std::collections::HashSet<String> =
-        sqlx::query_scalar("SELECT attempt_ref FROM payment_attempts WHERE status = 'succeeded'")
+        sql::query_scalar("SELECT attempt_ref FROM payment_attempts WHERE status = 'succeeded'")
             .fetch_all(pool)
             .await
             .unwrap()

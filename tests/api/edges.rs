@@ -2,6 +2,7 @@
 //! the wrong secret, refunds re-sending payment messages, buyers stranded after a failed payment,
 //! the database away, refund numbers reused, zero totals). Each test fails without its fix.
 
+use kassa::store::sql;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -26,7 +27,7 @@ async fn digital_sku(t: &TestApp, sku: &str, price_minor: i64, keys: &[&str]) {
 
 /// The topics of an order's outbox messages, oldest first.
 async fn topics(t: &TestApp, order_no: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT topic FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
+    sql::query_scalar("SELECT topic FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
         .bind(order_no)
         .fetch_all(t.app.state.db.read_pool())
         .await
@@ -36,7 +37,7 @@ async fn topics(t: &TestApp, order_no: &str) -> Vec<String> {
 /// The payloads of an order's messages of one topic.
 async fn payloads(t: &TestApp, order_no: &str, topic: &str) -> Vec<Value> {
     let rows: Vec<String> =
-        sqlx::query_scalar("SELECT payload FROM outbox WHERE order_no = $1 AND topic = $2 ORDER BY created_at, id")
+        sql::query_scalar("SELECT payload FROM outbox WHERE order_no = $1 AND topic = $2 ORDER BY created_at, id")
             .bind(order_no)
             .bind(topic)
             .fetch_all(t.app.state.db.read_pool())
@@ -128,8 +129,8 @@ async fn wrong_secret(backend: Backend) {
     // order stays readable, the operator is alerted and `kassa check` names the key.
     let other = kassa::vault::Vault::from_hex(OTHER_SECRET).unwrap();
     let (nonce, ct) = other.seal("GAME", "FOREIGN").unwrap();
-    sqlx::query("DELETE FROM card_keys WHERE status = 'available'").execute(t.app.state.db.read_pool()).await.unwrap();
-    sqlx::query(
+    sql::query("DELETE FROM card_keys WHERE status = 'available'").execute(t.app.state.db.read_pool()).await.unwrap();
+    sql::query(
         "INSERT INTO card_keys (id, sku, fingerprint, nonce, ciphertext, status, created_at) VALUES ('zz-foreign', 'GAME', 'fp', $1, $2, 'available', 0)",
     )
     .bind(nonce)
@@ -137,7 +138,7 @@ async fn wrong_secret(backend: Backend) {
     .execute(t.app.state.db.read_pool())
     .await
     .unwrap();
-    sqlx::query("UPDATE skus SET on_hand = 1 WHERE sku = 'GAME'").execute(t.app.state.db.read_pool()).await.unwrap();
+    sql::query("UPDATE skus SET on_hand = 1 WHERE sku = 'GAME'").execute(t.app.state.db.read_pool()).await.unwrap();
     let (buyer, order_no) = paid_order(&t, &[("GAME", 1)]).await;
     let r = t.http.get(t.url(&format!("/api/v1/orders/{order_no}"))).bearer_auth(&buyer).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
@@ -179,6 +180,7 @@ fn test_settings(t: &TestApp) -> kassa::config::Settings {
         default_gateway: None,
         reconcile_after_ms: 60_000,
         reconcile_interval_ms: 3_600_000,
+        engine: kassa::store::engine::EngineConfig::default(),
         protection: crate::common::test_protection(),
     }
 }

@@ -2,6 +2,7 @@
 //! load, with one instance killed (SIGKILL) in the middle. PostgreSQL only: SQLite is the
 //! single-machine engine.
 
+use kassa::store::sql;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -218,7 +219,7 @@ async fn three_instances_on_one_postgres_survive_a_sigkill() {
     // run out first). Bounded wait: synchronisation, not a timing assertion.
     let db = kassa::store::Db::connect(&database_url, 4).await.unwrap();
     let pool = db.read_pool();
-    let count = |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.unwrap() };
+    let count = |sql: &'static str| async move { sql::query_scalar::<i64>(sql).fetch_one(pool).await.unwrap() };
     let mut settled = false;
     for _ in 0..600 {
         let pending = count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE status = 'pending_payment'").await;

@@ -10,6 +10,7 @@ use kassa::gateway::config::{GatewaysFile, WechatPayConfig};
 use kassa::gateway::keys::{RsaSigner, RsaVerifier};
 use kassa::gateway::stripe::{self, Stripe};
 use kassa::gateway::wechatpay::{self, WechatPay};
+use kassa::store::sql;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -363,7 +364,7 @@ async fn stripe_checkout(backend: Backend) {
     assert_eq!(s(&placed["payment"]["type"]), "redirect");
     let session = w.stripe.session_for(&attempt_ref).unwrap();
     assert!(s(&placed["payment"]["url"]).ends_with(&session.id));
-    let stored: Option<String> = sqlx::query_scalar("SELECT gateway_ref FROM payment_attempts WHERE attempt_ref = $1")
+    let stored: Option<String> = sql::query_scalar("SELECT gateway_ref FROM payment_attempts WHERE attempt_ref = $1")
         .bind(&attempt_ref)
         .fetch_one(w.t.app.state.db.read_pool())
         .await
@@ -825,7 +826,7 @@ async fn reconcile_late_payments(backend: Backend) {
         assert_eq!(t.status(order_no).await, "paid_after_expiry");
     }
     // The gateway "loses" the second payment (as a forged or reversed one would look).
-    sqlx::query("UPDATE sandbox_payments SET status = 'open' WHERE attempt_ref = $1")
+    sql::query("UPDATE sandbox_payments SET status = 'open' WHERE attempt_ref = $1")
         .bind(&late[1].1)
         .execute(t.sandbox_records().read_pool())
         .await
@@ -838,7 +839,7 @@ async fn reconcile_late_payments(backend: Backend) {
         (report.findings[0].kind, report.findings[0].attempt_ref.as_str()),
         ("late_payment_not_confirmed", late[1].1.as_str())
     );
-    let alert: String = sqlx::query_scalar("SELECT severity FROM alerts WHERE kind = 'reconcile_discrepancy'")
+    let alert: String = sql::query_scalar("SELECT severity FROM alerts WHERE kind = 'reconcile_discrepancy'")
         .fetch_one(t.app.state.db.read_pool())
         .await
         .unwrap();

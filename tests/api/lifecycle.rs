@@ -1,3 +1,4 @@
+use kassa::store::sql;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -39,7 +40,7 @@ async fn card_keys(backend: Backend) {
     assert_eq!(t.sku("GAME").await["on_hand"], 9);
     // Encrypted at rest: no key in clear in the database.
     let stored: Vec<Vec<u8>> =
-        sqlx::query_scalar("SELECT ciphertext FROM card_keys").fetch_all(t.app.state.db.read_pool()).await.unwrap();
+        sql::query_scalar("SELECT ciphertext FROM card_keys").fetch_all(t.app.state.db.read_pool()).await.unwrap();
     assert!(stored.iter().all(|c| !c.windows(6).any(|w| w == b"SECRET")));
 
     // 20 buyers race for 9 keys.
@@ -339,7 +340,7 @@ async fn refunds(backend: Backend) {
     );
     assert_eq!(t.status(&order_no).await, "refunded");
     // A duplicated refund notification changes nothing.
-    let body: String = sqlx::query_scalar("SELECT body FROM sandbox_deliveries WHERE body LIKE '%R-LAST%'")
+    let body: String = sql::query_scalar("SELECT body FROM sandbox_deliveries WHERE body LIKE '%R-LAST%'")
         .fetch_one(t.sandbox_records().read_pool())
         .await
         .unwrap();
@@ -501,24 +502,24 @@ async fn check_corruption(backend: Backend) {
     let (_, unpaid, _) = t.pending_order(&[("GAME", 1)]).await;
     t.assert_clean().await;
     let pool = t.app.state.db.read_pool();
-    sqlx::query("UPDATE card_keys SET status = 'delivered', order_no = $1, line_no = 1 WHERE status = 'available'")
+    sql::query("UPDATE card_keys SET status = 'delivered', order_no = $1, line_no = 1 WHERE status = 'available'")
         .bind(&unpaid)
         .execute(pool)
         .await
         .unwrap();
-    sqlx::query("UPDATE orders SET captured_minor = 1 WHERE order_no = $1").bind(&paid).execute(pool).await.unwrap();
-    sqlx::query("INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) VALUES ('x', $1, 'order.paid', '{}', 'pending', 0, 0, 0, 0)")
+    sql::query("UPDATE orders SET captured_minor = 1 WHERE order_no = $1").bind(&paid).execute(pool).await.unwrap();
+    sql::query("INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) VALUES ('x', $1, 'order.paid', '{}', 'pending', 0, 0, 0, 0)")
         .bind(&unpaid)
         .execute(pool)
         .await
         .unwrap();
     // A second payment message for the paid order, and a refund the shop never heard of.
-    sqlx::query("INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) VALUES ('y', $1, 'order.paid', '{}', 'pending', 0, 0, 0, 0)")
+    sql::query("INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) VALUES ('y', $1, 'order.paid', '{}', 'pending', 0, 0, 0, 0)")
         .bind(&paid)
         .execute(pool)
         .await
         .unwrap();
-    sqlx::query(
+    sql::query(
         "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at) \
          VALUES ('R-SILENT', $1, $2, 1, 'CNY', '', 'merchant', 'succeeded', 0, 0, 0, 0, 0)",
     )
@@ -554,14 +555,14 @@ async fn check_corruption_more(backend: Backend) {
     t.assert_clean().await;
     let pool = t.app.state.db.read_pool();
     // I2: a paid order whose reservation still counts as held.
-    sqlx::query("UPDATE reservations SET status = 'active' WHERE order_no = $1")
+    sql::query("UPDATE reservations SET status = 'active' WHERE order_no = $1")
         .bind(&paid)
         .execute(pool)
         .await
         .unwrap();
     // I5: a second active attempt (the partial unique index forbids it, so drop it first).
-    sqlx::query("DROP INDEX payment_attempts_one_active").execute(pool).await.unwrap();
-    sqlx::query(
+    sql::query("DROP INDEX payment_attempts_one_active").execute(pool).await.unwrap();
+    sql::query(
         "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
          VALUES ($1, $2, 9, 'sandbox', 'form', 'created', 8900, 'CNY', 0, 0)",
     )
@@ -571,7 +572,7 @@ async fn check_corruption_more(backend: Backend) {
     .await
     .unwrap();
     // I6: an applied notification that caused no transition.
-    sqlx::query(
+    sql::query(
         "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, raw_body, received_at) \
          VALUES ('n-fake', 'sandbox', 'evt_fake', 'evt_fake', 'applied', $1, 0)",
     )

@@ -9,6 +9,7 @@
 //! `KASSA_MODEL_CASES_PG` set how many schedules run (default 600 on SQLite, 40 on PostgreSQL; CI
 //! runs 2,000 and 100).
 
+use kassa::store::sql;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -585,7 +586,7 @@ async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseE
 async fn outbox_agrees(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseError> {
     for o in &model.orders {
         let topics: Vec<String> =
-            sqlx::query_scalar("SELECT topic FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
+            sql::query_scalar("SELECT topic FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
                 .bind(&o.order_no)
                 .fetch_all(real.db.read_pool())
                 .await
@@ -664,12 +665,8 @@ fn run_model(backend: Backend, default_cases: u32) {
 }
 
 async fn drop_database(server: &str, url: &str) {
-    use sqlx::Connection as _;
     let name = url.rsplit('/').next().unwrap_or_default().split('?').next().unwrap_or_default().to_string();
-    if let Ok(mut conn) = sqlx::PgConnection::connect(server).await {
-        let _ =
-            sqlx::Executor::execute(&mut conn, format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await;
-    }
+    let _ = crate::common::pg_admin(server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
 }
 
 #[test]

@@ -1,3 +1,4 @@
+use kassa::store::sql;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -268,7 +269,7 @@ async fn body_bytes(backend: Backend) {
     assert!(matches!(first, Applied::Changed { .. }), "{first:?}");
     let again = payments::apply_event(&db, &event, LatePolicy::Manual, t.now_ms()).await.unwrap();
     assert!(matches!(again, Applied::Duplicate), "{again:?}");
-    let stored: Vec<u8> = sqlx::query_scalar("SELECT raw_body FROM notifications WHERE event_id = 'evt_bytes'")
+    let stored: Vec<u8> = sql::query_scalar("SELECT raw_body FROM notifications WHERE event_id = 'evt_bytes'")
         .fetch_one(db.read_pool())
         .await
         .unwrap();

@@ -1,3 +1,4 @@
+use kassa::store::sql;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -71,8 +72,8 @@ async fn check_cli(backend: Backend) {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     // Corrupt it on purpose: held units that no reservation explains, and a status without a log row.
     let pool = t.app.state.db.read_pool();
-    sqlx::query("UPDATE skus SET reserved = 1 WHERE sku = 'MUG'").execute(pool).await.unwrap();
-    sqlx::query("UPDATE orders SET status = 'delivered' WHERE order_no = $1")
+    sql::query("UPDATE skus SET reserved = 1 WHERE sku = 'MUG'").execute(pool).await.unwrap();
+    sql::query("UPDATE orders SET status = 'delivered' WHERE order_no = $1")
         .bind(&order_no)
         .execute(pool)
         .await
@@ -96,36 +97,25 @@ async fn missing_parents(backend: Backend) {
     // Rows that name no parent, as a hand-made repair with the foreign keys switched off could
     // leave them: off on this connection only (SQLite's pragma; PostgreSQL's replica role, which
     // fires no foreign-key triggers).
-    let mut conn = t.app.state.db.read_pool().acquire().await.unwrap();
-    let sqlite = conn.backend_name() == "SQLite";
+    let sqlite = t.app.state.db.kind() == kassa::store::DbKind::Sqlite;
     let (off, on) = if sqlite {
         ("PRAGMA foreign_keys = OFF", "PRAGMA foreign_keys = ON")
     } else {
         ("SET session_replication_role = replica", "SET session_replication_role = DEFAULT")
     };
-    sqlx::query(off).execute(&mut *conn).await.unwrap();
-    sqlx::query(
-        "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) \
-         VALUES ($1, 'GONE', 1, 'active', 0, 0)",
+    crate::common::run_script(
+        &t.database_url,
+        &format!(
+            "{off}; \
+             INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) \
+             VALUES ('{order_no}', 'GONE', 1, 'active', 0, 0); \
+             INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+             VALUES ('ATT-ORPHAN', 'NO-SUCH-ORDER', 1, 'sandbox', 'web', 'failed', 1, 'EUR', 0, 0); \
+             UPDATE orders SET session_id = 'NO-SUCH-SESSION' WHERE order_no = '{order_no}'; \
+             {on};"
+        ),
     )
-    .bind(&order_no)
-    .execute(&mut *conn)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
-         VALUES ('ATT-ORPHAN', 'NO-SUCH-ORDER', 1, 'sandbox', 'web', 'failed', 1, 'EUR', 0, 0)",
-    )
-    .execute(&mut *conn)
-    .await
-    .unwrap();
-    sqlx::query("UPDATE orders SET session_id = 'NO-SUCH-SESSION' WHERE order_no = $1")
-        .bind(&order_no)
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query(on).execute(&mut *conn).await.unwrap();
-    drop(conn);
+    .await;
     let refs: Vec<String> =
         t.violations().await.into_iter().filter(|v| v.invariant == "refs").map(|v| v.detail).collect();
     assert_eq!(
@@ -283,7 +273,7 @@ async fn logs_never_contain_secrets() {
         .await
         .unwrap();
     let settings: Vec<String> =
-        sqlx::query_scalar("SELECT value FROM settings").fetch_all(db.read_pool()).await.unwrap();
+        sql::query_scalar("SELECT value FROM settings").fetch_all(db.read_pool()).await.unwrap();
     let mut secrets = vec![
         admin.clone(),
         buyer.clone(),

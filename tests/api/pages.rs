@@ -1,3 +1,4 @@
+use kassa::store::sql;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -33,11 +34,11 @@ async fn handoff_escapes(backend: Backend) {
     assert_eq!(html.matches("<script").count(), 1);
     assert!(html.contains("<script src=\"/assets/handoff.js\"></script>"), "{html}");
     // No secret: not the merchant secret, not the sandbox key, not the admin token.
-    let secret: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.merchant_secret'")
+    let secret: String = sql::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.merchant_secret'")
         .fetch_one(t.app.state.db.read_pool())
         .await
         .unwrap();
-    let key: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.signing_key_pkcs8'")
+    let key: String = sql::query_scalar("SELECT value FROM settings WHERE name = 'sandbox.signing_key_pkcs8'")
         .fetch_one(t.app.state.db.read_pool())
         .await
         .unwrap();

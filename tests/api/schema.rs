@@ -1,9 +1,8 @@
 //! The two migration folders build the same schema: both migrated from empty, their tables,
 //! columns, indexes and constraints compared. A change made in one folder only fails here.
 
+use kassa::store::sql;
 use std::collections::BTreeSet;
-
-use sqlx::Row as _;
 
 use crate::common::{Backend, fresh_database};
 
@@ -24,9 +23,9 @@ fn family(declared: &str) -> &'static str {
     }
 }
 
-async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
+async fn sqlite_facts(pool: kassa::store::Reader<'_>) -> Facts {
     let mut facts = Facts::new();
-    let tables: Vec<String> = sqlx::query_scalar(
+    let tables: Vec<String> = sql::query_scalar(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
     )
     .fetch_all(pool)
@@ -34,7 +33,7 @@ async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
     .unwrap();
     for table in &tables {
         facts.insert(format!("table {table}"));
-        let columns = sqlx::query("SELECT name, type, \"notnull\", pk FROM pragma_table_info($1)")
+        let columns = sql::query("SELECT name, type, \"notnull\", pk FROM pragma_table_info($1)")
             .bind(table)
             .fetch_all(pool)
             .await
@@ -45,7 +44,7 @@ async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
             let declared: String = c.get("type");
             let key: i64 = c.get("pk");
             // A primary key column is never null, whether or not it says so.
-            let not_null = c.get::<i64, _>("notnull") == 1 || key > 0;
+            let not_null = c.get::<i64>("notnull") == 1 || key > 0;
             facts.insert(format!(
                 "column {table}.{name} {} {}",
                 family(&declared),
@@ -60,7 +59,7 @@ async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
         if !pk.is_empty() {
             facts.insert(format!("primary key {table} ({})", pk.join(", ")));
         }
-        let indexes = sqlx::query("SELECT name, \"unique\", origin, partial FROM pragma_index_list($1)")
+        let indexes = sql::query("SELECT name, \"unique\", origin, partial FROM pragma_index_list($1)")
             .bind(table)
             .fetch_all(pool)
             .await
@@ -68,7 +67,7 @@ async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
         for i in &indexes {
             let name: String = i.get("name");
             let origin: String = i.get("origin");
-            let cols: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_index_info($1) ORDER BY seqno")
+            let cols: Vec<String> = sql::query_scalar("SELECT name FROM pragma_index_info($1) ORDER BY seqno")
                 .bind(&name)
                 .fetch_all(pool)
                 .await
@@ -79,13 +78,13 @@ async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
                     facts.insert(format!("unique {table} ({})", cols.join(", ")));
                 }
                 _ => {
-                    let unique = if i.get::<i64, _>("unique") == 1 { "unique " } else { "" };
-                    let partial = if i.get::<i64, _>("partial") == 1 { " partial" } else { "" };
+                    let unique = if i.get::<i64>("unique") == 1 { "unique " } else { "" };
+                    let partial = if i.get::<i64>("partial") == 1 { " partial" } else { "" };
                     facts.insert(format!("{unique}index {name} on {table} ({}){partial}", cols.join(", ")));
                 }
             }
         }
-        let fks = sqlx::query("SELECT \"from\", \"table\", \"to\" FROM pragma_foreign_key_list($1)")
+        let fks = sql::query("SELECT \"from\", \"table\", \"to\" FROM pragma_foreign_key_list($1)")
             .bind(table)
             .fetch_all(pool)
             .await
@@ -94,7 +93,7 @@ async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
             let (from, parent, to): (String, String, String) = (f.get("from"), f.get("table"), f.get("to"));
             facts.insert(format!("foreign key {table}.{from} -> {parent}.{to}"));
         }
-        let sql: String = sqlx::query_scalar("SELECT sql FROM sqlite_schema WHERE name = $1")
+        let sql: String = sql::query_scalar("SELECT sql FROM sqlite_schema WHERE name = $1")
             .bind(table)
             .fetch_one(pool)
             .await
@@ -102,16 +101,16 @@ async fn sqlite_facts(pool: &sqlx::AnyPool) -> Facts {
         facts.insert(format!("checks {table} {}", sql.matches("CHECK").count()));
     }
     let triggers: Vec<String> =
-        sqlx::query_scalar("SELECT tbl_name FROM sqlite_schema WHERE type = 'trigger'").fetch_all(pool).await.unwrap();
+        sql::query_scalar("SELECT tbl_name FROM sqlite_schema WHERE type = 'trigger'").fetch_all(pool).await.unwrap();
     for table in BTreeSet::<String>::from_iter(triggers) {
         facts.insert(format!("append-only {table}"));
     }
     facts
 }
 
-async fn postgres_facts(pool: &sqlx::AnyPool) -> Facts {
+async fn postgres_facts(pool: kassa::store::Reader<'_>) -> Facts {
     let mut facts = Facts::new();
-    let tables: Vec<String> = sqlx::query_scalar(
+    let tables: Vec<String> = sql::query_scalar(
         "SELECT CAST(table_name AS TEXT) FROM information_schema.tables \
          WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1",
     )
@@ -121,7 +120,7 @@ async fn postgres_facts(pool: &sqlx::AnyPool) -> Facts {
     for table in &tables {
         facts.insert(format!("table {table}"));
     }
-    let columns = sqlx::query(
+    let columns = sql::query(
         "SELECT CAST(table_name AS TEXT) AS t, CAST(column_name AS TEXT) AS c, CAST(data_type AS TEXT) AS ty, \
          CAST(is_nullable AS TEXT) AS n FROM information_schema.columns WHERE table_schema = current_schema()",
     )
@@ -138,7 +137,7 @@ async fn postgres_facts(pool: &sqlx::AnyPool) -> Facts {
         ));
     }
     // Constraints: primary keys, unique, foreign keys (one column each in kassa) and checks.
-    let constraints = sqlx::query(
+    let constraints = sql::query(
         "SELECT CAST(t.relname AS TEXT) AS t, CAST(c.contype AS TEXT) AS kind, \
          CAST(COALESCE(p.relname, '') AS TEXT) AS parent, \
          CAST((SELECT string_agg(a.attname, ', ' ORDER BY k.n) FROM unnest(c.conkey) WITH ORDINALITY k(attnum, n) \
@@ -173,7 +172,7 @@ async fn postgres_facts(pool: &sqlx::AnyPool) -> Facts {
         facts.insert(format!("checks {t} {n}"));
     }
     // Indexes of their own (not those backing a primary key or unique constraint).
-    let indexes = sqlx::query(
+    let indexes = sql::query(
         "SELECT CAST(i.relname AS TEXT) AS name, CAST(t.relname AS TEXT) AS t, x.indisunique AS uniq, \
          x.indpred IS NOT NULL AS partial, \
          CAST((SELECT string_agg(a.attname, ', ' ORDER BY k.n) FROM unnest(x.indkey) WITH ORDINALITY k(attnum, n) \
@@ -187,11 +186,11 @@ async fn postgres_facts(pool: &sqlx::AnyPool) -> Facts {
     .unwrap();
     for i in &indexes {
         let (name, t, cols): (String, String, String) = (i.get("name"), i.get("t"), i.get("cols"));
-        let unique = if i.get::<bool, _>("uniq") { "unique " } else { "" };
-        let partial = if i.get::<bool, _>("partial") { " partial" } else { "" };
+        let unique = if i.get::<bool>("uniq") { "unique " } else { "" };
+        let partial = if i.get::<bool>("partial") { " partial" } else { "" };
         facts.insert(format!("{unique}index {name} on {t} ({cols}){partial}"));
     }
-    let triggers: Vec<String> = sqlx::query_scalar(
+    let triggers: Vec<String> = sql::query_scalar(
         "SELECT DISTINCT CAST(event_object_table AS TEXT) FROM information_schema.triggers \
          WHERE trigger_schema = current_schema()",
     )
@@ -266,38 +265,30 @@ async fn older_postgres_databases_migrate_to_the_same_references() {
     for without_references in [false, true] {
         let url = fresh_database(&pg, dir.path()).await;
         {
-            use sqlx::Connection as _;
-            let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
-            sqlx::raw_sql("CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
-                .execute(&mut conn)
-                .await
-                .unwrap();
+            let mut script =
+                "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);".to_string();
             for (i, sql) in POSTGRES_MIGRATIONS_1_TO_8.iter().enumerate() {
-                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
-                sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)")
-                    .bind(i64::try_from(i).unwrap() + 1)
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
+                script.push_str(sql);
+                script.push_str(&format!(
+                    ";\nINSERT INTO schema_migrations (version, applied_at) VALUES ({}, 0);\n",
+                    i + 1
+                ));
             }
-            sqlx::raw_sql(OLDER_DATABASE_ROWS).execute(&mut conn).await.unwrap();
+            script.push_str(OLDER_DATABASE_ROWS);
             if without_references {
-                sqlx::raw_sql(
-                    "ALTER TABLE reservations DROP CONSTRAINT reservations_order_no_fkey; \
+                script.push_str(
+                    ";\nALTER TABLE reservations DROP CONSTRAINT reservations_order_no_fkey; \
                      ALTER TABLE orders DROP CONSTRAINT orders_basket_id_fkey; \
                      ALTER TABLE payment_attempts DROP CONSTRAINT payment_attempts_order_no_fkey; \
                      INSERT INTO schema_migrations (version, applied_at) VALUES (9, 0);",
-                )
-                .execute(&mut conn)
-                .await
-                .unwrap();
+                );
             }
+            crate::common::run_script(&url, &script).await;
         }
         let db = kassa::store::Db::connect(&url, 2).await.unwrap();
         db.migrate().await.unwrap();
         let pool = db.read_pool();
-        let scalar =
-            |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.unwrap() };
+        let scalar = |sql: &'static str| async move { sql::query_scalar::<i64>(sql).fetch_one(pool).await.unwrap() };
         assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, 11);
         assert_eq!(scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM payment_attempts").await, 1);
         let references = scalar(
@@ -316,7 +307,7 @@ async fn older_postgres_databases_migrate_to_the_same_references() {
         if !without_references {
             assert_eq!(lists, 0);
         }
-        let orphan = sqlx::query(
+        let orphan = sql::query(
             "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ('NO-SUCH', 'S', 1, 'active', 0, 0)",
         )
         .execute(pool)

@@ -1,22 +1,24 @@
+use kassa::store::sql;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::common::{Backend, TestApp};
 use kassa::error::Error;
+use kassa::store::engine::EngineConfig;
 
 /// A fresh, migrated SQLite database in a temporary directory: the directory (deleted when
-/// dropped), the database's URL and the handle, with SQLite's writer as given.
-async fn fresh_sqlite(writer: kassa::store::SqliteWriter) -> (tempfile::TempDir, String, kassa::store::Db) {
+/// dropped), the database's URL and the handle, with the engine configured as given.
+async fn fresh_sqlite(engine: EngineConfig) -> (tempfile::TempDir, String, kassa::store::Db) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("shop.db").display());
-    let db = kassa::store::Db::connect_with(&url, 2, writer).await.unwrap();
+    let db = kassa::store::Db::connect_with(&url, 2, engine).await.unwrap();
     db.migrate().await.unwrap();
     (dir, url, db)
 }
 
 /// The one number `sql` answers, read on `pool`.
-async fn number(pool: &sqlx::AnyPool, sql: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.unwrap()
+async fn number(pool: kassa::store::Reader<'_>, sql: &str) -> i64 {
+    sql::query_scalar::<i64>(sql).fetch_one(pool).await.unwrap()
 }
 
 /// Two commands that lock the same rows in opposite order deadlock on PostgreSQL; the one the
@@ -36,7 +38,7 @@ async fn deadlocked_transactions_are_retried() {
         async move {
             kassa::write_tx!(db, |tx| {
                 let run = runs.fetch_add(1, Ordering::SeqCst);
-                sqlx::query("UPDATE skus SET on_hand = on_hand + 1 WHERE sku = $1")
+                sql::query("UPDATE skus SET on_hand = on_hand + 1 WHERE sku = $1")
                     .bind(first)
                     .execute(&mut **tx)
                     .await?;
@@ -44,7 +46,7 @@ async fn deadlocked_transactions_are_retried() {
                     // Only the first two runs meet, so the retry does not wait for a partner.
                     barrier.wait().await;
                 }
-                sqlx::query("UPDATE skus SET on_hand = on_hand + 1 WHERE sku = $1")
+                sql::query("UPDATE skus SET on_hand = on_hand + 1 WHERE sku = $1")
                     .bind(second)
                     .execute(&mut **tx)
                     .await?;
@@ -70,22 +72,21 @@ async fn deadlocked_transactions_are_retried() {
 async fn a_connection_dropped_while_idle_is_replaced_before_use() {
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
     let t = TestApp::spawn(backend).await;
-    let pool = t.app.state.db.read_pool().clone();
-    assert_eq!(number(&pool, "SELECT CAST(1 AS BIGINT)").await, 1);
+    let pool = t.app.state.db.read_pool();
+    assert_eq!(number(pool, "SELECT CAST(1 AS BIGINT)").await, 1);
     // The server ends every connection of this database (as a restart or an idle timeout would).
     let admin = kassa::store::Db::connect(&t.database_url, 2).await.unwrap();
-    let mut own = admin.read_pool().acquire().await.unwrap();
-    let ended: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    let ended: Vec<bool> = sql::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = ''",
     )
-    .fetch_all(&mut *own)
+    .fetch_all(admin.read_pool())
     .await
     .unwrap();
     assert!(!ended.is_empty() && ended.iter().all(|e| *e), "{ended:?}");
     // Idle past the threshold: every reader that comes next must find a live connection.
     tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
     for _ in 0..4 {
-        assert_eq!(number(&pool, "SELECT CAST(2 AS BIGINT)").await, 2);
+        assert_eq!(number(pool, "SELECT CAST(2 AS BIGINT)").await, 2);
     }
     t.create_sku("MUG", "Mug", 100, 3).await;
     assert_eq!(t.sku("MUG").await["on_hand"], 3);
@@ -101,7 +102,7 @@ async fn group_commit_isolates_failed_and_cancelled_commands() {
         let (db, written) = (db.clone(), written_tx.clone());
         async move {
             kassa::write_tx!(db, |tx| {
-                sqlx::query("INSERT INTO settings (name, value) VALUES ($1, 'x')")
+                sql::query("INSERT INTO settings (name, value) VALUES ($1, 'x')")
                     .bind(format!("cmd-{i}"))
                     .execute(&mut **tx)
                     .await?;
@@ -153,7 +154,7 @@ async fn group_commit_isolates_failed_and_cancelled_commands() {
     }
     // One more command makes sure any batch left open is committed.
     command(300).await.unwrap();
-    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM settings WHERE name LIKE 'cmd-%' ORDER BY name")
+    let names: Vec<String> = sql::query_scalar("SELECT name FROM settings WHERE name LIKE 'cmd-%' ORDER BY name")
         .fetch_all(t.app.state.db.read_pool())
         .await
         .unwrap();
@@ -167,16 +168,16 @@ async fn group_commit_isolates_failed_and_cancelled_commands() {
 /// open copies what an older version kept in kassa's file, and the copy happens once.
 #[tokio::test]
 async fn sandbox_records_move_to_their_own_sqlite_file() {
-    let (dir, url, main) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
+    let (dir, url, main) = fresh_sqlite(EngineConfig::default()).await;
     // What an older kassa left in its own file: a payment and its pending notification.
-    sqlx::query(
+    sql::query(
         "INSERT INTO sandbox_payments (attempt_ref, merchant_id, amount_minor, currency, subject, notify_url, return_url, \
          expires_at, status, created_at, updated_at) VALUES ('A-1', 'm', 500, 'CNY', 's', 'http://n', 'http://r', 9, 'succeeded', 1, 1)",
     )
     .execute(main.read_pool())
     .await
     .unwrap();
-    sqlx::query(
+    sql::query(
         "INSERT INTO sandbox_deliveries (id, attempt_ref, event_id, body, notify_url, status, tries, next_at, lease_until, created_at) \
          VALUES ('D-1', 'A-1', 'E-1', '{}', 'http://n', 'pending', 2, 5, 77, 1)",
     )
@@ -226,7 +227,7 @@ fn cpus_allowed() -> String {
 /// writer thread of their own, not held on kassa's writer's CPU.
 #[tokio::test]
 async fn write_commands_run_on_the_sqlite_writer_thread() {
-    let (_dir, url, db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
+    let (_dir, url, db) = fresh_sqlite(EngineConfig::default()).await;
     let name = db.on_writer(async { std::thread::current().name().map(str::to_string) }).await.unwrap();
     assert_eq!(name.as_deref(), Some("kassa-sqlite-writer"));
     let records = db.open_sandbox(&url).await.unwrap();
@@ -234,8 +235,8 @@ async fn write_commands_run_on_the_sqlite_writer_thread() {
         records.on_writer(async { (std::thread::current().name().map(str::to_string), cpus_allowed()) }).await.unwrap();
     assert_eq!(name.as_deref(), Some("sandbox-writer"));
     assert_eq!(cpus, cpus_allowed(), "the sandbox's writer may run wherever the process may");
-    // Its batches run on the native writer, with no driver thread between (store::native).
-    assert!(db.group().is_some_and(|g| g.is_native()));
+    // Its batches run in the group commit.
+    assert!(db.group().is_some());
     // A command on it commits like any other, and a failing one reports its own error.
     let session = kassa::store::catalog::create_session(&db, 1).await.unwrap().1.id;
     let basket = kassa::store::catalog::create_basket(&db, &session, 1).await.unwrap();
@@ -255,7 +256,7 @@ async fn write_commands_run_on_the_sqlite_writer_thread() {
 async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
     use std::collections::BTreeMap;
     use std::sync::atomic::AtomicUsize;
-    let (_dir, url, main) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
+    let (_dir, url, main) = fresh_sqlite(EngineConfig::default()).await;
     let records = main.open_sandbox(&url).await.unwrap();
     let clock: kassa::clock::SharedClock = Arc::new(kassa::clock::SystemClock);
     let sandbox = kassa::sandbox::Sandbox::init(&main, records, clock, false).await.unwrap();
@@ -330,19 +331,19 @@ async fn sandbox_keeps_its_notification_posts_in_flight_bounded() {
 /// up every time, so a session created later is found.
 #[tokio::test]
 async fn found_buyer_sessions_are_kept_in_memory() {
-    let (_dir, _, db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
+    let (_dir, _, db) = fresh_sqlite(EngineConfig::default()).await;
     let (token, session) = kassa::store::catalog::create_session(&db, 1).await.unwrap();
     let found = kassa::store::catalog::session_by_token(&db, &token, 1).await.unwrap().expect("the session");
     assert_eq!((found.id.as_str(), found.csrf_token.as_str()), (session.id.as_str(), session.csrf_token.as_str()));
     // Gone from the table behind kassa's back: still served, from memory.
-    sqlx::query("DELETE FROM sessions").execute(db.read_pool()).await.unwrap();
+    sql::query("DELETE FROM sessions").execute(db.read_pool()).await.unwrap();
     assert_eq!(kassa::store::catalog::session_by_token(&db, &token, 1).await.unwrap().map(|s| s.id), Some(session.id));
     // A day old, it may have been pruned by retention: read again, and found gone.
     let day = kassa::store::catalog::SESSION_CACHE_AGE_MAX_MS;
     assert!(kassa::store::catalog::session_by_token(&db, &token, 1 + day).await.unwrap().is_none());
     // Not found is not remembered: the session appears (created by another instance), and is found.
     assert!(kassa::store::catalog::session_by_token(&db, "tok-late", 1).await.unwrap().is_none());
-    sqlx::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('S-LATE', $1, 'c', 2)")
+    sql::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('S-LATE', $1, 'c', 2)")
         .bind(kassa::store::catalog::token_hash("tok-late"))
         .execute(db.read_pool())
         .await
@@ -351,17 +352,33 @@ async fn found_buyer_sessions_are_kept_in_memory() {
     assert_eq!(late.map(|s| s.id).as_deref(), Some("S-LATE"));
 }
 
-/// Every way SQLite's writes can reach the database (the native writer, the default; group commit
-/// on sqlx's connection; one commit per command) places orders the same way: concurrent
-/// confirms, one failing command among them undoing only itself, invariants intact.
+/// Every configuration of the engine (`EngineConfig`: SQLite with and without group commit, its
+/// writer pinned or not; PostgreSQL with batches pipelined or sent one by one) places orders the
+/// same way: concurrent confirms, one failing command among them undoing only itself, invariants
+/// intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_sqlite_writer_commits_the_same_way() {
+async fn every_engine_configuration_commits_the_same_way() {
     use kassa::domain::{Currency, Money};
-    use kassa::store::SqliteWriter;
     use kassa::store::catalog::{self, NewSku, SkuKind};
-    for writer in [SqliteWriter::Native, SqliteWriter::Sqlx, SqliteWriter::Single] {
-        let (_dir, _, db) = fresh_sqlite(writer).await;
-        assert_eq!(db.group().is_some_and(|g| g.is_native()), writer == SqliteWriter::Native);
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs: Vec<(EngineConfig, String)> = Vec::new();
+    for writer in EngineConfig::all() {
+        if writer.pg_pipeline {
+            // SQLite: the PostgreSQL setting changes nothing.
+            runs.push((writer, format!("sqlite://{}", dir.path().join(format!("shop-{}.db", runs.len())).display())));
+        }
+        if let Some(pg) = Backend::postgres()
+            && writer.sqlite_group_commit
+            && writer.sqlite_pin_writer
+        {
+            runs.push((writer, crate::common::fresh_database(&pg, dir.path()).await));
+        }
+    }
+    for (writer, url) in runs {
+        let db = kassa::store::Db::connect_with(&url, 4, writer).await.unwrap();
+        db.migrate().await.unwrap();
+        let sqlite = db.kind() == kassa::store::DbKind::Sqlite;
+        assert_eq!(db.group().is_some(), sqlite && writer.sqlite_group_commit);
         let price = Money::new(250, Currency::parse("CNY").unwrap()).unwrap();
         let sku = NewSku {
             sku: "W".into(),
@@ -411,28 +428,32 @@ async fn every_sqlite_writer_commits_the_same_way() {
         }
         assert_eq!((placed, sold_out), (10, 2), "{writer:?}: ten units, twelve buyers");
         let orders: i64 =
-            sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").fetch_one(db.read_pool()).await.unwrap();
+            sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").fetch_one(db.read_pool()).await.unwrap();
         assert_eq!(orders, 10, "{writer:?}");
-        let lines: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM basket_lines WHERE sku = 'NOPE'")
+        let lines: i64 = sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM basket_lines WHERE sku = 'NOPE'")
             .fetch_one(db.read_pool())
             .await
             .unwrap();
         assert_eq!(lines, 0, "{writer:?}");
         assert!(kassa::store::check::run(&db).await.unwrap().is_empty(), "{writer:?}");
         db.close().await;
+        if !sqlite {
+            crate::common::drop_pg_database(&url).await;
+        }
     }
 }
 
 /// The plan SQLite chose for `sql` (its parameters unbound: the plan does not depend on them).
 async fn plan_of(url: &str, sql: &str) -> Vec<String> {
-    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(url).await.unwrap();
-    sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
-        .fetch_all(&mut conn)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| sqlx::Row::get::<String, _>(r, "detail"))
-        .collect()
+    let path = url.strip_prefix("sqlite://").unwrap().split('?').next().unwrap();
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut plan = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let mut rows = plan.raw_query();
+    let mut details = Vec::new();
+    while let Some(row) = rows.next().unwrap() {
+        details.push(row.get::<_, String>("detail").unwrap());
+    }
+    details
 }
 
 /// Asserts a plan reaches its rows by key or by a (partial) index, never by reading a whole table
@@ -453,7 +474,7 @@ fn assert_no_table_scan(what: &str, plan: &[String]) {
 /// HTTP benchmark's throughput by two thirds).
 #[tokio::test]
 async fn hot_and_periodic_queries_read_by_index() {
-    let (_dir, url, _db) = fresh_sqlite(kassa::store::SqliteWriter::Native).await;
+    let (_dir, url, _db) = fresh_sqlite(EngineConfig::default()).await;
     let queries = [
         ("basket view", kassa::store::catalog::BASKET_VIEW_SQL.to_string(), None),
         ("order parts of a payment", kassa::store::payments::ORDER_PARTS_SQL.to_string(), None),
@@ -502,27 +523,22 @@ async fn sqlite_in_lists_are_rewritten_by_rebuilding_their_tables() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("old.db").display());
     {
-        let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("{url}?mode=rwc")).await.unwrap();
-        sqlx::raw_sql("CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        let mut script =
+            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);".to_string();
         for (i, sql) in SQLITE_MIGRATIONS_1_TO_8.iter().enumerate() {
-            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, 0)")
-                .bind(i64::try_from(i).unwrap() + 1)
-                .execute(&mut conn)
-                .await
-                .unwrap();
+            script.push_str(sql);
+            script
+                .push_str(&format!(";\nINSERT INTO schema_migrations (version, applied_at) VALUES ({}, 0);\n", i + 1));
         }
-        sqlx::raw_sql(crate::schema::OLDER_DATABASE_ROWS).execute(&mut conn).await.unwrap();
+        script.push_str(crate::schema::OLDER_DATABASE_ROWS);
+        crate::common::run_script(&url, &script).await;
     }
     let db = kassa::store::Db::connect(&url, 2).await.unwrap();
     db.migrate().await.unwrap();
     let pool = db.read_pool();
     assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, 11);
     assert_eq!(number(pool, IN_LISTS_LEFT).await, 0);
-    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(pool).await.unwrap();
+    let integrity: String = sql::query_scalar("PRAGMA integrity_check").fetch_one(pool).await.unwrap();
     assert_eq!(integrity, "ok");
     for table in ["orders", "payment_attempts", "reservations", "status_events", "baskets", "skus"] {
         assert_eq!(number(pool, &format!("SELECT CAST(COUNT(*) AS BIGINT) FROM {table}")).await, 1, "{table}");
@@ -530,7 +546,7 @@ async fn sqlite_in_lists_are_rewritten_by_rebuilding_their_tables() {
     // Through the writer, as kassa writes.
     let write = |sql: &'static str| {
         let db = db.clone();
-        async move { db.write_one(|| sqlx::query(sql)).await }
+        async move { db.write_one(|| sql::query(sql)).await }
     };
     assert!(write("UPDATE orders SET status = 'bogus' WHERE order_no = 'O-1'").await.is_err());
     assert!(write("UPDATE reservations SET status = 'held' WHERE order_no = 'O-1'").await.is_err());
@@ -567,7 +583,7 @@ async fn lone_write(backend: Backend) {
         let db = db.clone();
         async move {
             db.write_one(|| {
-                sqlx::query("INSERT INTO settings (name, value) VALUES ($1, 'v') ON CONFLICT (name) DO NOTHING")
+                sql::query("INSERT INTO settings (name, value) VALUES ($1, 'v') ON CONFLICT (name) DO NOTHING")
                     .bind(name)
             })
             .await
@@ -575,22 +591,20 @@ async fn lone_write(backend: Backend) {
     };
     assert_eq!(insert("lone.a").await.unwrap(), 1);
     assert_eq!(insert("lone.a").await.unwrap(), 0, "the second insert meets the first");
-    let changed = db
-        .write_one(|| sqlx::query("UPDATE settings SET value = 'w' WHERE name LIKE $1").bind("lone.%"))
-        .await
-        .unwrap();
+    let changed =
+        db.write_one(|| sql::query("UPDATE settings SET value = 'w' WHERE name LIKE $1").bind("lone.%")).await.unwrap();
     assert_eq!(changed, 1);
-    let failed = db.write_one(|| sqlx::query("INSERT INTO settings (name, value) VALUES ('lone.b', NULL)")).await;
+    let failed = db.write_one(|| sql::query("INSERT INTO settings (name, value) VALUES ('lone.b', NULL)")).await;
     assert!(failed.is_err(), "a NOT NULL column refuses NULL");
     let value: String =
-        sqlx::query_scalar("SELECT value FROM settings WHERE name = 'lone.a'").fetch_one(db.read_pool()).await.unwrap();
+        sql::query_scalar("SELECT value FROM settings WHERE name = 'lone.a'").fetch_one(db.read_pool()).await.unwrap();
     assert_eq!(value, "w");
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name LIKE 'lone.%'").await, 1);
 }
 
 /// The settings whose names start with `prefix` (no `%` or `_` in it), as (name, value), by name.
 async fn settings_named(db: &kassa::store::Db, prefix: &str) -> Vec<(String, String)> {
-    sqlx::query_as("SELECT name, value FROM settings WHERE name LIKE $1 ORDER BY name")
+    sql::query_as("SELECT name, value FROM settings WHERE name LIKE $1 ORDER BY name")
         .bind(format!("{prefix}%"))
         .fetch_all(db.read_pool())
         .await
@@ -618,67 +632,56 @@ async fn pg_script(backend: Backend) {
     assert_eq!(stored, want, "the failed script left nothing, the first kept its text exactly");
 }
 
-/// PostgreSQL: batch scripts `EXECUTE` prepared statements (`store::prepared`). A statement text
-/// new to the process is on no pooled connection yet: inside a transaction, the script fails
-/// before changing anything, the connection is given the statement and the whole transaction runs
-/// again on it — its earlier writes once, not twice; outside one, the script runs again on the
-/// same connection. A statement PostgreSQL will not prepare is sent with literals instead.
+/// PostgreSQL: a batch's statements are pipelined (one round trip) and still run in order, each
+/// seeing what the one before it wrote; every value is bound, so text that looks like SQL or
+/// quoting is stored exactly; a failing statement in the middle fails the batch and, with the
+/// transaction, undoes everything before it; the connection is clean afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn batch_statements_are_prepared_on_each_connection() {
+async fn pipelined_batches_run_in_order_with_bound_values() {
     use kassa::store::batch::Batch;
-    use kassa::store::prepared::{self, Form};
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
     let t = TestApp::spawn(backend).await;
     let db = t.app.state.db.clone();
-    // Texts no other test uses, so no connection has them yet.
-    let tag = uuid::Uuid::now_v7().simple().to_string();
-    let insert = format!("INSERT INTO settings (name, value) VALUES ($1, $2) /* {tag} */");
-    let rename = format!("UPDATE settings SET value = $1 WHERE name = $2 /* {tag} */");
-    let runs = Arc::new(AtomicU32::new(0));
+    let tricky = "it's \\ $1 '); DROP TABLE settings; --";
     kassa::write_tx!(db, |tx| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        sqlx::query("INSERT INTO settings (name, value) VALUES ('prep.tx.0', 'v')").execute(&mut **tx).await?;
         let mut batch = Batch::new();
-        batch.expect(&insert, kassa::args!["prep.tx.1", "v"], 1, "insert");
-        batch.expect(&rename, kassa::args!["w", "prep.tx.0"], 1, "update");
+        batch.expect("INSERT INTO settings (name, value) VALUES ($1, $2)", kassa::args!["pipe.a", "v"], 1, "insert");
+        // Reads the row the statement before it wrote.
+        batch.expect(
+            "UPDATE settings SET value = value || $1 WHERE name = $2",
+            kassa::args![tricky, "pipe.a"],
+            1,
+            "update",
+        );
+        batch.expect(
+            "INSERT INTO settings (name, value) SELECT $1, value FROM settings WHERE name = $2",
+            kassa::args!["pipe.b", "pipe.a"],
+            1,
+            "copy",
+        );
         batch.run_checked(tx).await
     })
     .unwrap();
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        2,
-        "the first run met a connection without the statements; the second ran on it once it had them"
-    );
-    assert!(matches!(prepared::form(&insert), Form::Named { .. }));
-    let stored = settings_named(&db, "prep.").await;
-    let want = [("prep.tx.0", "w"), ("prep.tx.1", "v")].map(|(n, v)| (n.to_string(), v.to_string()));
-    assert_eq!(stored, want, "each write once, the retried transaction's too");
+    let want = format!("v{tricky}");
+    let stored = settings_named(&db, "pipe.").await;
+    assert_eq!(stored, vec![("pipe.a".to_string(), want.clone()), ("pipe.b".to_string(), want)]);
 
-    // Outside a transaction, with a statement PostgreSQL cannot prepare (the type of `$1` in
-    // `$1 IS NOT NULL` is unknown): the script runs again with it written out.
-    let insert2 = format!("INSERT INTO settings (name, value) VALUES ($1, $2) /* {tag} 2 */");
-    let unpreparable = format!("UPDATE settings SET value = $2 WHERE $1 IS NOT NULL AND name = $3 /* {tag} */");
-    let changed =
-        |out: Option<Vec<kassa::store::batch::Output>>| out.unwrap().iter().map(|o| o.changed).collect::<Vec<_>>();
-    let script = vec![
-        (insert2.as_str(), kassa::args!["prep.script", "v"]),
-        (unpreparable.as_str(), kassa::args!["x", "it's", "prep.script"]),
-    ];
-    assert_eq!(changed(db.pg_script(script).await.unwrap()), vec![1, 1]);
-    assert!(matches!(prepared::form(&unpreparable), Form::Literal), "sent with literals from now on");
-    assert!(matches!(prepared::form(&insert2), Form::Named { .. }));
-    let value: String = sqlx::query_scalar("SELECT value FROM settings WHERE name = 'prep.script'")
-        .fetch_one(db.read_pool())
-        .await
-        .unwrap();
-    assert_eq!(value, "it's");
-    // And again, now that the statements are known: the same result, nothing left half-done.
-    let again = vec![
-        (insert2.as_str(), kassa::args!["prep.script.2", "v"]),
-        (unpreparable.as_str(), kassa::args!["x", "again", "prep.script.2"]),
-    ];
-    assert_eq!(changed(db.pg_script(again).await.unwrap()), vec![1, 1]);
-    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name LIKE 'prep.%'").await, 4);
+    // The second of three fails: the first is undone with it, the third never ran.
+    let failed = kassa::write_tx!(db, |tx| {
+        let mut batch = Batch::new();
+        batch.add("INSERT INTO settings (name, value) VALUES ($1, 'x')", kassa::args!["pipe.c"]);
+        batch.add("INSERT INTO settings (name, value) VALUES ($1, 'x')", kassa::args!["pipe.a"]);
+        batch.add("INSERT INTO settings (name, value) VALUES ($1, 'x')", kassa::args!["pipe.d"]);
+        batch.run(tx).await
+    });
+    assert!(failed.is_err(), "a name already taken");
+    assert_eq!(settings_named(&db, "pipe.").await.len(), 2, "nothing of the failed batch stayed");
+    // Every connection answers its own questions afterwards.
+    for n in 0..8_i64 {
+        let got: i64 =
+            sql::query_scalar("SELECT CAST($1 AS BIGINT) + 1").bind(n).fetch_one(db.read_pool()).await.unwrap();
+        assert_eq!(got, n + 1);
+    }
 }
 
 /// PostgreSQL on the same host is reached over its Unix socket when the URL says so
@@ -718,34 +721,30 @@ async fn a_local_postgresql_is_reached_over_its_unix_socket() {
     t.assert_clean().await;
 }
 
-/// The PostgreSQL backend serving `db`'s next read (`Db::fetch_optional`, on a held connection).
+/// The PostgreSQL backend serving `db`'s next read.
 async fn backend_pid(db: &kassa::store::Db) -> i64 {
-    use sqlx::Row as _;
-    let row = db.fetch_optional(sqlx::query("SELECT CAST(pg_backend_pid() AS BIGINT)")).await.unwrap().unwrap();
-    row.get::<i64, _>(0)
+    let row =
+        sql::query("SELECT CAST(pg_backend_pid() AS BIGINT)").fetch_optional(db.read_pool()).await.unwrap().unwrap();
+    row.get::<i64>(0)
 }
 
-/// PostgreSQL (`store::held`): a command that ends cleanly keeps its connection for the next one,
-/// with no round trip to hand it back; a transaction dropped open (a cancelled request) closes
-/// its connection, which ends the transaction on the server and leaves nothing behind; a read
-/// cancelled midway hands its connection back to the pool, which drains it, so the next command
-/// reads its own answer.
+/// PostgreSQL (`store::engine::pg`): a command that ends cleanly hands its connection back to the
+/// pool with no round trip, and the next command takes it; a transaction dropped open (a
+/// cancelled request) closes its connection, which ends the transaction on the server and leaves
+/// nothing behind; a read cancelled midway leaves its connection answering the next command's
+/// own questions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgresql_connections_are_kept_between_commands() {
-    use sqlx::Row as _;
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
     let t = TestApp::spawn(backend).await;
     // A handle of its own: the app's workers would take connections in between.
     let db = kassa::store::Db::connect(&t.database_url, 4).await.unwrap();
     let first = backend_pid(&db).await;
     assert_eq!(backend_pid(&db).await, first, "a read ended cleanly: its connection is kept");
-    // Time for a connection handed back to reach the pool (sqlx does so on a task of its own).
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    let pool = db.read_pool();
-    assert_eq!((pool.size(), pool.num_idle()), (1, 0), "kept out of the pool, not handed back to it");
+    assert_eq!(db.connections(), (1, 1), "one connection, idle in the pool");
     let committed = kassa::write_tx!(db, |tx| {
-        sqlx::query("INSERT INTO settings (name, value) VALUES ('held.kept', 'v')").execute(&mut **tx).await?;
-        Ok::<i64, Error>(sqlx::query_scalar("SELECT CAST(pg_backend_pid() AS BIGINT)").fetch_one(&mut **tx).await?)
+        sql::query("INSERT INTO settings (name, value) VALUES ('held.kept', 'v')").execute(&mut **tx).await?;
+        sql::query_scalar::<i64>("SELECT CAST(pg_backend_pid() AS BIGINT)").fetch_one(&mut **tx).await
     })
     .unwrap();
     assert_eq!(committed, first, "the transaction took the kept connection");
@@ -753,61 +752,59 @@ async fn postgresql_connections_are_kept_between_commands() {
 
     // Dropped open, as a cancelled request drops its command.
     let mut tx = db.begin().await.unwrap();
-    sqlx::query("INSERT INTO settings (name, value) VALUES ('held.dropped', 'v')").execute(&mut *tx).await.unwrap();
+    sql::query("INSERT INTO settings (name, value) VALUES ('held.dropped', 'v')").execute(&mut *tx).await.unwrap();
     drop(tx);
     let gone = "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE pid = $1";
     let mut waited = 0;
-    while sqlx::query_scalar::<_, i64>(gone).bind(first).fetch_one(t.app.state.db.read_pool()).await.unwrap() > 0 {
+    while sql::query_scalar::<i64>(gone).bind(first).fetch_one(t.app.state.db.read_pool()).await.unwrap() > 0 {
         assert!(waited < 100, "the connection of the transaction dropped open was not closed");
         waited += 1;
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let other = backend_pid(&db).await;
     assert_ne!(other, first);
-    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM settings WHERE name LIKE 'held.%' ORDER BY name")
+    let names: Vec<String> = sql::query_scalar("SELECT name FROM settings WHERE name LIKE 'held.%' ORDER BY name")
         .fetch_all(t.app.state.db.read_pool())
         .await
         .unwrap();
     assert_eq!(names, vec!["held.kept".to_string()], "the dropped transaction left nothing");
 
-    // Cancelled mid-read: the pool drains the connection; no answer reaches the next command.
-    let slow = db.fetch_optional(sqlx::query("SELECT CAST(1 AS BIGINT) FROM pg_sleep(0.3)"));
+    // Cancelled mid-read: no answer reaches the next command.
+    let slow = sql::query("SELECT CAST(1 AS BIGINT) FROM pg_sleep(0.3)").fetch_optional(db.read_pool());
     assert!(tokio::time::timeout(std::time::Duration::from_millis(50), slow).await.is_err());
     for n in 2..6_i64 {
-        let row = db.fetch_optional(sqlx::query("SELECT CAST($1 AS BIGINT)").bind(n)).await.unwrap().unwrap();
-        assert_eq!(row.get::<i64, _>(0), n);
+        let row =
+            sql::query("SELECT CAST($1 AS BIGINT)").bind(n).fetch_optional(db.read_pool()).await.unwrap().unwrap();
+        assert_eq!(row.get::<i64>(0), n);
     }
     db.close().await;
 }
 
-/// PostgreSQL (`store::held::PgTx`): a transaction's BEGIN goes in front of its first reads (one
+/// PostgreSQL (`store::engine::pg::PgTx`): a transaction's BEGIN goes in front of its first reads (one
 /// round trip less), and they and everything after are one transaction: the same transaction
 /// time throughout, and a failing command undoes its writes. A transaction that sends nothing
 /// sends no BEGIN and keeps its connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_postgresql_transaction_begins_with_its_first_reads() {
-    use sqlx::Row as _;
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
     let t = TestApp::spawn(backend).await;
     let db = kassa::store::Db::connect(&t.database_url, 4).await.unwrap();
     let now = "SELECT CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)";
-    // A text new to the connection is prepared and the body run again (`store::prepared`).
     let failed = kassa::write_tx!(db, |tx| {
         let first = kassa::store::batch::together(tx, vec![(now, Vec::new())]).await?;
         let first: i64 = first[0].rows[0].get(0);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        let second: i64 = sqlx::query_scalar(now).fetch_one(&mut **tx).await?;
+        let second: i64 = sql::query_scalar(now).fetch_one(&mut **tx).await?;
         assert_eq!(first, second, "one transaction: its time stands still");
-        sqlx::query("INSERT INTO settings (name, value) VALUES ('begin.undone', 'v')").execute(&mut **tx).await?;
+        sql::query("INSERT INTO settings (name, value) VALUES ('begin.undone', 'v')").execute(&mut **tx).await?;
         Err::<(), Error>(Error::invalid("on_purpose", "a command that fails after writing"))
     });
     assert!(matches!(failed, Err(e) if e.to_string().contains("a command that fails")));
-    let left: i64 = sqlx::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name = 'begin.undone'")
+    let left: i64 = sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM settings WHERE name = 'begin.undone'")
         .fetch_one(t.app.state.db.read_pool())
         .await
         .unwrap();
     assert_eq!(left, 0, "the failed command's write was undone");
-    // The connection has the statement now.
     let mut tx = db.begin().await.unwrap();
     assert!(tx.begin_pending(), "nothing sent yet");
     kassa::store::batch::together(&mut tx, vec![(now, Vec::new())]).await.unwrap();

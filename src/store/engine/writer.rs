@@ -1,17 +1,16 @@
 //! SQLite's writer thread. The hot write commands (confirm, basket lines, notifications, and the
 //! sandbox's on its own database) run on this thread — a single-threaded runtime of their own,
-//! held on one CPU — and with the native write connection (`store::native`) their statements run
-//! right here, with no hand-off to another thread; the HTTP layer and the readers use all the
-//! other CPUs. (Before the native connection, sqlx's driver thread for the write connection was
-//! started from here so that both shared this CPU: between two CPUs every statement's hand-off
-//! woke an idle one, and holding both on one CPU doubled the engine's throughput, BENCHMARKS.md.
-//! With `KASSA_SQLITE_NATIVE=0` that is still how it runs.)
+//! held on one CPU — and with the writer connection (`engine::sqlite`) their statements run right
+//! here, with no hand-off to another thread; the HTTP layer and the readers use all the other
+//! CPUs.
 //!
-//! The CPU is the first the process may use; `KASSA_SQLITE_PIN=0` leaves the thread unpinned
-//! (for measuring the effect, or where another process owns that CPU). Only kassa's own writer is
-//! held there: the sandbox's (a stand-in for a remote gateway, on a database of its own) is left
-//! to the scheduler, since two writers held on one CPU queue for it while another has room
-//! (BENCHMARKS.md).
+//! The CPU is the first the process may use; [`EngineConfig::sqlite_pin_writer`] off leaves the
+//! thread unpinned (for measuring the effect, or where another process owns that CPU). Only
+//! kassa's own writer is held there: the sandbox's (a stand-in for a remote gateway, on a database
+//! of its own) is left to the scheduler, since two writers held on one CPU queue for it while
+//! another has room (BENCHMARKS.md).
+//!
+//! [`EngineConfig::sqlite_pin_writer`]: super::EngineConfig::sqlite_pin_writer
 
 use std::future::Future;
 
@@ -23,7 +22,7 @@ use crate::error::{Error, Result};
 /// Whose writes a writer thread runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// kassa's own: held on the first CPU unless `KASSA_SQLITE_PIN=0`.
+    /// kassa's own: held on the first CPU when so configured.
     Kassa,
     /// The sandbox's, on a database of its own: left to the scheduler (and named apart in
     /// profiles).
@@ -39,10 +38,10 @@ pub struct WriterThread {
 }
 
 impl WriterThread {
-    /// Starts the thread for `role`'s writes.
-    pub fn start(role: Role) -> anyhow::Result<WriterThread> {
+    /// Starts the thread for `role`'s writes; kassa's is held on the first CPU if `pin`.
+    pub fn start(role: Role, pin: bool) -> anyhow::Result<WriterThread> {
         let (name, pin) = match role {
-            Role::Kassa => ("kassa-sqlite-writer", std::env::var("KASSA_SQLITE_PIN").map_or(true, |v| v != "0")),
+            Role::Kassa => ("kassa-sqlite-writer", pin),
             Role::Sandbox => ("sandbox-writer", false),
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();

@@ -6,14 +6,13 @@
 //! makes their command durable, and a lone command commits at once, so an idle server adds no
 //! latency.
 //!
-//! The savepoint is kassa's own (`kassa_m`), not sqlx's nested transaction: a finished command
-//! leaves it open, and the next command releases it and opens its own in the same round trip
-//! (`RELEASE …; SAVEPOINT …`); the batch's COMMIT releases the last one. That saves a round trip
-//! per command and keeps the savepoint stack one deep. A command abandoned midway (its request
-//! cancelled) is rolled back to its savepoint before anything else runs on the connection.
+//! A finished command leaves its savepoint (`kassa_m`) open, and the next command releases it and
+//! opens its own (`RELEASE …; SAVEPOINT …`); the batch's COMMIT releases the last one. That keeps
+//! the savepoint stack one deep. A command abandoned midway (its request cancelled) is rolled back
+//! to its savepoint before anything else runs on the connection.
 //!
-//! On a database file the batch runs on the native writer (`store::native`): a command's body then
-//! runs without yielding, so before a command decides it is the last of its batch it yields once,
+//! The batch runs on the writer connection (`engine::sqlite`), in place: a command's body runs
+//! without yielding, so before a command decides it is the last of its batch it yields once,
 //! letting commands that are ready to join do so; and the commit waits for the disk on a blocking
 //! thread, so the commands behind it keep running up to their turn meanwhile.
 //!
@@ -23,12 +22,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sqlx::AnyPool;
 use tokio::sync::{Mutex, MutexGuard, watch};
 
+use super::sqlite::NativeConn;
 use crate::error::{Error, Result};
 use crate::store::Tx;
-use crate::store::native::NativeConn;
 
 /// Most commands in one batch: bounds how long the first one waits for its commit.
 pub const BATCH_MAX: usize = 64;
@@ -56,22 +54,15 @@ const SAVEPOINT: &str = "kassa_m";
 /// Rolls back an abandoned member's writes (its savepoint stays open, empty).
 async fn undo_abandoned(state: &mut State) -> Result<()> {
     if let (true, Some(tx)) = (state.abandoned, state.tx.as_mut()) {
-        sqlx::query(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}")).execute(&mut **tx).await?;
+        tx.exec(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}")).await?;
     }
     state.abandoned = false;
     Ok(())
 }
 
-/// The connection batches run on.
-enum Writer {
-    /// sqlx's write pool (one connection, on a driver thread of its own).
-    Pool(AnyPool),
-    /// The native writer ([`crate::store::native`]): statements run where the command runs.
-    Native(Arc<Mutex<NativeConn>>),
-}
-
 pub struct GroupCommit {
-    writer: Writer,
+    /// The writer connection: statements run where the command runs.
+    writer: Arc<Mutex<NativeConn>>,
     state: Mutex<State>,
     /// Commands waiting for the writer: while there are any, the current batch stays open.
     waiting: AtomicUsize,
@@ -101,23 +92,9 @@ pub struct Member<'g> {
 }
 
 impl GroupCommit {
-    /// Batches on sqlx's write pool.
-    pub fn new(pool: AnyPool) -> GroupCommit {
-        GroupCommit::on(Writer::Pool(pool))
-    }
-
-    /// Batches on the native SQLite writer.
-    pub fn native(conn: NativeConn) -> GroupCommit {
-        GroupCommit::on(Writer::Native(Arc::new(Mutex::new(conn))))
-    }
-
-    fn on(writer: Writer) -> GroupCommit {
+    /// Batches on the writer connection.
+    pub fn new(writer: Arc<Mutex<NativeConn>>) -> GroupCommit {
         GroupCommit { writer, state: Mutex::new(State::default()), waiting: AtomicUsize::new(0) }
-    }
-
-    /// Whether batches run on the native writer.
-    pub fn is_native(&self) -> bool {
-        matches!(self.writer, Writer::Native(_))
     }
 
     /// Waits for the writer (fair, first come first served).
@@ -143,10 +120,7 @@ impl<'g> Member<'g> {
         let state = self.guard.as_mut().ok_or_else(|| Error::internal("writer turn already finished"))?;
         undo_abandoned(state).await?;
         if state.tx.is_none() {
-            state.tx = Some(match &self.group.writer {
-                Writer::Pool(pool) => pool.begin_with("BEGIN IMMEDIATE").await?.into(),
-                Writer::Native(conn) => Tx::begin_native(conn).await?,
-            });
+            state.tx = Some(Tx::begin_native(&self.group.writer).await?);
             state.batch = Some(Arc::new(Batch { done: watch::channel(None).0 }));
             state.members = 0;
             state.open_savepoint = false;
@@ -159,7 +133,7 @@ impl<'g> Member<'g> {
         };
         {
             let tx = state.tx.as_mut().ok_or_else(|| Error::internal("batch transaction missing"))?;
-            sqlx::query(&sql).execute(&mut **tx).await?;
+            tx.exec(&sql).await?;
         }
         state.open_savepoint = true;
         self.savepoint = true;
@@ -185,9 +159,9 @@ impl<'g> Member<'g> {
         let Some(mut state) = self.guard.take() else {
             return Err(Error::internal("writer turn already finished"));
         };
-        if self.group.waiting.load(Ordering::SeqCst) == 0 && self.group.is_native() {
-            // The native writer ran this command without yielding, so commands ready to join
-            // have had no chance to; let them, before deciding this one ends the batch.
+        if self.group.waiting.load(Ordering::SeqCst) == 0 {
+            // The writer ran this command without yielding, so commands ready to join have had
+            // no chance to; let them, before deciding this one ends the batch.
             tokio::task::yield_now().await;
         }
         let last = self.group.waiting.load(Ordering::SeqCst) == 0 || state.members >= BATCH_MAX;
@@ -249,7 +223,7 @@ impl Drop for Member<'_> {
             tokio::spawn(async move {
                 let committed = async {
                     if abandoned {
-                        sqlx::query(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}")).execute(&mut *tx).await?;
+                        tx.exec(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}")).await?;
                     }
                     tx.commit().await
                 }

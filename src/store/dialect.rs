@@ -1,0 +1,38 @@
+//! What differs between SQLite and PostgreSQL in the SQL the store writes, in one place: row
+//! locks. SQLite's write transaction (`BEGIN IMMEDIATE`) already excludes every other writer, so
+//! it needs none; PostgreSQL locks the rows a transaction will change, and a queue claim skips the
+//! rows another instance holds.
+
+/// Which database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    Sqlite,
+    Postgres,
+}
+
+impl DbKind {
+    /// Row-lock suffix for reading a row the transaction will change.
+    pub fn for_update(self) -> &'static str {
+        match self {
+            DbKind::Sqlite => "",
+            DbKind::Postgres => " FOR UPDATE",
+        }
+    }
+
+    /// [`DbKind::for_update`] for a join: locks the rows of `alias` only.
+    pub fn for_update_of(self, alias: &str) -> String {
+        match self {
+            DbKind::Sqlite => String::new(),
+            DbKind::Postgres => format!(" FOR UPDATE OF {alias}"),
+        }
+    }
+
+    /// Suffix of a sub-select that claims queue rows: PostgreSQL skips rows another instance has
+    /// locked; SQLite has one writer, so there is nothing to skip.
+    pub fn skip_locked(self) -> &'static str {
+        match self {
+            DbKind::Sqlite => "",
+            DbKind::Postgres => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+}
