@@ -38,21 +38,19 @@ KASSA_SQLITE_GROUP_COMMIT=0 run sqlite-spread-no-group-commit --scenario spread
 KASSA_SQLITE_GROUP_COMMIT=0 run engine-sqlite-spread-no-group-commit --engine --scenario spread
 KASSA_SQLITE_PIN=0 run sqlite-spread-writer-unpinned --scenario spread
 KASSA_SQLITE_PIN=0 run engine-sqlite-spread-writer-unpinned --engine --scenario spread
-KASSA_SQLITE_NATIVE=0 run sqlite-spread-sqlx-writer --scenario spread
-KASSA_SQLITE_NATIVE=0 run engine-sqlite-spread-sqlx-writer --engine --scenario spread
 fi
 
 if [ -n "${PG_URL:-}" ]; then
   for i in $(seq 1 "$RUNS"); do
     # PG_SOCKET=/var/run/postgresql: also checkout and spread over PostgreSQL's Unix socket.
-    for s in spread spread-line-request spread-unprepared hot notify notify-direct checkout engine-spread engine-confirm \
-      engine-confirm-unprepared ${PG_SOCKET:+checkout-socket spread-socket}; do
+    for s in spread spread-line-request spread-one-by-one hot notify notify-direct checkout engine-spread engine-confirm \
+      engine-confirm-one-by-one ${PG_SOCKET:+checkout-socket spread-socket}; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
-      unprepared=1
+      pipeline=1
       url="$PG_URL/$db"
       case "$s" in
-        *-unprepared) unprepared=0; s0="${s%-unprepared}";;
+        *-one-by-one) pipeline=0; s0="${s%-one-by-one}";;
         *-socket) s0="${s%-socket}"; pg_user="${PG_URL#*://}"; pg_user="${pg_user%%@*}"
           url="postgres://$pg_user@localhost/$db?host=$PG_SOCKET";;
         *) s0="$s";;
@@ -62,8 +60,8 @@ if [ -n "${PG_URL:-}" ]; then
         spread-line-request) mode=(--scenario spread --line-request);;
         *) mode=(--scenario "$s0");;
       esac
-      # `-unprepared`: batch statements written out with literals (the unprepared path, for comparison).
-      KASSA_PG_PREPARED="$unprepared" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$url" \
+      # `-one-by-one`: a batch's statements sent one round trip each (not pipelined, for comparison).
+      KASSA_PG_PIPELINE="$pipeline" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$url" \
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
     done

@@ -170,7 +170,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
 pub(super) async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
     let dir = ScratchDir::new()?;
     let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("limit.db").display()));
-    let db = Db::connect(&url, 4).await?;
+    let db = Db::connect_with(&url, 4, kassa::store::engine::EngineConfig::from_env()?).await?;
     db.migrate().await?;
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();
@@ -178,8 +178,11 @@ pub(super) async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
     while Instant::now() < deadline {
         n += 1;
         let mut tx = db.begin().await?;
-        sql::query("INSERT INTO settings (name, value) VALUES ($1, 'x') ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+        // A value that changes every time: SQLite skips writing a row overwritten with the same
+        // bytes, and a commit that changed nothing flushes nothing.
+        sql::query("INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
             .bind(format!("bench-{}", n % 1000))
+            .bind(n.to_string())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -299,22 +299,22 @@ pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<Str
 /// needs one request, not one per line). Returns the basket as created.
 pub async fn open_basket(db: &Db, session_id: &str, lines: Vec<(String, i64)>, now: Millis) -> Result<BasketView> {
     basket::check_new_lines(&lines)?;
-    let (on, session_id) = (db.clone(), session_id.to_string());
-    db.on_writer(async move { open_basket_here(&on, &session_id, &lines, now).await }).await?
-}
-
-async fn open_basket_here(db: &Db, session_id: &str, lines: &[(String, i64)], now: Millis) -> Result<BasketView> {
-    let id = new_id();
-    if db.kind() == crate::store::DbKind::Postgres {
-        return open_basket_pg(db, &id, session_id, lines, now).await;
-    }
-    let sql = skus_sql(lines.len());
-    crate::write_tx!(db, |tx| {
-        let found = if lines.is_empty() { Vec::new() } else { bind_skus(&sql, lines).fetch_all(&mut **tx).await? };
-        let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
-        batch.run_checked(tx).await?;
-        Ok(view)
+    let session_id = session_id.to_string();
+    db.command(move |db| async move {
+        let (db, session_id, lines) = (&db, session_id.as_str(), lines.as_slice());
+        let id = new_id();
+        if db.kind() == crate::store::DbKind::Postgres {
+            return open_basket_pg(db, &id, session_id, lines, now).await;
+        }
+        let sql = skus_sql(lines.len());
+        crate::write_tx!(db, |tx| {
+            let found = if lines.is_empty() { Vec::new() } else { bind_skus(&sql, lines).fetch_all(&mut **tx).await? };
+            let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
+            batch.run_checked(tx).await?;
+            Ok(view)
+        })
     })
+    .await
 }
 
 /// A basket line priced by the database as it goes in, returned with the SKU's name: no row for
@@ -418,98 +418,91 @@ pub async fn set_basket_line(
     quantity: i64,
     now: Millis,
 ) -> Result<BasketView> {
-    let (on, session_id, basket_id, sku) = (db.clone(), session_id.to_string(), basket_id.to_string(), sku.to_string());
-    db.on_writer(async move { set_basket_line_here(&on, &session_id, &basket_id, &sku, quantity, now).await }).await?
-}
-
-async fn set_basket_line_here(
-    db: &Db,
-    session_id: &str,
-    basket_id: &str,
-    sku: &str,
-    quantity: i64,
-    now: Millis,
-) -> Result<BasketView> {
-    basket::check_set_quantity(quantity)?;
-    crate::write_tx!(db, |tx| {
-        // PostgreSQL: lock the basket first, in a statement of its own. A statement that waited
-        // for a row lock re-reads only the locked row, not the rows it joined, so reading the
-        // lines in the locking statement could miss a line a concurrent change just committed
-        // (and let two currencies in). The next statement reads everything committed. SQLite's
-        // write transaction already excludes every other writer: one read is enough.
-        if db.kind() == crate::store::DbKind::Postgres {
-            sql::query("SELECT id FROM baskets WHERE id = $1 AND session_id = $2 FOR UPDATE")
-                .bind(basket_id)
-                .bind(session_id)
-                .fetch_optional(&mut **tx)
-                .await?
-                .ok_or_else(|| Error::not_found("basket"))?;
-        }
-        // The basket, today's price of the SKU and the basket's other lines (one currency, a
-        // representable total, a bounded size; their names and today's prices for the answer),
-        // in one read: a row per other line, or one row with null line columns.
-        let rows = sql::query(
-            "SELECT b.status, s.name, s.price_minor, s.currency, s.max_per_order, l.sku AS line_sku, ls.name AS line_name, \
-             ls.price_minor AS line_price_minor, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
-             FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
-             LEFT JOIN skus ls ON ls.sku = l.sku \
-             WHERE b.id = $1 AND b.session_id = $2",
-        )
-        .bind(basket_id)
-        .bind(session_id)
-        .bind(sku)
-        .fetch_all(&mut **tx)
-        .await?;
-        let Some(row) = rows.first() else { return Err(Error::not_found("basket")) };
-        if col::<String>(row, "status")? != "open" {
-            return Err(Error::conflict("basket_frozen", "the basket has been checked out and can no longer change"));
-        }
-        let mut others = Vec::with_capacity(rows.len());
-        for r in &rows {
-            if let Some(line_sku) = col::<Option<String>>(r, "line_sku")? {
-                others.push(LineRow {
-                    sku: line_sku,
-                    name: col(r, "line_name")?,
-                    quantity: col(r, "quantity")?,
-                    quoted: col(r, "quoted_unit_minor")?,
-                    current: col(r, "line_price_minor")?,
-                    currency: col(r, "line_currency")?,
-                });
+    let (session_id, basket_id, sku) = (session_id.to_string(), basket_id.to_string(), sku.to_string());
+    db.command(move |db| async move {
+        let (db, session_id, basket_id, sku) = (&db, session_id.as_str(), basket_id.as_str(), sku.as_str());
+        basket::check_set_quantity(quantity)?;
+        crate::write_tx!(db, |tx| {
+            // PostgreSQL: lock the basket first, in a statement of its own. A statement that waited
+            // for a row lock re-reads only the locked row, not the rows it joined, so reading the
+            // lines in the locking statement could miss a line a concurrent change just committed
+            // (and let two currencies in). The next statement reads everything committed. SQLite's
+            // write transaction already excludes every other writer: one read is enough.
+            if db.kind() == crate::store::DbKind::Postgres {
+                sql::query("SELECT id FROM baskets WHERE id = $1 AND session_id = $2 FOR UPDATE")
+                    .bind(basket_id)
+                    .bind(session_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .ok_or_else(|| Error::not_found("basket"))?;
             }
-        }
-        if quantity == 0 {
-            sql::query("DELETE FROM basket_lines WHERE basket_id = $1 AND sku = $2")
-                .bind(basket_id)
-                .bind(sku)
-                .execute(&mut **tx)
-                .await?;
-            return basket_view(basket_id, "open".to_string(), None, others);
-        }
-        let (Some(name), Some(price), Some(currency)) = (
-            col::<Option<String>>(row, "name")?,
-            col::<Option<i64>>(row, "price_minor")?,
-            col::<Option<String>>(row, "currency")?,
-        ) else {
-            return Err(Error::not_found("SKU"));
-        };
-        basket::check_line_limit(sku, quantity, col(row, "max_per_order")?)?;
-        basket::check_one_currency(others.iter().map(|l| l.currency.as_str()).chain([currency.as_str()]))?;
-        basket::total_minor(others.iter().map(|l| (l.quoted, l.quantity)).chain([(price, quantity)]))?;
-        basket::check_room_for_line(others.len())?;
-        let mut batch = Batch::new();
-        batch.expect(
-            "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (basket_id, sku) DO UPDATE SET quantity = excluded.quantity, \
-             quoted_unit_minor = excluded.quoted_unit_minor, currency = excluded.currency",
-            args![basket_id, sku, quantity, price, &currency],
-            1,
-            "basket line upsert",
-        );
-        batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
-        batch.run_checked(tx).await?;
-        others.push(LineRow { sku: sku.to_string(), name, quantity, quoted: price, current: price, currency });
-        basket_view(basket_id, "open".to_string(), None, others)
+            // The basket, today's price of the SKU and the basket's other lines (one currency, a
+            // representable total, a bounded size; their names and today's prices for the answer),
+            // in one read: a row per other line, or one row with null line columns.
+            let rows = sql::query(
+                "SELECT b.status, s.name, s.price_minor, s.currency, s.max_per_order, l.sku AS line_sku, ls.name AS line_name, \
+                 ls.price_minor AS line_price_minor, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
+                 FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
+                 LEFT JOIN skus ls ON ls.sku = l.sku \
+                 WHERE b.id = $1 AND b.session_id = $2",
+            )
+            .bind(basket_id)
+            .bind(session_id)
+            .bind(sku)
+            .fetch_all(&mut **tx)
+            .await?;
+            let Some(row) = rows.first() else { return Err(Error::not_found("basket")) };
+            if col::<String>(row, "status")? != "open" {
+                return Err(Error::conflict("basket_frozen", "the basket has been checked out and can no longer change"));
+            }
+            let mut others = Vec::with_capacity(rows.len());
+            for r in &rows {
+                if let Some(line_sku) = col::<Option<String>>(r, "line_sku")? {
+                    others.push(LineRow {
+                        sku: line_sku,
+                        name: col(r, "line_name")?,
+                        quantity: col(r, "quantity")?,
+                        quoted: col(r, "quoted_unit_minor")?,
+                        current: col(r, "line_price_minor")?,
+                        currency: col(r, "line_currency")?,
+                    });
+                }
+            }
+            if quantity == 0 {
+                sql::query("DELETE FROM basket_lines WHERE basket_id = $1 AND sku = $2")
+                    .bind(basket_id)
+                    .bind(sku)
+                    .execute(&mut **tx)
+                    .await?;
+                return basket_view(basket_id, "open".to_string(), None, others);
+            }
+            let (Some(name), Some(price), Some(currency)) = (
+                col::<Option<String>>(row, "name")?,
+                col::<Option<i64>>(row, "price_minor")?,
+                col::<Option<String>>(row, "currency")?,
+            ) else {
+                return Err(Error::not_found("SKU"));
+            };
+            basket::check_line_limit(sku, quantity, col(row, "max_per_order")?)?;
+            basket::check_one_currency(others.iter().map(|l| l.currency.as_str()).chain([currency.as_str()]))?;
+            basket::total_minor(others.iter().map(|l| (l.quoted, l.quantity)).chain([(price, quantity)]))?;
+            basket::check_room_for_line(others.len())?;
+            let mut batch = Batch::new();
+            batch.expect(
+                "INSERT INTO basket_lines (basket_id, sku, quantity, quoted_unit_minor, currency) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (basket_id, sku) DO UPDATE SET quantity = excluded.quantity, \
+                 quoted_unit_minor = excluded.quoted_unit_minor, currency = excluded.currency",
+                args![basket_id, sku, quantity, price, &currency],
+                1,
+                "basket line upsert",
+            );
+            batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
+            batch.run_checked(tx).await?;
+            others.push(LineRow { sku: sku.to_string(), name, quantity, quoted: price, current: price, currency });
+            basket_view(basket_id, "open".to_string(), None, others)
+        })
     })
+    .await
 }
 
 /// One line of a basket as read from the database: its SKU's name and today's price beside the

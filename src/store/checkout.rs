@@ -47,12 +47,11 @@ pub struct Placed {
 /// its line snapshot, reservations with `expires_at`, and the first payment attempt. Nothing remote
 /// happens here; the hand-off is built by the caller after commit.
 pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
-    let on = db.clone();
     let (session_id, basket_id, gateway, channel) =
         (req.session_id.to_string(), req.basket_id.to_string(), req.gateway.to_string(), req.channel.to_string());
     let (key, currencies) = (req.idempotency_key.map(str::to_string), req.currencies.map(<[Currency]>::to_vec));
     let (hold_ms, max_open_orders, now) = (req.hold_ms, req.max_open_orders, req.now);
-    db.on_writer(async move {
+    db.command(move |db| async move {
         let req = ConfirmRequest {
             session_id: &session_id,
             basket_id: &basket_id,
@@ -64,194 +63,191 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             now,
             currencies: currencies.as_deref(),
         };
-        confirm_here(&on, &req).await
-    })
-    .await?
-}
-
-async fn confirm_here(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
-    if let Some(key) = req.idempotency_key {
-        checkout::check_idempotency_key(key)?;
-    }
-    let lock = db.for_update();
-    let result = crate::write_tx!(db, |tx| {
-        // 1. A key already used by this buyer returns its order, whatever basket it names;
-        // 2. lock the basket (lock order: basket, then stock rows by SKU, then the order);
-        // 3. its lines at today's prices, read under the lock;
-        // 4. with a limit on open orders, the buyer's unpaid orders, counted under a lock of the
-        //    buyer's session (PostgreSQL: two confirms of one buyer take turns; it conflicts with
-        //    no foreign-key check). One round trip on PostgreSQL. Lock order: session, basket,
-        //    stock rows by SKU, then the order.
-        let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
-        let limit_open = req.max_open_orders > 0;
-        let mut reads = Vec::with_capacity(5);
-        if limit_open && db.kind() == crate::store::DbKind::Postgres {
-            reads.push((LOCK_SESSION_PG_SQL, args![req.session_id]));
-        }
+        let (db, req) = (&db, &req);
         if let Some(key) = req.idempotency_key {
-            reads.push((IDEMPOTENCY_KEY_SQL, args![req.session_id, key]));
+            checkout::check_idempotency_key(key)?;
         }
-        reads.push((basket_sql.as_str(), args![req.basket_id, req.session_id]));
-        reads.push((PRICE_LINES_SQL, args![req.basket_id]));
-        if limit_open {
-            reads.push((OPEN_ORDERS_SQL, args![req.session_id]));
-        }
-        let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows);
-        if limit_open && db.kind() == crate::store::DbKind::Postgres {
-            read.next();
-        }
-        if req.idempotency_key.is_some()
-            && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
-        {
-            let basket: String = col(&row, "basket_id")?;
-            if basket != req.basket_id {
-                return Err(Error::unprocessable(
-                    "idempotency_key_reused",
-                    "this Idempotency-Key was used for another basket",
-                ));
+        let lock = db.for_update();
+        let result = crate::write_tx!(db, |tx| {
+            // 1. A key already used by this buyer returns its order, whatever basket it names;
+            // 2. lock the basket (lock order: basket, then stock rows by SKU, then the order);
+            // 3. its lines at today's prices, read under the lock;
+            // 4. with a limit on open orders, the buyer's unpaid orders, counted under a lock of the
+            //    buyer's session (PostgreSQL: two confirms of one buyer take turns; it conflicts with
+            //    no foreign-key check). One round trip on PostgreSQL. Lock order: session, basket,
+            //    stock rows by SKU, then the order.
+            let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
+            let limit_open = req.max_open_orders > 0;
+            let mut reads = Vec::with_capacity(5);
+            if limit_open && db.kind() == crate::store::DbKind::Postgres {
+                reads.push((LOCK_SESSION_PG_SQL, args![req.session_id]));
             }
-            let order_no: String = col(&row, "order_no")?;
-            return load_placed(tx, &order_no, false).await;
-        }
-        let basket = read.next().and_then(|rows| rows.into_iter().next()).ok_or_else(|| Error::not_found("basket"))?;
-        if let Some(order_no) = col::<Option<String>>(&basket, "order_no")? {
-            // A double-clicked confirm: the basket is frozen with its order.
-            remember_key(tx, req, &order_no).await?;
-            return load_placed(tx, &order_no, false).await;
-        }
-        // Re-priced from today's catalog; the preview's total is never trusted.
-        let quoted = quoted_lines(&read.next().unwrap_or_default())?;
-        if limit_open {
-            let open: i64 = read.next().and_then(|rows| rows.into_iter().next()).map_or(Ok(0), |r| col(&r, "open"))?;
-            checkout::check_open_orders(open, req.max_open_orders)?;
-        }
-        let pricing = checkout::price(&quoted, req.gateway, req.currencies)?;
-        // A zero total is completed here, without a gateway (none takes a zero amount).
-        let (free, total) = (pricing.free, pricing.total);
-        let (gateway, channel) = pricing.payer(req.gateway, req.channel);
-        let lines = &pricing.lines;
-        // 5. Hold stock, conditionally, in SKU order (consistent lock order, no oversell); then
-        // 6. create the order, its lines, reservations and first attempt; freeze the basket.
-        // All in one batch (one round trip on SQLite, see store::batch): a hold that finds too
-        // little stock changes no row, the total shows it, and the whole command rolls back.
-        let mut batch = Batch::new();
-        for line in lines {
+            if let Some(key) = req.idempotency_key {
+                reads.push((IDEMPOTENCY_KEY_SQL, args![req.session_id, key]));
+            }
+            reads.push((basket_sql.as_str(), args![req.basket_id, req.session_id]));
+            reads.push((PRICE_LINES_SQL, args![req.basket_id]));
+            if limit_open {
+                reads.push((OPEN_ORDERS_SQL, args![req.session_id]));
+            }
+            let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows);
+            if limit_open && db.kind() == crate::store::DbKind::Postgres {
+                read.next();
+            }
+            if req.idempotency_key.is_some()
+                && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
+            {
+                let basket: String = col(&row, "basket_id")?;
+                if basket != req.basket_id {
+                    return Err(Error::unprocessable(
+                        "idempotency_key_reused",
+                        "this Idempotency-Key was used for another basket",
+                    ));
+                }
+                let order_no: String = col(&row, "order_no")?;
+                return load_placed(tx, &order_no, false).await;
+            }
+            let basket = read.next().and_then(|rows| rows.into_iter().next()).ok_or_else(|| Error::not_found("basket"))?;
+            if let Some(order_no) = col::<Option<String>>(&basket, "order_no")? {
+                // A double-clicked confirm: the basket is frozen with its order.
+                remember_key(tx, req, &order_no).await?;
+                return load_placed(tx, &order_no, false).await;
+            }
+            // Re-priced from today's catalog; the preview's total is never trusted.
+            let quoted = quoted_lines(&read.next().unwrap_or_default())?;
+            if limit_open {
+                let open: i64 = read.next().and_then(|rows| rows.into_iter().next()).map_or(Ok(0), |r| col(&r, "open"))?;
+                checkout::check_open_orders(open, req.max_open_orders)?;
+            }
+            let pricing = checkout::price(&quoted, req.gateway, req.currencies)?;
+            // A zero total is completed here, without a gateway (none takes a zero amount).
+            let (free, total) = (pricing.free, pricing.total);
+            let (gateway, channel) = pricing.payer(req.gateway, req.channel);
+            let lines = &pricing.lines;
+            // 5. Hold stock, conditionally, in SKU order (consistent lock order, no oversell); then
+            // 6. create the order, its lines, reservations and first attempt; freeze the basket.
+            // All in one batch (one round trip on SQLite, see store::batch): a hold that finds too
+            // little stock changes no row, the total shows it, and the whole command rolls back.
+            let mut batch = Batch::new();
+            for line in lines {
+                batch.add(
+                    "UPDATE skus SET reserved = reserved + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
+                    args![line.quantity, req.now, &line.sku],
+                );
+            }
+            let order_no = ids::new_order_no();
+            let attempt_ref = ids::attempt_ref(&order_no, 1);
+            let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, &quoted));
             batch.add(
-                "UPDATE skus SET reserved = reserved + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
-                args![line.quantity, req.now, &line.sku],
-            );
-        }
-        let order_no = ids::new_order_no();
-        let attempt_ref = ids::attempt_ref(&order_no, 1);
-        let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, &quoted));
-        batch.add(
-            "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
-            args![
-                &order_no,
-                req.session_id,
-                req.basket_id,
-                OrderStatus::PendingPayment.as_str(),
-                total.amount_minor(),
-                total.currency().code(),
-                gateway,
-                expires_at,
-                req.now
-            ],
-        );
-        for (i, line) in lines.iter().enumerate() {
-            batch.add(
-                "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
                 args![
                     &order_no,
-                    i64::try_from(i).unwrap_or(i64::MAX) + 1,
-                    &line.sku,
-                    &line.name,
-                    &line.kind,
-                    line.unit.amount_minor(),
-                    line.quantity,
-                    line.line_total.amount_minor()
+                    req.session_id,
+                    req.basket_id,
+                    OrderStatus::PendingPayment.as_str(),
+                    total.amount_minor(),
+                    total.currency().code(),
+                    gateway,
+                    expires_at,
+                    req.now
                 ],
             );
+            for (i, line) in lines.iter().enumerate() {
+                batch.add(
+                    "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    args![
+                        &order_no,
+                        i64::try_from(i).unwrap_or(i64::MAX) + 1,
+                        &line.sku,
+                        &line.name,
+                        &line.kind,
+                        line.unit.amount_minor(),
+                        line.quantity,
+                        line.line_total.amount_minor()
+                    ],
+                );
+                batch.add(
+                    "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ($1, $2, $3, 'active', $4, $5)",
+                    args![&order_no, &line.sku, line.quantity, expires_at, req.now],
+                );
+            }
             batch.add(
-                "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ($1, $2, $3, 'active', $4, $5)",
-                args![&order_no, &line.sku, line.quantity, expires_at, req.now],
+                "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
+                 VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8)",
+                args![
+                    &attempt_ref,
+                    &order_no,
+                    gateway,
+                    channel,
+                    AttemptStatus::Created.as_str(),
+                    total.amount_minor(),
+                    total.currency().code(),
+                    req.now
+                ],
             );
+            let cause = Cause { trigger: "checkout", notification_id: None, at: req.now };
+            let pending = OrderStatus::PendingPayment.as_str();
+            events::add_event(&mut batch, &order_no, "order", &order_no, None, pending, cause);
+            events::add_event(&mut batch, &order_no, "attempt", &attempt_ref, None, AttemptStatus::Created.as_str(), cause);
+            batch.add(
+                "UPDATE baskets SET status = 'frozen', order_no = $1, updated_at = $2 WHERE id = $3 AND status = 'open'",
+                args![&order_no, req.now, req.basket_id],
+            );
+            let checked = batch.len();
+            add_remember_key(&mut batch, req, &order_no);
+            // Each hold, insert and the basket freeze changes exactly one row (the idempotency key's
+            // insert, last, may find it recorded already).
+            let mut changed = batch.run_each(tx).await?;
+            changed.truncate(checked);
+            if let Some(line) = lines.iter().zip(&changed).find(|(_, n)| **n != 1).map(|(l, _)| l) {
+                // Its hold changed nothing, so the row shows what was available.
+                let available: i64 = sql::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
+                    .bind(&line.sku)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                return Err(Error::conflict("out_of_stock", format!("not enough stock for {}", line.sku))
+                    .with_details(json!({"sku": line.sku, "requested": line.quantity, "available": available.max(0)})));
+            }
+            if changed.iter().any(|n| *n != 1) {
+                return Err(Error::internal("basket changed under its lock"));
+            }
+            if free {
+                let order_lines = lines
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| OrderLine {
+                        line_no: i64::try_from(i).unwrap_or(i64::MAX) + 1,
+                        sku: l.sku.clone(),
+                        name: l.name.clone(),
+                        kind: l.kind.clone(),
+                        quantity: l.quantity,
+                    })
+                    .collect();
+                payments::complete_free(tx, &order_no, &attempt_ref, total, order_lines, req.now).await?;
+                return load_placed(tx, &order_no, true).await;
+            }
+            Ok(Placed {
+                subject: pricing.subject(),
+                order_no,
+                attempt_ref,
+                gateway: req.gateway.to_string(),
+                channel: req.channel.to_string(),
+                status: OrderStatus::PendingPayment,
+                total,
+                expires_at,
+                created: true,
+            })
+        });
+        match &result {
+            Ok(p) if p.created => metrics::counter!("kassa_confirms_total", "result" => "created").increment(1),
+            Ok(_) => metrics::counter!("kassa_confirms_total", "result" => "replayed").increment(1),
+            Err(e) => metrics::counter!("kassa_confirms_total", "result" => e.code()).increment(1),
         }
-        batch.add(
-            "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
-             VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8)",
-            args![
-                &attempt_ref,
-                &order_no,
-                gateway,
-                channel,
-                AttemptStatus::Created.as_str(),
-                total.amount_minor(),
-                total.currency().code(),
-                req.now
-            ],
-        );
-        let cause = Cause { trigger: "checkout", notification_id: None, at: req.now };
-        let pending = OrderStatus::PendingPayment.as_str();
-        events::add_event(&mut batch, &order_no, "order", &order_no, None, pending, cause);
-        events::add_event(&mut batch, &order_no, "attempt", &attempt_ref, None, AttemptStatus::Created.as_str(), cause);
-        batch.add(
-            "UPDATE baskets SET status = 'frozen', order_no = $1, updated_at = $2 WHERE id = $3 AND status = 'open'",
-            args![&order_no, req.now, req.basket_id],
-        );
-        let checked = batch.len();
-        add_remember_key(&mut batch, req, &order_no);
-        // Each hold, insert and the basket freeze changes exactly one row (the idempotency key's
-        // insert, last, may find it recorded already).
-        let mut changed = batch.run_each(tx).await?;
-        changed.truncate(checked);
-        if let Some(line) = lines.iter().zip(&changed).find(|(_, n)| **n != 1).map(|(l, _)| l) {
-            // Its hold changed nothing, so the row shows what was available.
-            let available: i64 = sql::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
-                .bind(&line.sku)
-                .fetch_one(&mut **tx)
-                .await?;
-            return Err(Error::conflict("out_of_stock", format!("not enough stock for {}", line.sku))
-                .with_details(json!({"sku": line.sku, "requested": line.quantity, "available": available.max(0)})));
-        }
-        if changed.iter().any(|n| *n != 1) {
-            return Err(Error::internal("basket changed under its lock"));
-        }
-        if free {
-            let order_lines = lines
-                .iter()
-                .enumerate()
-                .map(|(i, l)| OrderLine {
-                    line_no: i64::try_from(i).unwrap_or(i64::MAX) + 1,
-                    sku: l.sku.clone(),
-                    name: l.name.clone(),
-                    kind: l.kind.clone(),
-                    quantity: l.quantity,
-                })
-                .collect();
-            payments::complete_free(tx, &order_no, &attempt_ref, total, order_lines, req.now).await?;
-            return load_placed(tx, &order_no, true).await;
-        }
-        Ok(Placed {
-            subject: pricing.subject(),
-            order_no,
-            attempt_ref,
-            gateway: req.gateway.to_string(),
-            channel: req.channel.to_string(),
-            status: OrderStatus::PendingPayment,
-            total,
-            expires_at,
-            created: true,
-        })
-    });
-    match &result {
-        Ok(p) if p.created => metrics::counter!("kassa_confirms_total", "result" => "created").increment(1),
-        Ok(_) => metrics::counter!("kassa_confirms_total", "result" => "replayed").increment(1),
-        Err(e) => metrics::counter!("kassa_confirms_total", "result" => e.code()).increment(1),
-    }
-    result
+        result
+    })
+    .await
 }
 
 async fn remember_key(tx: &mut Tx<'_>, req: &ConfirmRequest<'_>, order_no: &str) -> Result<()> {

@@ -6,7 +6,8 @@ use crate::domain::decide::may_expire;
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::events::{self, Cause};
-use crate::store::payments::{parse_attempt_status, parse_order_status, release_reservations};
+use crate::store::payments::{parse_attempt_status, parse_order_status};
+use crate::store::reservations::release_reservations;
 use crate::store::sql;
 use crate::store::{Db, col};
 

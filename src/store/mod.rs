@@ -20,6 +20,7 @@ pub mod outbox;
 pub mod payments;
 pub mod reconcile;
 pub mod refunds;
+pub mod reservations;
 pub mod retention;
 pub mod settings;
 pub mod sql;
@@ -245,6 +246,17 @@ impl Db {
             Engine::Sqlite(s) => s.thread.run(command).await,
             Engine::Postgres(_) => Ok(command.await),
         }
+    }
+
+    /// Runs a write command with a handle of its own on the database: on SQLite's writer thread
+    /// ([`writer`]), elsewhere here.
+    pub async fn command<T, F, Fut>(&self, command: F) -> Result<T>
+    where
+        F: FnOnce(Db) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.on_writer(command(self.clone())).await?
     }
 
     pub(crate) fn sessions(&self) -> &catalog::SessionCache {

@@ -6,8 +6,9 @@ use crate::domain::{AttemptStatus, OrderStatus, decide, ids};
 use crate::error::{Error, Result};
 use crate::store::checkout::{Placed, load_placed};
 use crate::store::events::{self, Cause};
+use crate::store::reservations::{reallocate, release_reservations};
 use crate::store::sql;
-use crate::store::{Db, Tx, col, fulfilment, new_id, payments};
+use crate::store::{Db, Tx, col, fulfilment, new_id};
 
 /// An attempt that was closed locally and must also be closed at its gateway (after commit).
 #[derive(Debug, Clone)]
@@ -147,7 +148,7 @@ pub async fn cancel(
             events::set_attempt_status(tx, order_no, &attempt.attempt_ref, from, AttemptStatus::Cancelled, cause)
                 .await?;
         }
-        payments::release_reservations(tx, order_no, now).await?;
+        release_reservations(tx, order_no, now).await?;
         events::set_order_status(tx, order_no, status, OrderStatus::Cancelled, cause).await?;
         if !rebasket {
             return Ok(None);
@@ -185,7 +186,7 @@ pub async fn accept_late_payment(db: &Db, order_no: &str, now: Millis) -> Result
     crate::write_tx!(db, |tx| {
         let (status, _) = lock_order(tx, lock, order_no, None).await?;
         decide::may_accept_late(status)?;
-        if !payments::reallocate(tx, order_no, now).await? {
+        if !reallocate(tx, order_no, now).await? {
             return Err(decide::late_stock_gone().into());
         }
         let cause = Cause { trigger: "manual_accept", notification_id: None, at: now };

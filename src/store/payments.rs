@@ -12,6 +12,7 @@ use crate::store::events::{self, Also, Cause, Severity};
 use crate::store::lines::OrderLine;
 use crate::store::outbox::OrderFacts;
 use crate::store::refunds;
+use crate::store::reservations::{add_moves, reallocate};
 use crate::store::sql;
 use crate::store::{Db, Tx, col, fulfilment, new_id};
 
@@ -32,154 +33,154 @@ pub enum Applied {
 
 /// Applies a verified event exactly once.
 pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
-    let (on, ev) = (db.clone(), ev.clone());
-    db.on_writer(async move { apply_event_here(&on, &ev, policy, now).await }).await?
-}
-
-async fn apply_event_here(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
-    let lock_order = db.for_update_of("o");
-    let applied = crate::write_tx!(db, |tx| {
-        let id = new_id();
-        // Claim the event id first: a concurrent copy waits here and then sees the claim.
-        let claimed = sql::query(
-                "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
-                 VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
-            )
-            .bind(&id)
-            .bind(&ev.gateway)
-            .bind(&ev.event_id)
-            .bind(&ev.attempt_ref)
-            .bind(&ev.raw_body)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
-        if claimed.rows_affected() == 0 {
-            record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
-            return Ok(Applied::Duplicate);
-        }
-        // The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
-        // write transaction already excludes every other writer). Then, under the lock, what the
-        // event may change: read after it, since PostgreSQL re-reads only the locked row of a
-        // statement that waited for its lock, not the rows it joined; the attempts may have moved
-        // meanwhile. The two go in one round trip on PostgreSQL. (Not the claim as well: a
-        // duplicate would then run both reads for nothing, and PostgreSQL's CPU per statement
-        // costs more than the round trip saved — BENCHMARKS.md.)
-        let attempt_sql = format!(
-            "SELECT t.order_no, t.amount_minor, t.currency, \
-             o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
-             FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
-        );
-        let reads = vec![
-            (attempt_sql.as_str(), args![&ev.attempt_ref]),
-            (order_parts_of_attempt_sql(), args![&ev.attempt_ref]),
-        ];
-        let mut read = batch::together(tx, reads).await?.into_iter();
-        let Some(attempt) = read.next().and_then(|o| o.rows.into_iter().next()) else {
-            return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
-        };
-        let order_no: String = col(&attempt, "order_no")?;
-        let order_status = parse_order_status(&col::<String>(&attempt, "order_status")?)?;
-        let order_total = (col::<i64>(&attempt, "order_total_minor")?, col::<String>(&attempt, "order_currency")?);
-        let parts = order_parts(&read.next().map(|o| o.rows).unwrap_or_default())?;
-        let mut attempt_status = None;
-        let mut others = Vec::new();
-        for (attempt_ref, status) in &parts.attempts {
-            let status = parse_attempt_status(status)?;
-            if *attempt_ref == ev.attempt_ref {
-                attempt_status = Some(status);
-            } else if status.is_active() {
-                others.push((attempt_ref.clone(), status));
-            }
-        }
-        let attempt_status = attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?;
-        let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
-        let effect = match &ev.outcome {
-            Outcome::Succeeded { gateway_txn_id, amount } => {
-                let expected_minor: i64 = col(&attempt, "amount_minor")?;
-                let expected_currency: String = col(&attempt, "currency")?;
-                if amount.currency().code() != expected_currency {
-                    let reason = format!("currency {} but attempt is in {expected_currency}", amount.currency());
-                    return reject_mismatch(tx, &id, ev, &order_no, "currency_mismatch", reason, now).await;
-                }
-                if amount.amount_minor() != expected_minor {
-                    let reason = format!("amount {} but attempt is {expected_minor}", amount.amount_minor());
-                    return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
-                }
-                let success = Success {
-                    order_no: &order_no,
-                    attempt_ref: &ev.attempt_ref,
-                    gateway_txn_id: Some(gateway_txn_id),
-                    amount: *amount,
-                    order_total: &order_total,
-                    others: &others,
-                    parts: &parts,
-                };
-                apply_success(tx, &success, order_status, attempt_status, policy, cause).await?
-            }
-            Outcome::RefundSucceeded { refund_no, .. } | Outcome::RefundFailed { refund_no } => {
-                let refund =
-                    sql::query("SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2")
-                        .bind(refund_no)
-                        .bind(&ev.attempt_ref)
-                        .fetch_optional(&mut **tx)
-                        .await?;
-                let Some(refund) = refund else {
-                    return reject(tx, &id, ev, "unknown_reference", "no such refund for this attempt".into(), now)
-                        .await;
-                };
-                if let Outcome::RefundSucceeded { amount: Some(amount), .. } = &ev.outcome
-                    && (amount.amount_minor() != col::<i64>(&refund, "amount_minor")?
-                        || amount.currency().code() != col::<String>(&refund, "currency")?)
-                {
-                    let reason = format!("refund {refund_no} reported as {}", amount.display_major());
-                    return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
-                }
-                let succeeded = matches!(ev.outcome, Outcome::RefundSucceeded { .. });
-                refunds::settle_locked(
-                    tx,
-                    &order_no,
-                    refund_no,
-                    succeeded,
-                    "the gateway reported the refund failed",
-                    Some(&id),
-                    now,
+    let ev = ev.clone();
+    db.command(move |db| async move {
+        let (db, ev) = (&db, &ev);
+        let lock_order = db.for_update_of("o");
+        let applied = crate::write_tx!(db, |tx| {
+            let id = new_id();
+            // Claim the event id first: a concurrent copy waits here and then sees the claim.
+            let claimed = sql::query(
+                    "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
+                     VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
                 )
-                .await?
-                .then_some("refund_settled")
+                .bind(&id)
+                .bind(&ev.gateway)
+                .bind(&ev.event_id)
+                .bind(&ev.attempt_ref)
+                .bind(&ev.raw_body)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            if claimed.rows_affected() == 0 {
+                record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
+                return Ok(Applied::Duplicate);
             }
-            Outcome::Pending => None,
-            Outcome::Failed | Outcome::Cancelled => {
-                let to = if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
-                match decide_failure(attempt_status, to) {
-                    FailureDecision::CloseAttempt(to) => {
-                        let cause = Cause { trigger: "gateway_failure", ..cause };
-                        events::set_attempt_status(tx, &order_no, &ev.attempt_ref, attempt_status, to, cause).await?;
-                        Some("attempt_closed")
-                    }
-                    FailureDecision::Ignore => None,
+            // The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
+            // write transaction already excludes every other writer). Then, under the lock, what the
+            // event may change: read after it, since PostgreSQL re-reads only the locked row of a
+            // statement that waited for its lock, not the rows it joined; the attempts may have moved
+            // meanwhile. The two go in one round trip on PostgreSQL. (Not the claim as well: a
+            // duplicate would then run both reads for nothing, and PostgreSQL's CPU per statement
+            // costs more than the round trip saved — BENCHMARKS.md.)
+            let attempt_sql = format!(
+                "SELECT t.order_no, t.amount_minor, t.currency, \
+                 o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
+                 FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
+            );
+            let reads = vec![
+                (attempt_sql.as_str(), args![&ev.attempt_ref]),
+                (order_parts_of_attempt_sql(), args![&ev.attempt_ref]),
+            ];
+            let mut read = batch::together(tx, reads).await?.into_iter();
+            let Some(attempt) = read.next().and_then(|o| o.rows.into_iter().next()) else {
+                return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
+            };
+            let order_no: String = col(&attempt, "order_no")?;
+            let order_status = parse_order_status(&col::<String>(&attempt, "order_status")?)?;
+            let order_total = (col::<i64>(&attempt, "order_total_minor")?, col::<String>(&attempt, "order_currency")?);
+            let parts = order_parts(&read.next().map(|o| o.rows).unwrap_or_default())?;
+            let mut attempt_status = None;
+            let mut others = Vec::new();
+            for (attempt_ref, status) in &parts.attempts {
+                let status = parse_attempt_status(status)?;
+                if *attempt_ref == ev.attempt_ref {
+                    attempt_status = Some(status);
+                } else if status.is_active() {
+                    others.push((attempt_ref.clone(), status));
                 }
             }
+            let attempt_status = attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?;
+            let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
+            let effect = match &ev.outcome {
+                Outcome::Succeeded { gateway_txn_id, amount } => {
+                    let expected_minor: i64 = col(&attempt, "amount_minor")?;
+                    let expected_currency: String = col(&attempt, "currency")?;
+                    if amount.currency().code() != expected_currency {
+                        let reason = format!("currency {} but attempt is in {expected_currency}", amount.currency());
+                        return reject_mismatch(tx, &id, ev, &order_no, "currency_mismatch", reason, now).await;
+                    }
+                    if amount.amount_minor() != expected_minor {
+                        let reason = format!("amount {} but attempt is {expected_minor}", amount.amount_minor());
+                        return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
+                    }
+                    let success = Success {
+                        order_no: &order_no,
+                        attempt_ref: &ev.attempt_ref,
+                        gateway_txn_id: Some(gateway_txn_id),
+                        amount: *amount,
+                        order_total: &order_total,
+                        others: &others,
+                        parts: &parts,
+                    };
+                    apply_success(tx, &success, order_status, attempt_status, policy, cause).await?
+                }
+                Outcome::RefundSucceeded { refund_no, .. } | Outcome::RefundFailed { refund_no } => {
+                    let refund =
+                        sql::query("SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2")
+                            .bind(refund_no)
+                            .bind(&ev.attempt_ref)
+                            .fetch_optional(&mut **tx)
+                            .await?;
+                    let Some(refund) = refund else {
+                        return reject(tx, &id, ev, "unknown_reference", "no such refund for this attempt".into(), now)
+                            .await;
+                    };
+                    if let Outcome::RefundSucceeded { amount: Some(amount), .. } = &ev.outcome
+                        && (amount.amount_minor() != col::<i64>(&refund, "amount_minor")?
+                            || amount.currency().code() != col::<String>(&refund, "currency")?)
+                    {
+                        let reason = format!("refund {refund_no} reported as {}", amount.display_major());
+                        return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
+                    }
+                    let succeeded = matches!(ev.outcome, Outcome::RefundSucceeded { .. });
+                    refunds::settle_locked(
+                        tx,
+                        &order_no,
+                        refund_no,
+                        succeeded,
+                        "the gateway reported the refund failed",
+                        Some(&id),
+                        now,
+                    )
+                    .await?
+                    .then_some("refund_settled")
+                }
+                Outcome::Pending => None,
+                Outcome::Failed | Outcome::Cancelled => {
+                    let to = if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
+                    match decide_failure(attempt_status, to) {
+                        FailureDecision::CloseAttempt(to) => {
+                            let cause = Cause { trigger: "gateway_failure", ..cause };
+                            events::set_attempt_status(tx, &order_no, &ev.attempt_ref, attempt_status, to, cause).await?;
+                            Some("attempt_closed")
+                        }
+                        FailureDecision::Ignore => None,
+                    }
+                }
+            };
+            // A payment of a pending order recorded its notification's outcome in its own batch.
+            if effect != Some(PAID) {
+                let mut batch = Batch::new();
+                add_notification_outcome(&mut batch, &id, if effect.is_some() { "applied" } else { "ignored" }, &order_no);
+                batch.run_checked(tx).await?;
+            }
+            Ok(match effect {
+                Some(effect) => Applied::Changed { order_no, effect },
+                None => Applied::Ignored { order_no },
+            })
+        });
+        let label = match &applied {
+            Ok(Applied::Changed { .. }) => "applied",
+            Ok(Applied::Ignored { .. }) => "ignored",
+            Ok(Applied::Duplicate) => "duplicate",
+            Ok(Applied::Rejected { .. }) => "rejected",
+            Err(_) => "error",
         };
-        // A payment of a pending order recorded its notification's outcome in its own batch.
-        if effect != Some(PAID) {
-            let mut batch = Batch::new();
-            add_notification_outcome(&mut batch, &id, if effect.is_some() { "applied" } else { "ignored" }, &order_no);
-            batch.run_checked(tx).await?;
-        }
-        Ok(match effect {
-            Some(effect) => Applied::Changed { order_no, effect },
-            None => Applied::Ignored { order_no },
-        })
-    });
-    let label = match &applied {
-        Ok(Applied::Changed { .. }) => "applied",
-        Ok(Applied::Ignored { .. }) => "ignored",
-        Ok(Applied::Duplicate) => "duplicate",
-        Ok(Applied::Rejected { .. }) => "rejected",
-        Err(_) => "error",
-    };
-    metrics::counter!("kassa_notifications_total", "gateway" => ev.gateway.clone(), "result" => label).increment(1);
-    applied
+        metrics::counter!("kassa_notifications_total", "gateway" => ev.gateway.clone(), "result" => label).increment(1);
+        applied
+    })
+    .await
 }
 
 /// The effect of a notification that paid a pending order.
@@ -433,48 +434,6 @@ pub async fn complete_free(
     Ok(())
 }
 
-/// Takes stock again for an order whose reservations were released (a late payment): every line
-/// or none. Returns whether it succeeded; on success the reservations count as consumed.
-pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
-    let rows =
-        sql::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'released' ORDER BY sku")
-            .bind(order_no)
-            .fetch_all(&mut **tx)
-            .await?;
-    let mut taken: Vec<(String, i64)> = Vec::new();
-    for r in &rows {
-        let (sku, quantity): (String, i64) = (col(r, "sku")?, col(r, "quantity")?);
-        let done = sql::query(
-            "UPDATE skus SET on_hand = on_hand - $1, sold = sold + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
-        )
-        .bind(quantity)
-        .bind(now)
-        .bind(&sku)
-        .execute(&mut **tx)
-        .await?;
-        if done.rows_affected() != 1 {
-            // Put back what this attempt took; nothing changes.
-            for (sku, quantity) in &taken {
-                sql::query("UPDATE skus SET on_hand = on_hand + $1, sold = sold - $1 WHERE sku = $2")
-                    .bind(quantity)
-                    .bind(sku)
-                    .execute(&mut **tx)
-                    .await?;
-            }
-            return Ok(false);
-        }
-        taken.push((sku, quantity));
-    }
-    sql::query(
-        "UPDATE reservations SET status = 'consumed', updated_at = $1 WHERE order_no = $2 AND status = 'released'",
-    )
-    .bind(now)
-    .bind(order_no)
-    .execute(&mut **tx)
-    .await?;
-    Ok(true)
-}
-
 async fn set_captured(tx: &mut Tx<'_>, order_no: &str, attempt_ref: &str, amount: Money) -> Result<()> {
     let mut batch = Batch::new();
     add_captured(&mut batch, order_no, attempt_ref, amount);
@@ -488,66 +447,6 @@ fn add_captured(batch: &mut Batch, order_no: &str, attempt_ref: &str, amount: Mo
         1,
         format!("order {order_no} missing when recording its capture"),
     );
-}
-
-/// Active reservations go back on the shelf.
-pub async fn release_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
-    move_reservations(tx, order_no, ReservationStatus::Released, now).await
-}
-
-async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {
-    let mut batch = Batch::new();
-    add_move_reservations(tx, &mut batch, order_no, to, now).await?;
-    batch.run_checked(tx).await
-}
-
-/// Adds the stock and reservation updates of moving an order's active reservations to a batch
-/// (each stock row changes once, and so does each active reservation).
-async fn add_move_reservations(
-    tx: &mut Tx<'_>,
-    batch: &mut Batch,
-    order_no: &str,
-    to: ReservationStatus,
-    now: Millis,
-) -> Result<()> {
-    let rows =
-        sql::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'active' ORDER BY sku")
-            .bind(order_no)
-            .fetch_all(&mut **tx)
-            .await?;
-    let reservations =
-        rows.iter().map(|r| Ok((col::<String>(r, "sku")?, col::<i64>(r, "quantity")?))).collect::<Result<Vec<_>>>()?;
-    add_moves(batch, order_no, &reservations, to, now)
-}
-
-/// [`add_move_reservations`] for reservations already read under the order's lock, in SKU order.
-fn add_moves(
-    batch: &mut Batch,
-    order_no: &str,
-    reservations: &[(String, i64)],
-    to: ReservationStatus,
-    now: Millis,
-) -> Result<()> {
-    let stock_sql = match to {
-        ReservationStatus::Consumed => {
-            "UPDATE skus SET reserved = reserved - $1, on_hand = on_hand - $1, sold = sold + $1, updated_at = $2 WHERE sku = $3 AND reserved >= $1"
-        }
-        ReservationStatus::Released => {
-            "UPDATE skus SET reserved = reserved - $1, updated_at = $2 WHERE sku = $3 AND reserved >= $1"
-        }
-        ReservationStatus::Active => return Err(Error::internal("reservations never return to active")),
-    };
-    for (sku, quantity) in reservations {
-        let what = format!("stock of {sku} does not cover the reservation of {order_no}");
-        batch.expect(stock_sql, args![*quantity, now, sku], 1, what);
-    }
-    batch.expect(
-        "UPDATE reservations SET status = $1, updated_at = $2 WHERE order_no = $3 AND status = 'active'",
-        args![to.as_str(), now, order_no],
-        u64::try_from(reservations.len()).unwrap_or(u64::MAX),
-        format!("reservations of {order_no} changed under the lock"),
-    );
-    Ok(())
 }
 
 async fn reject(
