@@ -97,7 +97,7 @@ async fn seed_demo(db: &Db, now: i64) -> anyhow::Result<()> {
     let cny = Currency::parse("CNY")?;
     for (sku, name, price, stock, limits) in DEMO_CATALOG {
         let new = NewSku {
-            sku: (*sku).to_string(),
+            sku: crate::domain::ids::Sku::parse(sku)?,
             name: (*name).to_string(),
             kind: SkuKind::Physical,
             price: Money::new(*price, cny)?,

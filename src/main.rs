@@ -222,6 +222,7 @@ async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::recon
 
 async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, keys: &KeysArgs) -> anyhow::Result<()> {
     use std::io::{BufRead as _, Write as _};
+    let sku = kassa::domain::ids::Sku::parse(sku).map_err(|e| anyhow::anyhow!("--sku {sku:?}: {}", e.message))?;
     let secret = Settings::resolve_keys_secret(common, keys)?
         .ok_or_else(|| anyhow::anyhow!("no keys secret: pass --keys-secret (or KASSA_KEYS_SECRET)"))?;
     let vault = kassa::vault::Vault::from_hex(&secret)?;
@@ -260,7 +261,7 @@ async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, key
         batch.push(line);
         if batch.len() == kassa::store::fulfilment::IMPORT_BATCH_MAX {
             let n =
-                kassa::store::fulfilment::import_keys(&db, &vault, sku, &batch, kassa::clock::Clock::now_ms(&clock))
+                kassa::store::fulfilment::import_keys(&db, &vault, &sku, &batch, kassa::clock::Clock::now_ms(&clock))
                     .await?;
             (imported, duplicates) = (imported + n.imported, duplicates + n.duplicates);
             batch.clear();
@@ -268,7 +269,7 @@ async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, key
         }
     }
     if !batch.is_empty() {
-        let n = kassa::store::fulfilment::import_keys(&db, &vault, sku, &batch, kassa::clock::Clock::now_ms(&clock))
+        let n = kassa::store::fulfilment::import_keys(&db, &vault, &sku, &batch, kassa::clock::Clock::now_ms(&clock))
             .await?;
         (imported, duplicates) = (imported + n.imported, duplicates + n.duplicates);
     }

@@ -1,6 +1,7 @@
 //! The engine scenarios (the store alone, no HTTP) and the durable-commit limit.
 
 use super::*;
+use kassa::domain::ids::{BasketId, Sku};
 use kassa::store::sql;
 
 /// In-process: the store alone, no HTTP.
@@ -14,12 +15,15 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
     let hot = args.scenario == "hot";
     let hot_stock = hot.then_some(args.hot_stock);
     let cny = kassa::domain::Currency::parse("CNY")?;
-    let skus: Vec<String> =
-        if hot { vec!["HOT".into()] } else { (0..SPREAD_SKUS).map(|i| format!("E-{i:04}")).collect() };
+    let skus: Vec<Sku> = if hot {
+        vec![Sku::stored("HOT")]
+    } else {
+        (0..SPREAD_SKUS).map(|i| Sku::stored(format!("E-{i:04}"))).collect()
+    };
     for sku in &skus {
         let new = catalog::NewSku {
             sku: sku.clone(),
-            name: sku.clone(),
+            name: sku.to_string(),
             kind: catalog::SkuKind::Physical,
             price: kassa::domain::Money::new(990, cny)?,
             stock: hot_stock.unwrap_or(SPREAD_STOCK),
@@ -68,9 +72,9 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
                         }
                         basket
                     } else {
-                        let lines = vec![(sku.clone(), 1)];
+                        let lines = vec![(sku.to_string(), 1)];
                         let Ok(basket) = catalog::open_basket(&db, &session.id, lines, now).await else { continue };
-                        basket.basket_id
+                        BasketId::stored(basket.basket_id)
                     }
                 };
                 let req = checkout::ConfirmRequest {
@@ -94,7 +98,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
                     Ok(p) => {
                         t.confirms += 1;
                         t.last_confirm = Some(Instant::now());
-                        t.placed.push(p.attempt_ref);
+                        t.placed.push(p.attempt_ref.to_string());
                     }
                     Err(e) => *t.errors.entry(e.code().to_string()).or_default() += 1,
                 }

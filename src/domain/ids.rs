@@ -1,7 +1,139 @@
-//! Identifiers. Order numbers, attempt references, tokens are separate types so they are never
-//! mixed up, and each is parsed once at the edge.
+//! Identifiers. Order numbers, attempt references, refund numbers, SKUs, baskets and idempotency
+//! keys are separate types so they are never mixed up, and each is parsed once at the edge
+//! (`parse`): past it, an identifier is known to be well formed. Those kassa makes itself
+//! ([`new_order_no`], [`attempt_ref`]) or reads back from its own records ([`OrderNo::stored`])
+//! need no parsing.
 
 use rand::Rng;
+
+use super::refusal::{Refusal, RefusalKind};
+
+/// An identifier type: a plain identifier ([`is_plain_id`]) that names one kind of thing.
+macro_rules! plain_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        plain_id!($(#[$doc])* $name);
+
+        impl $name {
+            #[doc = concat!("Parsed from outside: a plain identifier, or no ", $what, " can have it (`not_found`).")]
+            pub fn parse(text: &str) -> Result<Self, Refusal> {
+                if is_plain_id(text) { Ok($name(text.to_string())) } else { Err(Refusal::not_found($what)) }
+            }
+        }
+    };
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+
+            #[doc = concat!("One read back from kassa's own records (written only after it was parsed or made).")]
+            pub fn stored(text: impl Into<String>) -> Self {
+                $name(text.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+plain_id!(
+    /// An order's number (`KS…`, [`new_order_no`]).
+    OrderNo,
+    "order"
+);
+plain_id!(
+    /// A payment attempt's merchant reference (`out_trade_no` at the gateway, [`attempt_ref`]).
+    AttemptRef,
+    "payment"
+);
+plain_id!(
+    /// A refund's number, chosen by the shop (or `DUP-…`/`LATE-…` for kassa's automatic ones).
+    RefundNo
+);
+
+/// Longest refund number accepted.
+pub const REFUND_NO_LEN_MAX: usize = 64;
+
+impl RefundNo {
+    /// A refund number the shop gives: a plain identifier of at most [`REFUND_NO_LEN_MAX`]
+    /// characters (`invalid_refund_no` otherwise: it names a refund to make, not one to find).
+    pub fn parse(text: &str) -> Result<Self, Refusal> {
+        if text.len() <= REFUND_NO_LEN_MAX && is_plain_id(text) {
+            Ok(RefundNo(text.to_string()))
+        } else {
+            Err(Refusal::unprocessable("invalid_refund_no", "refund_no must be 1-64 letters, digits, '_', '-' or '.'"))
+        }
+    }
+}
+plain_id!(
+    /// A SKU's code, chosen by the shop.
+    Sku,
+    "SKU"
+);
+plain_id!(
+    /// A basket's id.
+    BasketId,
+    "basket"
+);
+
+/// Longest `Idempotency-Key` accepted.
+pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 128;
+
+/// A checkout's `Idempotency-Key`: 1–128 printable characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn parse(text: &str) -> Result<Self, Refusal> {
+        if text.is_empty() || text.len() > IDEMPOTENCY_KEY_LEN_MAX || text.chars().any(char::is_control) {
+            return Err(Refusal::new(
+                RefusalKind::Malformed,
+                "invalid_idempotency_key",
+                "Idempotency-Key must be 1-128 printable characters",
+            ));
+        }
+        Ok(IdempotencyKey(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 /// Crockford base32 without I, L, O, U: unambiguous when read aloud or typed.
 const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -24,12 +156,12 @@ const ORDER_NO_TIME_LEN: usize = 9;
 /// by order number take new orders at their right edge instead of on a random page each (one
 /// purchase touches nine such indexes: random keys cost a page write per index per order); the
 /// random part keeps numbers unguessable and says nothing about how many orders there are.
-pub fn new_order_no() -> String {
+pub fn new_order_no() -> OrderNo {
     let ms = u64::try_from(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis(),
     )
     .unwrap_or(u64::MAX);
-    format!("KS{}{}", base32_fixed(ms, ORDER_NO_TIME_LEN), random_base32(ORDER_NO_RANDOM_LEN))
+    OrderNo(format!("KS{}{}", base32_fixed(ms, ORDER_NO_TIME_LEN), random_base32(ORDER_NO_RANDOM_LEN)))
 }
 
 /// `n` in `len` base32 characters, most significant first (sorts as the number does).
@@ -39,8 +171,8 @@ fn base32_fixed(n: u64, len: usize) -> String {
 
 /// The merchant reference of the `seq`-th payment attempt of an order: `out_trade_no` at the
 /// gateway. Letters, digits and `_` only, ≤ 32 characters, which every gateway accepts.
-pub fn attempt_ref(order_no: &str, seq: i64) -> String {
-    format!("{order_no}_{seq}")
+pub fn attempt_ref(order_no: &OrderNo, seq: i64) -> AttemptRef {
+    AttemptRef(format!("{order_no}_{seq}"))
 }
 
 /// A bearer secret (buyer session token, admin token): 32 random bytes as hex.
@@ -60,11 +192,6 @@ pub fn is_plain_id(text: &str) -> bool {
         && text != ".."
 }
 
-/// A SKU code as given by the shop: a plain identifier.
-pub fn parse_sku(text: &str) -> Option<&str> {
-    is_plain_id(text).then_some(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +203,7 @@ mod tests {
         assert_ne!(a, b);
         assert!(is_plain_id(&a) && a.len() == 23);
         let r = attempt_ref(&a, 3);
+        assert_eq!(OrderNo::parse(&a).unwrap(), a);
         assert!(is_plain_id(&r) && r.len() <= 32 && r.ends_with("_3"));
     }
 
@@ -106,5 +234,23 @@ mod tests {
         let t = new_secret_token();
         assert_eq!(t.len(), 64);
         assert_ne!(t, new_secret_token());
+    }
+
+    /// Each identifier type takes what a plain identifier is and refuses the rest as a thing that
+    /// cannot exist; an idempotency key takes any printable text up to its length.
+    #[test]
+    fn identifiers_are_parsed_once_at_the_edge() {
+        assert_eq!(Sku::parse("MUG-CELADON").unwrap().as_str(), "MUG-CELADON");
+        for bad in ["", "..", "a/b", "a b", "x'--", &"k".repeat(MAX_ID_LEN + 1)] {
+            assert_eq!(Sku::parse(bad).unwrap_err().code, "not_found", "{bad:?}");
+            assert!(OrderNo::parse(bad).is_err() && BasketId::parse(bad).is_err());
+            assert_eq!(RefundNo::parse(bad).unwrap_err().code, "invalid_refund_no");
+            assert!(AttemptRef::parse(bad).is_err());
+        }
+        assert_eq!(OrderNo::parse("nope/..").unwrap_err().message, "order not found");
+        assert!(IdempotencyKey::parse("k 1 é").is_ok());
+        for bad in [String::new(), "k".repeat(IDEMPOTENCY_KEY_LEN_MAX + 1), "a\nb".to_string()] {
+            assert_eq!(IdempotencyKey::parse(&bad).unwrap_err().code, "invalid_idempotency_key");
+        }
     }
 }

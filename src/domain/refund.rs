@@ -21,8 +21,6 @@ pub struct RefundTotals {
     pub open: i64,
 }
 
-/// Longest refund number a merchant may choose.
-pub const REFUND_NO_LEN_MAX: usize = 64;
 /// Longest refund reason kept (characters; control characters are dropped).
 pub const REASON_LEN_MAX: usize = 256;
 /// Longest refund window that can be configured: ten years.
@@ -46,15 +44,6 @@ pub struct RefundRequest {
     /// When the order's payment was captured (ms since the Unix epoch); `None` if never.
     pub paid_at: Option<i64>,
     pub now: i64,
-}
-
-/// A merchant's refund number: a plain identifier of at most [`REFUND_NO_LEN_MAX`] characters.
-pub fn check_refund_no(refund_no: &str) -> Result<(), Refusal> {
-    if refund_no.len() <= REFUND_NO_LEN_MAX && super::ids::is_plain_id(refund_no) {
-        Ok(())
-    } else {
-        Err(Refusal::unprocessable("invalid_refund_no", "refund_no must be 1-64 letters, digits, '_', '-' or '.'"))
-    }
 }
 
 /// A refund amount: positive minor units.
@@ -260,9 +249,10 @@ mod tests {
 
     #[test]
     fn refund_terms_are_checked_and_cleaned() {
-        assert!(check_refund_no("R-1.a_b").is_ok());
+        use super::super::ids::{REFUND_NO_LEN_MAX, RefundNo};
+        assert!(RefundNo::parse("R-1.a_b").is_ok());
         for bad in ["", "a b", "x/y", &"r".repeat(REFUND_NO_LEN_MAX + 1)] {
-            assert_eq!(check_refund_no(bad).unwrap_err().code, "invalid_refund_no", "{bad:?}");
+            assert_eq!(RefundNo::parse(bad).unwrap_err().code, "invalid_refund_no", "{bad:?}");
         }
         assert_eq!(clean_reason("a\nb\u{7}c"), "abc");
         assert_eq!(clean_reason(&"x".repeat(300)).chars().count(), REASON_LEN_MAX);

@@ -14,7 +14,7 @@ use super::flows::{cancel_flow, refund_flow};
 use super::guard::Client;
 use super::{AppState, Auth, FormBody, RouteDoc, cookie, render};
 use crate::clock::Millis;
-use crate::domain::ids;
+use crate::domain::ids::{self, OrderNo, RefundNo, Sku};
 use crate::domain::signin::LockoutPolicy;
 use crate::error::{Error, Result};
 use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, OrderRow, OutboxRow, SkuRow};
@@ -265,9 +265,7 @@ async fn order_page(
     Path(order_no): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
-    if !ids::is_plain_id(&order_no) {
-        return Err(Error::not_found("order"));
-    }
+    let order_no = OrderNo::parse(&order_no)?;
     let order = views::get_order(&state.db, &order_no, true).await?;
     let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
     let keys_unreadable = keys.unreadable_total();
@@ -302,9 +300,7 @@ async fn order_action(
 ) -> Response {
     let result = async {
         op.check(&form)?;
-        if !ids::is_plain_id(&order_no) {
-            return Err(Error::not_found("order"));
-        }
+        let order_no = OrderNo::parse(&order_no)?;
         let action = form.get("action").map(String::as_str).unwrap_or_default();
         match action {
             "accept" => orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?,
@@ -317,9 +313,9 @@ async fn order_action(
                 let amount: i64 = form.get("amount_minor").and_then(|a| a.trim().parse().ok()).ok_or_else(|| {
                     Error::unprocessable("invalid_amount", "the amount must be a whole number of minor units")
                 })?;
-                let refund_no = form.get("refund_no").map(String::as_str).unwrap_or_default();
+                let refund_no = RefundNo::parse(form.get("refund_no").map(String::as_str).unwrap_or_default())?;
                 let reason = form.get("reason").map(String::as_str).unwrap_or_default();
-                refund_flow(&state, &order_no, refund_no, amount, reason).await?;
+                refund_flow(&state, &order_no, &refund_no, amount, reason).await?;
             }
             _ => return Err(Error::invalid("invalid_action", "unknown action")),
         }
@@ -397,7 +393,7 @@ async fn set_sku_limits(
 ) -> Response {
     let result = async {
         op.check(&form)?;
-        super::plain(&sku, "SKU")?;
+        let sku = Sku::parse(&sku)?;
         let limits = crate::store::catalog::LimitsPatch {
             max_per_order: Some(limit_field(&form, "max_per_order")?),
             hold_seconds: Some(limit_field(&form, "hold_seconds")?),

@@ -8,11 +8,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::flows::{CheckoutBody, cancel_flow, place_order, query_for_buyer, refund_flow, retry_flow};
-use super::plain;
 use super::{Admin, ApiJson, AppState, Buyer, Caller, RawBody};
 use crate::clock::rfc3339;
 use crate::domain::checkout::SkuLimits;
-use crate::domain::{Currency, Money, OrderStatus, ids};
+use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo, RefundNo, Sku};
+use crate::domain::{Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
 use crate::store::catalog::{self, LimitsPatch, NewSku, SkuKind};
@@ -74,8 +74,8 @@ pub(super) async fn set_line(
     Path((basket_id, sku)): Path<(String, String)>,
     ApiJson(body): ApiJson<LineBody>,
 ) -> Result<Response> {
-    plain(&basket_id, "basket")?;
-    plain(&sku, "SKU")?;
+    let basket_id = BasketId::parse(&basket_id)?;
+    let sku = Sku::parse(&sku)?;
     let basket =
         catalog::set_basket_line(&state.db, &session.id, &basket_id, &sku, body.quantity, state.now_ms()).await?;
     Ok(axum::Json(basket).into_response())
@@ -86,7 +86,7 @@ pub(super) async fn get_basket(
     Buyer(session): Buyer,
     Path(basket_id): Path<String>,
 ) -> Result<Response> {
-    plain(&basket_id, "basket")?;
+    let basket_id = BasketId::parse(&basket_id)?;
     Ok(axum::Json(catalog::get_basket(&state.db, &session.id, &basket_id).await?).into_response())
 }
 
@@ -96,6 +96,7 @@ pub(super) async fn retry_payment(
     Path(order_no): Path<String>,
     ApiJson(body): ApiJson<CheckoutBody>,
 ) -> Result<Response> {
+    let order_no = OrderNo::parse(&order_no)?;
     let session = owner(&caller)?;
     let (placed, handoff) = retry_flow(&state, session, &order_no, &body).await?;
     Ok((StatusCode::CREATED, axum::Json(placed_json(&placed, Some(&handoff)))).into_response())
@@ -123,7 +124,7 @@ pub(super) async fn cancel_order(
     Path(order_no): Path<String>,
     ApiJson(body): ApiJson<CancelBody>,
 ) -> Result<Response> {
-    plain(&order_no, "order")?;
+    let order_no = OrderNo::parse(&order_no)?;
     let session = owner(&caller)?;
     let current = views::get_order(&state.db, &order_no, false).await?;
     if session.is_some_and(|s| s != current.session_id) {
@@ -152,8 +153,9 @@ pub(super) async fn request_refund(
     Path(order_no): Path<String>,
     ApiJson(body): ApiJson<RefundBody>,
 ) -> Result<Response> {
-    plain(&order_no, "order")?;
-    let (refund, created) = refund_flow(&state, &order_no, &body.refund_no, body.amount_minor, &body.reason).await?;
+    let order_no = OrderNo::parse(&order_no)?;
+    let refund_no = RefundNo::parse(&body.refund_no)?;
+    let (refund, created) = refund_flow(&state, &order_no, &refund_no, body.amount_minor, &body.reason).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, axum::Json(refund)).into_response())
 }
@@ -163,7 +165,7 @@ pub(super) async fn mark_delivered(
     _admin: Admin,
     Path(order_no): Path<String>,
 ) -> Result<Response> {
-    plain(&order_no, "order")?;
+    let order_no = OrderNo::parse(&order_no)?;
     fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?;
     Ok(axum::Json(json!({"order_no": order_no, "status": "delivered"})).into_response())
 }
@@ -173,7 +175,7 @@ pub(super) async fn accept_late(
     _admin: Admin,
     Path(order_no): Path<String>,
 ) -> Result<Response> {
-    plain(&order_no, "order")?;
+    let order_no = OrderNo::parse(&order_no)?;
     orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?;
     let order = views::get_order(&state.db, &order_no, false).await?;
     Ok(axum::Json(json!({"order_no": order_no, "status": order.status})).into_response())
@@ -191,7 +193,7 @@ pub(super) async fn import_keys(
     Path(sku): Path<String>,
     ApiJson(body): ApiJson<KeysBody>,
 ) -> Result<Response> {
-    plain(&sku, "SKU")?;
+    let sku = Sku::parse(&sku)?;
     let vault = state
         .vault
         .as_ref()
@@ -212,7 +214,7 @@ pub(super) async fn import_keys(
 }
 
 /// The order as JSON, with the card keys of delivered digital lines (for its buyer and admins).
-pub(super) async fn order_json(state: &AppState, order_no: &str, admin: bool) -> Result<Value> {
+pub(super) async fn order_json(state: &AppState, order_no: &OrderNo, admin: bool) -> Result<Value> {
     let order = views::get_order(&state.db, order_no, admin).await?;
     let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), order_no, state.now_ms()).await?;
     let mut value = serde_json::to_value(&order).map_err(|e| Error::internal(e.to_string()))?;
@@ -258,11 +260,14 @@ pub(super) async fn checkout_json(
     axum::Extension(client): axum::Extension<super::guard::Client>,
     ApiJson(body): ApiJson<CheckoutBody>,
 ) -> Result<Response> {
+    let basket_id = BasketId::parse(&basket_id)?;
     let key = headers
         .get("idempotency-key")
         .map(|v| v.to_str().map_err(|_| Error::invalid("invalid_idempotency_key", "Idempotency-Key must be ASCII")))
+        .transpose()?
+        .map(IdempotencyKey::parse)
         .transpose()?;
-    let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key, client.addr).await?;
+    let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr).await?;
     if wants_html(&headers) {
         return Ok(super::pages::handoff_page(&placed, handoff.as_ref()));
     }
@@ -288,7 +293,7 @@ pub(super) async fn get_order(
     Path(order_no): Path<String>,
     query: std::result::Result<Query<OrderQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
-    plain(&order_no, "order")?;
+    let order_no = OrderNo::parse(&order_no)?;
     if caller.session.is_none() && !caller.admin {
         return Err(Error::unauthorized());
     }
@@ -332,8 +337,8 @@ pub(super) async fn create_sku(
     _admin: Admin,
     ApiJson(body): ApiJson<SkuBody>,
 ) -> Result<Response> {
-    let sku = ids::parse_sku(&body.sku)
-        .ok_or_else(|| Error::unprocessable("invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
+    let sku = Sku::parse(&body.sku)
+        .map_err(|_| Error::unprocessable("invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
     let name = valid_name(&body.name)?;
     let kind = match body.kind.as_deref() {
         None | Some("physical") => SkuKind::Physical,
@@ -343,7 +348,7 @@ pub(super) async fn create_sku(
     // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
     let stock = if kind == SkuKind::Digital { 0 } else { body.stock };
     let new = NewSku {
-        sku: sku.to_string(),
+        sku,
         name: name.to_string(),
         kind,
         price: Money::new(body.price_minor, Currency::parse(&body.currency)?)?,
@@ -359,7 +364,7 @@ pub(super) async fn list_skus(State(state): State<AppState>, _admin: Admin) -> R
 }
 
 pub(super) async fn get_sku(State(state): State<AppState>, _admin: Admin, Path(sku): Path<String>) -> Result<Response> {
-    plain(&sku, "SKU")?;
+    let sku = Sku::parse(&sku)?;
     Ok(axum::Json(catalog::get_sku(&state.db, &sku).await?).into_response())
 }
 
@@ -390,7 +395,7 @@ pub(super) async fn update_sku(
     Path(sku): Path<String>,
     ApiJson(body): ApiJson<SkuPatch>,
 ) -> Result<Response> {
-    plain(&sku, "SKU")?;
+    let sku = Sku::parse(&sku)?;
     let name = body.name.as_deref().map(valid_name).transpose()?;
     let limits = LimitsPatch { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds };
     let view = catalog::update_sku(&state.db, &sku, name, body.price_minor, limits, state.now_ms()).await?;
@@ -416,7 +421,7 @@ pub(super) async fn adjust_stock(
     Path(sku): Path<String>,
     ApiJson(body): ApiJson<StockBody>,
 ) -> Result<Response> {
-    plain(&sku, "SKU")?;
+    let sku = Sku::parse(&sku)?;
     Ok(axum::Json(catalog::adjust_stock(&state.db, &sku, body.delta, state.now_ms()).await?).into_response())
 }
 
@@ -425,7 +430,7 @@ pub(super) async fn admin_order(
     _admin: Admin,
     Path(order_no): Path<String>,
 ) -> Result<Response> {
-    plain(&order_no, "order")?;
+    let order_no = OrderNo::parse(&order_no)?;
     let mut value = order_json(&state, &order_no, true).await?;
     let findings = crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?;
     value["reconciliation"] = serde_json::to_value(findings).map_err(|e| Error::internal(e.to_string()))?;

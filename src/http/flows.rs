@@ -5,8 +5,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{AppState, plain};
+use super::AppState;
 use crate::domain::OrderStatus;
+use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo, RefundNo};
 use crate::error::{Error, Result};
 use crate::gateway::CloseOutcome;
 use crate::gateway::{GatewayError, Handoff, HandoffRequest, Payer};
@@ -34,12 +35,11 @@ pub struct CheckoutBody {
 pub async fn place_order(
     state: &AppState,
     session_id: &str,
-    basket_id: &str,
+    basket_id: &BasketId,
     body: &CheckoutBody,
-    idempotency_key: Option<&str>,
+    idempotency_key: Option<&IdempotencyKey>,
     client: std::net::IpAddr,
 ) -> Result<(Placed, Option<Handoff>)> {
-    plain(basket_id, "basket")?;
     if state.guard.captcha_required() && catalog::get_basket(&state.db, session_id, basket_id).await?.status == "open" {
         state.guard.verify_captcha(body.captcha_token.as_deref(), client).await?;
     }
@@ -132,8 +132,8 @@ async fn build_handoff(state: &AppState, placed: &Placed, payer: &Payer) -> Resu
         state.gateways.get(&placed.gateway).ok_or_else(|| Error::internal("order names an unconfigured gateway"))?;
     let base = state.public_url.trim_end_matches('/');
     let req = HandoffRequest {
-        attempt_ref: placed.attempt_ref.clone(),
-        order_no: placed.order_no.clone(),
+        attempt_ref: placed.attempt_ref.to_string(),
+        order_no: placed.order_no.to_string(),
         amount: placed.total,
         subject: placed.subject.clone(),
         expires_at: placed.expires_at,
@@ -187,10 +187,9 @@ pub async fn close_at_gateways(state: &AppState, attempts: &[orders::ToClose]) -
 pub async fn retry_flow(
     state: &AppState,
     session: Option<&str>,
-    order_no: &str,
+    order_no: &OrderNo,
     body: &CheckoutBody,
 ) -> Result<(Placed, Handoff)> {
-    plain(order_no, "order")?;
     let current = views::get_order(&state.db, order_no, false).await?;
     if session.is_some_and(|s| s != current.session_id) {
         return Err(Error::not_found("order"));
@@ -226,7 +225,7 @@ pub async fn cancel_flow(
     current: &views::OrderView,
     rebasket: bool,
 ) -> Result<Option<String>> {
-    let order_no = current.order_no.as_str();
+    let order_no = &current.order_no;
     let status = OrderStatus::parse(&current.status).ok_or_else(|| Error::internal("unknown order status"))?;
     crate::domain::decide::may_cancel(status)?;
     if let Some(active) = orders::active_attempt(&state.db, order_no).await?
@@ -241,8 +240,8 @@ pub async fn cancel_flow(
 /// it if that fails). Shared by the API and the admin console.
 pub async fn refund_flow(
     state: &AppState,
-    order_no: &str,
-    refund_no: &str,
+    order_no: &OrderNo,
+    refund_no: &RefundNo,
     amount_minor: i64,
     reason: &str,
 ) -> Result<(refunds::RefundView, bool)> {

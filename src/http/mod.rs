@@ -65,11 +65,6 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// An identifier from a URL, parsed at the edge: a plain one, or the thing cannot exist.
-pub(crate) fn plain(id: &str, what: &str) -> Result<(), Error> {
-    if crate::domain::ids::is_plain_id(id) { Ok(()) } else { Err(Error::not_found(what)) }
-}
-
 /// The HTTP status of a refusal: the one place a kind of refusal becomes a status.
 pub fn status_of(kind: crate::error::RefusalKind) -> StatusCode {
     use crate::error::RefusalKind::*;

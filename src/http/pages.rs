@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use super::flows::{CheckoutBody, place_order};
 use super::{AppState, Auth, Caller, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
-use crate::domain::{AttemptStatus, OrderStatus, ids};
+use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
+use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
 use crate::store::catalog::{self, BasketView, Session, SkuView};
@@ -270,9 +271,7 @@ fn web_gateways(state: &AppState) -> Vec<(&'static str, &'static str)> {
 
 async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(basket_id): Path<String>) -> Response {
     let result = async {
-        if !ids::is_plain_id(&basket_id) {
-            return Err(Error::not_found("basket"));
-        }
+        let basket_id = BasketId::parse(&basket_id)?;
         let token = cookie(&headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
         let session =
             catalog::session_by_token(&state.db, token, state.now_ms()).await?.ok_or_else(Error::unauthorized)?;
@@ -325,8 +324,9 @@ async fn shop_confirm(
             payer: None,
             captcha_token: super::guard::CAPTCHA_FORM_FIELDS.iter().find_map(|f| form.get(*f)).cloned(),
         };
-        let key = form.get("idempotency_key").map(String::as_str);
-        let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key, client.addr).await?;
+        let basket_id = BasketId::parse(&basket_id)?;
+        let key = form.get("idempotency_key").map(|k| IdempotencyKey::parse(k)).transpose()?;
+        let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr).await?;
         Ok(handoff_page(&placed, handoff.as_ref()))
     }
     .await;
@@ -367,9 +367,7 @@ fn attempt_status_of<'a>(order: &'a views::OrderView, attempt_ref: &str) -> &'a 
 /// about payment; for the order's own buyer a pending order is queried at its gateway first.
 async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt_ref): Path<String>) -> Response {
     let result = async {
-        if !ids::is_plain_id(&attempt_ref) {
-            return Err(Error::not_found("payment"));
-        }
+        let attempt_ref = AttemptRef::parse(&attempt_ref)?;
         let order_no =
             views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
         let mut order = views::get_order(&state.db, &order_no, false).await?;
@@ -423,9 +421,7 @@ struct H5Order<'a> {
 
 async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no): Path<String>) -> Response {
     let result = async {
-        if !ids::is_plain_id(&order_no) {
-            return Err(Error::not_found("order"));
-        }
+        let order_no = OrderNo::parse(&order_no)?;
         let order = views::get_order(&state.db, &order_no, false).await?;
         // Only the buyer's own session sees the page (and the keys on it).
         let session =
@@ -458,9 +454,7 @@ async fn retry_page(
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let result = async {
-        if !ids::is_plain_id(&order_no) {
-            return Err(Error::not_found("order"));
-        }
+        let order_no = OrderNo::parse(&order_no)?;
         let session = form_session(&state, &headers, &form).await?;
         let body = CheckoutBody::default();
         let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body).await?;
@@ -472,9 +466,7 @@ async fn retry_page(
 }
 
 async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<String>) -> Result<Response> {
-    if !ids::is_plain_id(&attempt_ref) {
-        return Err(Error::not_found("payment"));
-    }
+    let attempt_ref = AttemptRef::parse(&attempt_ref)?;
     let order_no =
         views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
     let order = views::get_order(&state.db, &order_no, false).await?;

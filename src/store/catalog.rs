@@ -6,7 +6,8 @@ use serde::Serialize;
 use crate::args;
 use crate::clock::Millis;
 use crate::domain::checkout::SkuLimits;
-use crate::domain::{Money, basket, ids};
+use crate::domain::ids::{self, BasketId, Sku};
+use crate::domain::{Money, basket};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
@@ -38,7 +39,7 @@ impl SkuKind {
 
 #[derive(Debug, Clone)]
 pub struct NewSku {
-    pub sku: String,
+    pub sku: Sku,
     pub name: String,
     pub kind: SkuKind,
     pub price: Money,
@@ -130,7 +131,7 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
     get_sku(db, &new.sku).await
 }
 
-pub async fn get_sku(db: &Db, sku: &str) -> Result<SkuView> {
+pub async fn get_sku(db: &Db, sku: &Sku) -> Result<SkuView> {
     let row = sql::query(&format!("SELECT {SKU_COLUMNS} FROM skus WHERE sku = $1"))
         .bind(sku)
         .fetch_optional(db.read_pool())
@@ -149,7 +150,7 @@ pub async fn list_skus(db: &Db) -> Result<Vec<SkuView>> {
 /// applies to every confirm from now on; orders placed already keep what they hold.
 pub async fn update_sku(
     db: &Db,
-    sku: &str,
+    sku: &Sku,
     name: Option<&str>,
     price_minor: Option<i64>,
     limits: LimitsPatch,
@@ -185,7 +186,7 @@ pub async fn update_sku(
 
 /// Restock (positive) or write off (negative) a physical SKU. A write-off can never take away
 /// held units. A digital SKU's stock is its unsold keys: it changes by key imports and sales only.
-pub async fn adjust_stock(db: &Db, sku: &str, delta: i64, now: Millis) -> Result<SkuView> {
+pub async fn adjust_stock(db: &Db, sku: &Sku, delta: i64, now: Millis) -> Result<SkuView> {
     if delta == 0 || !(-STOCK_DELTA_MAX..=STOCK_DELTA_MAX).contains(&delta) {
         return Err(Error::unprocessable("invalid_quantity", "delta must be non-zero and within ±1000000000"));
     }
@@ -290,8 +291,8 @@ pub async fn session_by_token(db: &Db, token: &str, now: Millis) -> Result<Optio
     Ok(Some(session))
 }
 
-pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<String> {
-    Ok(open_basket(db, session_id, Vec::new(), now).await?.basket_id)
+pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<BasketId> {
+    Ok(BasketId::stored(open_basket(db, session_id, Vec::new(), now).await?.basket_id))
 }
 
 /// Opens a basket holding `lines` (SKU, quantity), quoting today's prices: all of them or,
@@ -413,12 +414,12 @@ fn new_basket(
 pub async fn set_basket_line(
     db: &Db,
     session_id: &str,
-    basket_id: &str,
-    sku: &str,
+    basket_id: &BasketId,
+    sku: &Sku,
     quantity: i64,
     now: Millis,
 ) -> Result<BasketView> {
-    let (session_id, basket_id, sku) = (session_id.to_string(), basket_id.to_string(), sku.to_string());
+    let (session_id, basket_id, sku) = (session_id.to_string(), basket_id.clone(), sku.clone());
     db.command(move |db| async move {
         let (db, session_id, basket_id, sku) = (&db, session_id.as_str(), basket_id.as_str(), sku.as_str());
         basket::check_set_quantity(quantity)?;
@@ -580,7 +581,7 @@ pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, l.sku, s.name, l
      FROM baskets b LEFT JOIN basket_lines l ON l.basket_id = b.id LEFT JOIN skus s ON s.sku = l.sku \
      WHERE b.id = $1 AND b.session_id = $2 ORDER BY l.sku";
 
-pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<BasketView> {
+pub async fn get_basket(db: &Db, session_id: &str, basket_id: &BasketId) -> Result<BasketView> {
     // The basket and its lines in one read (one consistent view); a basket without lines is one
     // row whose line columns are null.
     let rows = sql::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id).fetch_all(db.read_pool()).await?;
@@ -603,7 +604,7 @@ pub async fn get_basket(db: &Db, session_id: &str, basket_id: &str) -> Result<Ba
 }
 
 /// After a `price_changed` refusal: quote today's prices so the buyer can review and confirm again.
-pub async fn requote_basket(db: &Db, basket_id: &str) -> Result<()> {
+pub async fn requote_basket(db: &Db, basket_id: &BasketId) -> Result<()> {
     crate::write_tx!(db, |tx| {
         sql::query(
             "UPDATE basket_lines SET quoted_unit_minor = (SELECT price_minor FROM skus WHERE skus.sku = basket_lines.sku) \

@@ -6,7 +6,8 @@ use serde_json::json;
 use crate::args;
 use crate::clock::Millis;
 use crate::domain::checkout::{self, QuotedLine};
-use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ids};
+use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
+use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Cause};
@@ -16,10 +17,10 @@ use crate::store::{Db, Tx, col, payments};
 #[derive(Debug, Clone)]
 pub struct ConfirmRequest<'a> {
     pub session_id: &'a str,
-    pub basket_id: &'a str,
+    pub basket_id: &'a BasketId,
     pub gateway: &'a str,
     pub channel: &'a str,
-    pub idempotency_key: Option<&'a str>,
+    pub idempotency_key: Option<&'a IdempotencyKey>,
     pub hold_ms: i64,
     /// Unpaid orders the buyer may have open at once; 0 for no limit.
     pub max_open_orders: u32,
@@ -31,8 +32,8 @@ pub struct ConfirmRequest<'a> {
 /// A pending order and its active attempt, as the buyer needs them for the hand-off.
 #[derive(Debug, Clone)]
 pub struct Placed {
-    pub order_no: String,
-    pub attempt_ref: String,
+    pub order_no: OrderNo,
+    pub attempt_ref: AttemptRef,
     pub gateway: String,
     pub channel: String,
     pub status: OrderStatus,
@@ -48,8 +49,8 @@ pub struct Placed {
 /// happens here; the hand-off is built by the caller after commit.
 pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     let (session_id, basket_id, gateway, channel) =
-        (req.session_id.to_string(), req.basket_id.to_string(), req.gateway.to_string(), req.channel.to_string());
-    let (key, currencies) = (req.idempotency_key.map(str::to_string), req.currencies.map(<[Currency]>::to_vec));
+        (req.session_id.to_string(), req.basket_id.clone(), req.gateway.to_string(), req.channel.to_string());
+    let (key, currencies) = (req.idempotency_key.cloned(), req.currencies.map(<[Currency]>::to_vec));
     let (hold_ms, max_open_orders, now) = (req.hold_ms, req.max_open_orders, req.now);
     db.command(move |db| async move {
         let req = ConfirmRequest {
@@ -57,16 +58,13 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             basket_id: &basket_id,
             gateway: &gateway,
             channel: &channel,
-            idempotency_key: key.as_deref(),
+            idempotency_key: key.as_ref(),
             hold_ms,
             max_open_orders,
             now,
             currencies: currencies.as_deref(),
         };
         let (db, req) = (&db, &req);
-        if let Some(key) = req.idempotency_key {
-            checkout::check_idempotency_key(key)?;
-        }
         let lock = db.for_update();
         let result = crate::write_tx!(db, |tx| {
             // 1. A key already used by this buyer returns its order, whatever basket it names;
@@ -98,17 +96,17 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                 && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
             {
                 let basket: String = col(&row, "basket_id")?;
-                if basket != req.basket_id {
+                if basket != req.basket_id.as_str() {
                     return Err(Error::unprocessable(
                         "idempotency_key_reused",
                         "this Idempotency-Key was used for another basket",
                     ));
                 }
-                let order_no: String = col(&row, "order_no")?;
+                let order_no = OrderNo::stored(col::<String>(&row, "order_no")?);
                 return load_placed(tx, &order_no, false).await;
             }
             let basket = read.next().and_then(|rows| rows.into_iter().next()).ok_or_else(|| Error::not_found("basket"))?;
-            if let Some(order_no) = col::<Option<String>>(&basket, "order_no")? {
+            if let Some(order_no) = col::<Option<String>>(&basket, "order_no")?.map(OrderNo::stored) {
                 // A double-clicked confirm: the basket is frozen with its order.
                 remember_key(tx, req, &order_no).await?;
                 return load_placed(tx, &order_no, false).await;
@@ -304,7 +302,7 @@ fn quoted_lines(rows: &[sql::Row]) -> Result<Vec<QuotedLine>> {
 }
 
 /// The order with its newest attempt, for repeated confirms and retries of the hand-off.
-pub async fn load_placed(tx: &mut Tx<'_>, order_no: &str, created: bool) -> Result<Placed> {
+pub async fn load_placed(tx: &mut Tx<'_>, order_no: &OrderNo, created: bool) -> Result<Placed> {
     let order = sql::query("SELECT status, total_minor, currency, hold_expires_at FROM orders WHERE order_no = $1")
         .bind(order_no)
         .fetch_optional(&mut **tx)
@@ -323,8 +321,8 @@ pub async fn load_placed(tx: &mut Tx<'_>, order_no: &str, created: bool) -> Resu
     let status: String = col(&order, "status")?;
     let subject = checkout::subject(names.iter().map(String::as_str));
     Ok(Placed {
-        order_no: order_no.to_string(),
-        attempt_ref: col(&attempt, "attempt_ref")?,
+        order_no: order_no.clone(),
+        attempt_ref: AttemptRef::stored(col::<String>(&attempt, "attempt_ref")?),
         gateway: col(&attempt, "gateway")?,
         channel: col(&attempt, "channel")?,
         status: OrderStatus::parse(&status).ok_or_else(|| Error::internal("unknown order status in database"))?,

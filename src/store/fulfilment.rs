@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::clock::Millis;
 use crate::domain::OrderStatus;
+use crate::domain::ids::{OrderNo, Sku};
 use crate::error::{Error, Result};
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col, new_id};
@@ -104,7 +105,7 @@ pub async fn unreadable_keys(db: &Db, vault: &Vault, limit: usize) -> Result<Vec
 /// Imports one batch of keys for a digital SKU: encrypted, de-duplicated within the SKU (also
 /// within the batch), and added to its stock in the same transaction. Refused when the vault's
 /// secret is not the one the database's keys are sealed with ([`verify_keys_secret`]).
-pub async fn import_keys(db: &Db, vault: &Vault, sku: &str, keys: &[String], now: Millis) -> Result<ImportCount> {
+pub async fn import_keys(db: &Db, vault: &Vault, sku: &Sku, keys: &[String], now: Millis) -> Result<ImportCount> {
     verify_keys_secret(db, vault).await?;
     let mut sealed = Vec::with_capacity(keys.len());
     let mut seen = std::collections::HashSet::new();
@@ -226,7 +227,7 @@ pub async fn deliver_keys(tx: &mut Tx<'_>, order_no: &str, lines: &[OrderLine], 
 }
 
 /// Admin: a physical order has shipped (`paid -> delivered`).
-pub async fn mark_delivered(db: &Db, order_no: &str, now: Millis) -> Result<()> {
+pub async fn mark_delivered(db: &Db, order_no: &OrderNo, now: Millis) -> Result<()> {
     let lock = db.for_update();
     crate::write_tx!(db, |tx| {
         let status: String = sql::query_scalar(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
@@ -265,7 +266,7 @@ impl OrderKeys {
 /// The delivered keys of an order, decrypted (for the buyer and admins only). A key that does not
 /// decrypt (no secret configured, or not the secret it was sealed with) is counted, not shown: the
 /// order stays readable, and an alert tells the operator.
-pub async fn order_keys(db: &Db, vault: Option<&Vault>, order_no: &str, now: Millis) -> Result<OrderKeys> {
+pub async fn order_keys(db: &Db, vault: Option<&Vault>, order_no: &OrderNo, now: Millis) -> Result<OrderKeys> {
     let rows = sql::query(
         "SELECT line_no, sku, nonce, ciphertext FROM card_keys WHERE order_no = $1 ORDER BY line_no, delivered_at, id",
     )

@@ -2,7 +2,8 @@
 //! basket, and an operator accepting a late payment.
 
 use crate::clock::Millis;
-use crate::domain::{AttemptStatus, OrderStatus, decide, ids};
+use crate::domain::ids::{self, OrderNo};
+use crate::domain::{AttemptStatus, OrderStatus, decide};
 use crate::error::{Error, Result};
 use crate::store::checkout::{Placed, load_placed};
 use crate::store::events::{self, Cause};
@@ -73,7 +74,7 @@ async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(ToClose
 pub async fn new_attempt(
     db: &Db,
     session_id: Option<&str>,
-    order_no: &str,
+    order_no: &OrderNo,
     gateway: &str,
     channel: &str,
     now: Millis,
@@ -114,7 +115,7 @@ pub async fn new_attempt(
 }
 
 /// The active attempt of a pending order, to close at the gateway before cancelling.
-pub async fn active_attempt(db: &Db, order_no: &str) -> Result<Option<ToClose>> {
+pub async fn active_attempt(db: &Db, order_no: &OrderNo) -> Result<Option<ToClose>> {
     let sql = format!(
         "SELECT attempt_ref, gateway, gateway_ref FROM payment_attempts WHERE order_no = $1 AND {} ORDER BY seq DESC LIMIT 1",
         AttemptStatus::active_sql("status")
@@ -135,7 +136,7 @@ pub async fn active_attempt(db: &Db, order_no: &str) -> Result<Option<ToClose>> 
 pub async fn cancel(
     db: &Db,
     session_id: Option<&str>,
-    order_no: &str,
+    order_no: &OrderNo,
     rebasket: bool,
     now: Millis,
 ) -> Result<Option<String>> {
@@ -181,7 +182,7 @@ pub async fn cancel(
 
 /// An operator accepts a late payment: stock is taken again (refused when it is not there) and
 /// the order is paid and fulfilled as usual.
-pub async fn accept_late_payment(db: &Db, order_no: &str, now: Millis) -> Result<()> {
+pub async fn accept_late_payment(db: &Db, order_no: &OrderNo, now: Millis) -> Result<()> {
     let lock = db.for_update();
     crate::write_tx!(db, |tx| {
         let (status, _) = lock_order(tx, lock, order_no, None).await?;

@@ -6,6 +6,7 @@ use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
+use crate::domain::ids::{OrderNo, RefundNo};
 use crate::domain::refund::{self, RefundPolicy, RefundRequest, RefundTotals};
 use crate::domain::status::RefundStatus;
 use crate::domain::{Money, OrderStatus};
@@ -75,13 +76,12 @@ pub async fn get(db: &Db, refund_no: &str) -> Result<RefundView> {
 pub async fn request(
     db: &Db,
     policy: RefundPolicy,
-    order_no: &str,
-    refund_no: &str,
+    order_no: &OrderNo,
+    refund_no: &RefundNo,
     amount_minor: i64,
     reason: &str,
     now: Millis,
 ) -> Result<(RefundView, bool)> {
-    refund::check_refund_no(refund_no)?;
     refund::check_amount(amount_minor)?;
     let reason = refund::clean_reason(reason);
     let lock = db.for_update();
@@ -96,7 +96,7 @@ pub async fn request(
             .fetch_optional(&mut **tx)
             .await?;
         if let Some(r) = existing {
-            let same = col::<String>(&r, "order_no")? == order_no
+            let same = col::<String>(&r, "order_no")? == order_no.as_str()
                 && col::<i64>(&r, "amount_minor")? == amount_minor
                 && col::<String>(&r, "reason")? == reason
                 && col::<String>(&r, "kind")? == RefundKind::Merchant.as_str();

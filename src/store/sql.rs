@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::domain::ids;
 use crate::error::{Error, Result};
 
 /// One bound value.
@@ -123,6 +124,31 @@ impl From<Option<Vec<u8>>> for Arg {
         Arg::Bytes(v)
     }
 }
+
+/// Identifiers bind as their text.
+macro_rules! id_args {
+    ($($id:ty),*) => {$(
+        impl From<&$id> for Arg {
+            fn from(v: &$id) -> Self {
+                Arg::Text(Some(v.as_str().to_string()))
+            }
+        }
+
+        impl From<Option<&$id>> for Arg {
+            fn from(v: Option<&$id>) -> Self {
+                Arg::Text(v.map(|v| v.as_str().to_string()))
+            }
+        }
+
+        impl From<$id> for Arg {
+            fn from(v: $id) -> Self {
+                Arg::Text(Some(v.as_str().to_string()))
+            }
+        }
+    )*};
+}
+
+id_args!(ids::OrderNo, ids::AttemptRef, ids::RefundNo, ids::Sku, ids::BasketId, ids::IdempotencyKey);
 
 /// `args![a, b, c]`: the values of one statement, in `$1, $2, …` order.
 #[macro_export]

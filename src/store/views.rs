@@ -5,6 +5,7 @@ use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::rfc3339;
+use crate::domain::ids::{AttemptRef, OrderNo};
 use crate::error::{Error, Result};
 use crate::store::{Db, col};
 
@@ -42,7 +43,7 @@ pub struct EventView {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct OrderView {
-    pub order_no: String,
+    pub order_no: OrderNo,
     pub status: String,
     pub total_minor: i64,
     pub currency: String,
@@ -66,15 +67,16 @@ impl OrderView {
 }
 
 /// Finds the order an attempt reference belongs to.
-pub async fn order_no_for_attempt(db: &Db, attempt_ref: &str) -> Result<Option<String>> {
-    sql::query_scalar("SELECT order_no FROM payment_attempts WHERE attempt_ref = $1")
+pub async fn order_no_for_attempt(db: &Db, attempt_ref: &AttemptRef) -> Result<Option<OrderNo>> {
+    let found: Option<String> = sql::query_scalar("SELECT order_no FROM payment_attempts WHERE attempt_ref = $1")
         .bind(attempt_ref)
         .fetch_optional(db.read_pool())
-        .await
+        .await?;
+    Ok(found.map(OrderNo::stored))
 }
 
 /// The order with lines and attempts; with `with_events` the whole event log too (admin view).
-pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<OrderView> {
+pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result<OrderView> {
     let pool = db.read_pool();
     let o = sql::query(
         "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
@@ -146,7 +148,7 @@ pub async fn get_order(db: &Db, order_no: &str, with_events: bool) -> Result<Ord
         None
     };
     Ok(OrderView {
-        order_no: col(&o, "order_no")?,
+        order_no: order_no.clone(),
         session_id: col(&o, "session_id")?,
         status: col(&o, "status")?,
         total_minor: col(&o, "total_minor")?,

@@ -85,7 +85,7 @@ async fn largest_basket(backend: Backend) {
         let sku = format!("BIG-{i}");
         let new = catalog::NewSku {
             name: format!("{sku} {}", "n".repeat(180)),
-            sku,
+            sku: kassa::domain::ids::Sku::parse(&sku).unwrap(),
             kind: catalog::SkuKind::Physical,
             price,
             stock: 5,

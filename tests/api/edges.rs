@@ -229,10 +229,17 @@ async fn refunds_as_facts(backend: Backend) {
     let (status, _) = t.admin_post(&format!("/api/v1/admin/orders/{order_no}/deliver"), json!({})).await;
     assert_eq!(status, StatusCode::OK);
     // A refund of the rest that fails: back to delivered, with no payment message again.
-    let (row, _) =
-        kassa::store::refunds::request(&t.app.state.db, Default::default(), &order_no, "R-2", 700, "rest", t.now_ms())
-            .await
-            .unwrap();
+    let (row, _) = kassa::store::refunds::request(
+        &t.app.state.db,
+        Default::default(),
+        &kassa::domain::ids::OrderNo::parse(&order_no).unwrap(),
+        &kassa::domain::ids::RefundNo::parse("R-2").unwrap(),
+        700,
+        "rest",
+        t.now_ms(),
+    )
+    .await
+    .unwrap();
     assert_eq!(row.status, "requested");
     assert_eq!(t.status(&order_no).await, "refunding", "refunds in flight cover the whole capture");
     kassa::store::refunds::settle(&t.app.state.db, "R-2", false, "card closed", None, t.now_ms()).await.unwrap();

@@ -9,6 +9,7 @@
 //! `KASSA_MODEL_CASES_PG` set how many schedules run (default 600 on SQLite, 40 on PostgreSQL; CI
 //! runs 2,000 and 100).
 
+use kassa::domain::ids::{AttemptRef, BasketId, OrderNo, RefundNo, Sku};
 use kassa::store::sql;
 use std::sync::Arc;
 
@@ -110,15 +111,15 @@ fn op() -> impl Strategy<Value = Op> {
 
 #[derive(Debug, Clone)]
 struct MOrder {
-    order_no: String,
+    order_no: OrderNo,
     session: String,
-    basket: String,
+    basket: BasketId,
     sku: usize,
     qty: i64,
     total: i64,
     status: &'static str,
     /// Attempt references, oldest first, with whether each is the active one.
-    attempts: Vec<(String, &'static str)>,
+    attempts: Vec<(AttemptRef, &'static str)>,
     hold_until: i64,
     captured: i64,
     refunded: i64,
@@ -184,7 +185,7 @@ async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
     for (sku, price, stock, digital) in SKUS {
         let kind = if digital { catalog::SkuKind::Digital } else { catalog::SkuKind::Physical };
         let new = catalog::NewSku {
-            sku: sku.into(),
+            sku: Sku::parse(sku).unwrap(),
             name: sku.into(),
             kind,
             price: Money::new(price, Currency::parse("CNY").unwrap()).unwrap(),
@@ -194,7 +195,7 @@ async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
         catalog::create_sku(&db, &new, false, clock.now_ms()).await.unwrap();
         if digital {
             let keys: Vec<String> = (0..stock).map(|i| format!("{sku}-KEY-{i}")).collect();
-            fulfilment::import_keys(&db, &vault, sku, &keys, clock.now_ms()).await.unwrap();
+            fulfilment::import_keys(&db, &vault, &Sku::parse(sku).unwrap(), &keys, clock.now_ms()).await.unwrap();
         }
         model.stock.push((stock, 0, 0));
         model.prices.push(price);
@@ -223,7 +224,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                 }
             };
             let basket = catalog::create_basket(db, &session, now).await.unwrap();
-            catalog::set_basket_line(db, &session, &basket, SKUS[sku].0, qty, now).await.unwrap();
+            catalog::set_basket_line(db, &session, &basket, &Sku::parse(SKUS[sku].0).unwrap(), qty, now).await.unwrap();
             let req = checkout::ConfirmRequest {
                 currencies: None,
                 session_id: &session,
@@ -395,7 +396,16 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let refund_no = format!("R{}", model.refund_seq);
             let o = model.orders[i].clone();
             let amount = o.total * quarters / 4;
-            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, amount, "model", now).await;
+            let result = refunds::request(
+                db,
+                Default::default(),
+                &o.order_no,
+                &RefundNo::parse(&refund_no).unwrap(),
+                amount,
+                "model",
+                now,
+            )
+            .await;
             let refundable = matches!(o.status, "paid" | "delivered" | "paid_after_expiry");
             if amount <= 0 {
                 match result {
@@ -434,7 +444,16 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let o = model.orders[i].clone();
             let Some((refund_no, amount, _)) = o.refunds.last().cloned() else { return Ok(()) };
             let asked = if same { amount } else { amount + 1 };
-            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, asked, "model", now).await;
+            let result = refunds::request(
+                db,
+                Default::default(),
+                &o.order_no,
+                &RefundNo::parse(&refund_no).unwrap(),
+                asked,
+                "model",
+                now,
+            )
+            .await;
             match (same, result) {
                 (true, Ok((_, false))) => {}
                 (false, Err(e)) if e.code() == "refund_no_reused" => {}
@@ -442,7 +461,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             }
         }
         Op::Stock { sku, delta } => {
-            let result = catalog::adjust_stock(db, SKUS[sku].0, delta, now).await;
+            let result = catalog::adjust_stock(db, &Sku::parse(SKUS[sku].0).unwrap(), delta, now).await;
             let (on_hand, reserved, _) = model.stock[sku];
             let expected = if delta == 0 {
                 Err("invalid_quantity")
@@ -470,8 +489,9 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             if keys.is_empty() {
                 return Ok(());
             }
-            let count =
-                fulfilment::import_keys(db, &real.vault, sku, &keys, now).await.map_err(|e| fail(e.to_string()))?;
+            let count = fulfilment::import_keys(db, &real.vault, &Sku::parse(sku).unwrap(), &keys, now)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
             if (count.imported, count.duplicates) != (new, i64::from(dup)) {
                 return Err(fail(format!("import of {new} new keys (dup {dup}): {count:?}")));
             }
@@ -480,9 +500,16 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         }
         Op::Price { sku, price } => {
             let name = format!("{} at {price}", SKUS[sku].0);
-            catalog::update_sku(db, SKUS[sku].0, Some(&name), Some(price), Default::default(), now)
-                .await
-                .map_err(|e| fail(e.to_string()))?;
+            catalog::update_sku(
+                db,
+                &Sku::parse(SKUS[sku].0).unwrap(),
+                Some(&name),
+                Some(price),
+                Default::default(),
+                now,
+            )
+            .await
+            .map_err(|e| fail(e.to_string()))?;
             model.prices[sku] = price;
         }
         Op::Restart => {
@@ -563,7 +590,7 @@ async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseE
         }
     }
     for (i, (sku, ..)) in SKUS.iter().enumerate() {
-        let v = catalog::get_sku(&real.db, sku).await.map_err(|e| fail(e.to_string()))?;
+        let v = catalog::get_sku(&real.db, &Sku::parse(sku).unwrap()).await.map_err(|e| fail(e.to_string()))?;
         if (v.on_hand, v.reserved, v.sold) != model.stock[i] {
             return Err(fail(format!(
                 "after {after:?}: sku {sku} is {:?}, model {:?}",

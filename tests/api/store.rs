@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::common::{Backend, TestApp};
+use kassa::domain::ids::Sku;
 use kassa::error::Error;
 use kassa::store::engine::EngineConfig;
 
@@ -240,7 +241,9 @@ async fn write_commands_run_on_the_sqlite_writer_thread() {
     // A command on it commits like any other, and a failing one reports its own error.
     let session = kassa::store::catalog::create_session(&db, 1).await.unwrap().1.id;
     let basket = kassa::store::catalog::create_basket(&db, &session, 1).await.unwrap();
-    let e = kassa::store::catalog::set_basket_line(&db, &session, &basket, "NOPE", 1, 1).await.unwrap_err();
+    let e = kassa::store::catalog::set_basket_line(&db, &session, &basket, &Sku::parse("NOPE").unwrap(), 1, 1)
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "not_found");
     if let Some(backend @ Backend::Postgres(_)) = Backend::postgres() {
         let t = TestApp::spawn(backend).await;
@@ -381,7 +384,7 @@ async fn every_engine_configuration_commits_the_same_way() {
         assert_eq!(db.group().is_some(), sqlite && writer.sqlite_group_commit);
         let price = Money::new(250, Currency::parse("CNY").unwrap()).unwrap();
         let sku = NewSku {
-            sku: "W".into(),
+            sku: Sku::parse("W").unwrap(),
             name: "W".into(),
             kind: SkuKind::Physical,
             price,
@@ -397,10 +400,12 @@ async fn every_engine_configuration_commits_the_same_way() {
                 let basket = catalog::create_basket(&db, &session, 1).await.unwrap();
                 // Every third buyer also asks for a SKU that does not exist: that command fails alone.
                 if i % 3 == 0 {
-                    let e = catalog::set_basket_line(&db, &session, &basket, "NOPE", 1, 1).await.unwrap_err();
+                    let e = catalog::set_basket_line(&db, &session, &basket, &Sku::parse("NOPE").unwrap(), 1, 1)
+                        .await
+                        .unwrap_err();
                     assert_eq!(e.code(), "not_found");
                 }
-                catalog::set_basket_line(&db, &session, &basket, "W", 1, 1).await.unwrap();
+                catalog::set_basket_line(&db, &session, &basket, &Sku::parse("W").unwrap(), 1, 1).await.unwrap();
                 let req = kassa::store::checkout::ConfirmRequest {
                     session_id: &session,
                     basket_id: &basket,
