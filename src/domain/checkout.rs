@@ -96,16 +96,20 @@ pub fn price(lines: &[QuotedLine], gateway: &str, accepted: Option<&[Currency]>)
         });
     }
     let free = total.amount_minor() == 0;
-    if let Some(accepted) = accepted
-        && !free
-        && !accepted.contains(&total.currency())
-    {
-        return Err(Refusal::unprocessable(
-            "unsupported_currency",
-            format!("gateway {gateway} does not take {}", total.currency()),
-        ));
+    if !free {
+        check_currency(gateway, total.currency(), accepted)?;
     }
     Ok(Pricing { lines: priced, total, free })
+}
+
+/// Whether the gateway takes an amount in `currency` (`accepted`: `None` for any).
+pub fn check_currency(gateway: &str, currency: Currency, accepted: Option<&[Currency]>) -> Result<(), Refusal> {
+    match accepted {
+        Some(accepted) if !accepted.contains(&currency) => {
+            Err(Refusal::unprocessable("unsupported_currency", format!("gateway {gateway} does not take {currency}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// An order's subject from its line names in order: "Tea", "Tea and 2 more", or "order".
@@ -193,6 +197,18 @@ mod tests {
             max_per_order: None,
             hold_seconds: None,
         }
+    }
+
+    #[test]
+    fn a_gateway_takes_the_currencies_it_lists() {
+        let (cny, eur) = (Currency::parse("CNY").unwrap(), Currency::parse("EUR").unwrap());
+        assert!(check_currency("alipay", cny, Some(&[cny])).is_ok());
+        assert!(check_currency("sandbox", eur, None).is_ok());
+        let refused = check_currency("alipay", eur, Some(&[cny])).unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message.as_str()),
+            ("unsupported_currency", "gateway alipay does not take EUR")
+        );
     }
 
     #[test]

@@ -70,6 +70,15 @@ pub fn decide_failure(attempt: AttemptStatus, outcome: AttemptStatus) -> Failure
     }
 }
 
+/// Whether the caller may see and act on an order: a buyer (`caller`: their session) their own
+/// orders only, an operator (`None`) any. To anyone else the order does not exist.
+pub fn may_act_on(caller: Option<&str>, order_session: &str) -> Result<(), Refusal> {
+    match caller {
+        Some(session) if session != order_session => Err(Refusal::not_found("order")),
+        _ => Ok(()),
+    }
+}
+
 /// Whether an order may be cancelled (by its buyer or an operator): only while it awaits payment.
 pub fn may_cancel(order: OrderStatus) -> Result<(), Refusal> {
     if order == OrderStatus::PendingPayment {
@@ -122,6 +131,14 @@ pub fn may_expire(order: OrderStatus, hold_expires_at_ms: i64, now_ms: i64) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_buyer_acts_on_their_own_orders_and_an_operator_on_any() {
+        assert!(may_act_on(None, "S-1").is_ok());
+        assert!(may_act_on(Some("S-1"), "S-1").is_ok());
+        let other = may_act_on(Some("S-2"), "S-1").unwrap_err();
+        assert_eq!((other.code, other.message.as_str()), ("not_found", "order not found"));
+    }
 
     #[test]
     fn success_decisions_cover_every_pair() {

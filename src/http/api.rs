@@ -127,9 +127,7 @@ pub(super) async fn cancel_order(
     let order_no = OrderNo::parse(&order_no)?;
     let session = owner(&caller)?;
     let current = views::get_order(&state.db, &order_no, false).await?;
-    if session.is_some_and(|s| s != current.session_id) {
-        return Err(Error::not_found("order"));
-    }
+    crate::domain::decide::may_act_on(session, &current.session_id)?;
     let basket_id = cancel_flow(&state, session, &current, body.rebasket).await?;
     let mut answer = json!({"order_no": order_no, "status": OrderStatus::Cancelled.as_str()});
     if let Some(id) = basket_id {

@@ -191,9 +191,7 @@ pub async fn retry_flow(
     body: &CheckoutBody,
 ) -> Result<(Placed, Handoff)> {
     let current = views::get_order(&state.db, order_no, false).await?;
-    if session.is_some_and(|s| s != current.session_id) {
-        return Err(Error::not_found("order"));
-    }
+    crate::domain::decide::may_act_on(session, &current.session_id)?;
     let name = body.gateway.clone().or_else(|| current.attempts.last().map(|a| a.gateway.clone())).unwrap_or_default();
     let gateway = state.gateways.get(&name).ok_or_else(|| {
         Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
@@ -201,12 +199,8 @@ pub async fn retry_flow(
     let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
     let payer = parse_payer(body.payer.as_ref())?;
     gateway.check_payer(channel, &payer).map_err(gateway_error)?;
-    if let Some(accepted) = gateway.currencies()
-        && let Ok(currency) = crate::domain::Currency::parse(&current.currency)
-        && !accepted.contains(&currency)
-    {
-        return Err(Error::unprocessable("unsupported_currency", format!("gateway {name} does not take {currency}")));
-    }
+    let currency = crate::domain::Currency::parse(&current.currency)?;
+    crate::domain::checkout::check_currency(gateway.name(), currency, gateway.currencies())?;
     let (placed, superseded) =
         orders::new_attempt(&state.db, session, order_no, gateway.name(), channel, state.now_ms()).await?;
     if close_at_gateways(state, &superseded).await? {

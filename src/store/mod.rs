@@ -7,7 +7,6 @@ pub mod batch;
 pub mod catalog;
 pub mod check;
 pub mod checkout;
-pub mod conn;
 pub mod dialect;
 pub mod engine;
 pub mod events;
@@ -37,7 +36,7 @@ use engine::sqlite::{Location, NativeConn, Readers};
 use engine::{EngineConfig, group, writer};
 use sql::{Arg, Executor, Output};
 
-pub use conn::{Conn, NativeTx, Tx};
+pub use engine::conn::{Conn, NativeTx, Tx};
 
 /// Runs one command in one write transaction: `write_tx!(db, |tx| { ...; Ok(value) })`.
 /// Commits on `Ok`, rolls back on `Err`; serialization failures and deadlocks re-run the whole

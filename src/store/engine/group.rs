@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{Mutex, MutexGuard, watch};
 
+use super::conn::Tx;
 use super::sqlite::NativeConn;
 use crate::error::{Error, Result};
-use crate::store::Tx;
 
 /// Most commands in one batch: bounds how long the first one waits for its commit.
 pub const BATCH_MAX: usize = 64;

@@ -1,9 +1,10 @@
 //! The machinery that carries the store's statements to the database, behind the store's one SQL
-//! seam ([`super::sql`]): SQLite's writer connection run in place ([`sqlite`]) on a writer thread
-//! ([`writer`]) with group commit ([`group`]), and PostgreSQL's pool with pipelined statements
-//! ([`pg`]). How it runs is one [`EngineConfig`], read once at start; the store's commands never
+//! seam ([`super::sql`]): the transaction every command runs on ([`conn`]), SQLite's writer
+//! connection run in place ([`sqlite`]) on a writer thread ([`writer`]) with group commit
+//! ([`group`]), and PostgreSQL's pool with pipelined statements ([`pg`]). How it runs is one [`EngineConfig`], read once at start; the store's commands never
 //! see it.
 
+pub mod conn;
 pub mod group;
 pub mod pg;
 pub mod sqlite;

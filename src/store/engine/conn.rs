@@ -3,11 +3,11 @@
 //! consistent read, on a reader of its own ([`ReadTx`]). `&mut **tx` is a [`Conn`], which the
 //! store's statements run on (`query(…).execute(&mut **tx)`).
 
-use super::DbKind;
-use super::engine::pg::PgTx;
-use super::engine::sqlite::{NativeConn, ReadTx};
-use super::sql::{Arg, Executor, Output};
+use super::pg::PgTx;
+use super::sqlite::{NativeConn, ReadTx};
 use crate::error::{Error, Result};
+use crate::store::dialect::DbKind;
+use crate::store::sql::{Arg, Executor, Output};
 
 /// A transaction: its [`Conn`], borrowed for as long as the command runs.
 #[derive(Debug)]
