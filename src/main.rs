@@ -33,7 +33,7 @@ enum Command {
         keys: KeysArgs,
     },
     /// Apply migrations
-    Migrate(CommonArgs),
+    Migrate(MigrateArgs),
     /// Run one reconciliation pass now: query the gateways about attempts with no notification,
     /// attempts in `unknown`, late payments and processing refunds; print a summary. Exit 0 when
     /// every query got an answer, 1 when some could not be made, 2 when it cannot run
@@ -48,6 +48,15 @@ enum Command {
 }
 
 #[derive(clap::Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// List the migrations that would be applied, and apply none (nor create a database)
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Debug, clap::Args)]
 struct ReconcileArgs {
     /// Print the report as JSON
     #[arg(long)]
@@ -279,11 +288,40 @@ async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, key
     Ok(())
 }
 
-async fn migrate(args: &CommonArgs) -> anyhow::Result<()> {
-    let (url, max, engine) = Settings::resolve_common(args)?;
+async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
+    let (url, max, engine) = Settings::resolve_common(&args.common)?;
+    if args.dry_run {
+        let missing = kassa::store::sqlite_path(&url).filter(|p| !std::path::Path::new(p).exists());
+        let (db, pending) = match missing {
+            Some(path) => {
+                println!("no database at {path} yet: it would be created");
+                (None, kassa::store::Db::sqlite_migrations().to_vec())
+            }
+            None => {
+                let db = Db::connect_existing(&url, max, engine).await?;
+                let pending = db.pending_migrations().await?;
+                (Some(db), pending)
+            }
+        };
+        if pending.is_empty() {
+            println!("no pending migrations");
+        }
+        for (version, name, _) in &pending {
+            println!("pending {version:>4} {name}");
+        }
+        if let Some(db) = db {
+            db.close().await;
+        }
+        return Ok(());
+    }
     let db = Db::connect_with(&url, max, engine).await?;
+    let applied = db.pending_migrations().await?;
     db.migrate().await?;
-    println!("migrations applied");
+    for (version, name, _) in &applied {
+        println!("applied {version:>4} {name}");
+    }
+    println!("migrations applied ({} new)", applied.len());
+    db.close().await;
     Ok(())
 }
 
@@ -294,7 +332,7 @@ async fn run_check(args: &CommonArgs, keys: &KeysArgs) -> ExitCode {
             .map(|s| kassa::vault::Vault::from_hex(&s))
             .transpose()
             .map_err(|e| anyhow::anyhow!("the keys secret: {e}"))?;
-        let db = Db::connect_with(&url, max, engine).await?;
+        let db = Db::connect_existing(&url, max, engine).await?;
         let keys_unchecked = vault.is_none() && kassa::store::fulfilment::keys_stored(&db).await?;
         anyhow::Ok((check::run_with(&db, vault.as_ref()).await?, keys_unchecked))
     }

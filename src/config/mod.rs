@@ -47,13 +47,13 @@ pub struct ServeArgs {
     #[arg(long, env = "KASSA_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Seed a demo catalog and make the built-in sandbox gateway the default
-    #[arg(long, env = "KASSA_DEMO")]
+    #[arg(long, env = "KASSA_DEMO", value_parser = clap::builder::BoolishValueParser::new())]
     pub demo: bool,
     /// Mount the built-in sandbox gateway without the demo catalog
-    #[arg(long, env = "KASSA_SANDBOX")]
+    #[arg(long, env = "KASSA_SANDBOX", value_parser = clap::builder::BoolishValueParser::new())]
     pub sandbox: bool,
     /// Sandbox fault switch: accept close calls but still let the buyer pay (late-payment tests)
-    #[arg(long, env = "KASSA_SANDBOX_IGNORE_CLOSE")]
+    #[arg(long, env = "KASSA_SANDBOX_IGNORE_CLOSE", value_parser = clap::builder::BoolishValueParser::new())]
     pub sandbox_ignore_close: bool,
     /// Admin bearer token (generated and printed in --demo mode when absent)
     #[arg(long, env = "KASSA_ADMIN_TOKEN", hide_env_values = true)]

@@ -21,12 +21,28 @@ use crate::store::payments::{self, Applied};
 use crate::store::views;
 use crate::store::{fulfilment, orders, refunds};
 
-pub(super) async fn healthz(State(state): State<AppState>) -> Response {
-    match sql::query_scalar::<i64>("SELECT 1").fetch_one(state.db.read_pool()).await {
-        Ok(_) => axum::Json(json!({"status": "ok"})).into_response(),
+/// Liveness: the process serves requests (whatever the database does).
+pub(super) async fn healthz() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+/// Readiness: the database answers and every migration this binary knows is applied, so a load
+/// balancer may send traffic here.
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    let unavailable = |body: Value| (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    if let Err(e) = sql::query_scalar::<i64>("SELECT 1").fetch_one(state.db.read_pool()).await {
+        tracing::error!(error = %e, "readiness check: the database does not answer");
+        return unavailable(json!({"status": "database_unavailable"}));
+    }
+    match state.db.pending_migrations().await {
+        Ok(pending) if pending.is_empty() => axum::Json(json!({"status": "ready"})).into_response(),
+        Ok(pending) => {
+            let names: Vec<&str> = pending.iter().map(|(_, name, _)| *name).collect();
+            unavailable(json!({"status": "migrations_pending", "pending": names}))
+        }
         Err(e) => {
-            tracing::error!(error = %e, "health check failed");
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "unavailable"}))).into_response()
+            tracing::error!(error = %e, "readiness check: migrations could not be read");
+            unavailable(json!({"status": "database_unavailable"}))
         }
     }
 }

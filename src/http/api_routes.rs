@@ -24,13 +24,25 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             doc(
                 "get",
                 "/healthz",
-                "Liveness and database reachability",
+                "Liveness: the process serves requests",
                 "operations",
                 None,
                 Option::None,
-                &[(200, "ok"), (503, "database unreachable")],
+                &[(200, "ok")],
             ),
             get(healthz),
+        ),
+        (
+            doc(
+                "get",
+                "/readyz",
+                "Readiness: the database answers and its migrations are current",
+                "operations",
+                None,
+                Option::None,
+                &[(200, "ready"), (503, "database unavailable or migrations pending")],
+            ),
+            get(readyz),
         ),
         (
             doc(

@@ -7,38 +7,80 @@ use anyhow::Context as _;
 use super::sql::{query, query_scalar};
 use super::{Db, DbKind, Engine, sandbox_url, writer};
 
+/// A migration: its version, its name (the file's, without `.sql`) and its SQL.
+pub type Migration = (i64, &'static str, &'static str);
+
+/// SQLite's migrations, in order.
+const SQLITE: &[Migration] = &[
+    (1, "0001_init", include_str!("../../migrations/sqlite/0001_init.sql")),
+    (2, "0002_sweep_claims", include_str!("../../migrations/sqlite/0002_sweep_claims.sql")),
+    (3, "0003_fulfilment_refunds", include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql")),
+    (4, "0004_admin", include_str!("../../migrations/sqlite/0004_admin.sql")),
+    (5, "0005_event_index", include_str!("../../migrations/sqlite/0005_event_index.sql")),
+    (6, "0006_captured_attempt", include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
+    (7, "0007_reconciliation", include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
+    (8, "0008_periodic_indexes", include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
+    (9, "0009_check_comparisons", include_str!("../../migrations/sqlite/0009_check_comparisons.sql")),
+    (10, "0010_checkout_references", include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
+    (11, "0011_abuse_limits", include_str!("../../migrations/sqlite/0011_abuse_limits.sql")),
+];
+/// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
+const POSTGRES: &[Migration] = &[
+    (1, "0001_init", include_str!("../../migrations/postgres/0001_init.sql")),
+    (2, "0002_sweep_claims", include_str!("../../migrations/postgres/0002_sweep_claims.sql")),
+    (3, "0003_fulfilment_refunds", include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql")),
+    (4, "0004_admin", include_str!("../../migrations/postgres/0004_admin.sql")),
+    (5, "0005_event_index", include_str!("../../migrations/postgres/0005_event_index.sql")),
+    (6, "0006_captured_attempt", include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
+    (7, "0007_reconciliation", include_str!("../../migrations/postgres/0007_reconciliation.sql")),
+    (8, "0008_periodic_indexes", include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
+    (9, "0009_check_comparisons", include_str!("../../migrations/postgres/0009_check_comparisons.sql")),
+    (10, "0010_checkout_references", include_str!("../../migrations/postgres/0010_checkout_references.sql")),
+    (11, "0011_abuse_limits", include_str!("../../migrations/postgres/0011_abuse_limits.sql")),
+];
+
 impl Db {
+    /// SQLite's migrations, in order (what a new SQLite database takes).
+    pub fn sqlite_migrations() -> &'static [Migration] {
+        SQLITE
+    }
+
+    /// The migrations of this database kind, in order.
+    pub fn migrations(&self) -> &'static [Migration] {
+        match self.kind {
+            DbKind::Sqlite => SQLITE,
+            DbKind::Postgres => POSTGRES,
+        }
+    }
+
+    /// The migrations not applied yet, in order (all of them on an empty database). Reads only.
+    pub async fn pending_migrations(&self) -> crate::error::Result<Vec<Migration>> {
+        let applied: Vec<i64> =
+            match query_scalar("SELECT version FROM schema_migrations").fetch_all(self.read_pool()).await {
+                Ok(applied) => applied,
+                // No table yet: nothing was ever applied.
+                Err(_) if !self.has_table("schema_migrations").await? => Vec::new(),
+                Err(e) => return Err(e),
+            };
+        Ok(self.migrations().iter().filter(|(v, ..)| !applied.contains(v)).copied().collect())
+    }
+
+    /// Whether the database has a table of this name.
+    async fn has_table(&self, name: &str) -> crate::error::Result<bool> {
+        let sql = match self.kind {
+            DbKind::Sqlite => "SELECT CAST(COUNT(*) AS BIGINT) FROM sqlite_schema WHERE type = 'table' AND name = $1",
+            DbKind::Postgres => {
+                "SELECT CAST(COUNT(*) AS BIGINT) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1"
+            }
+        };
+        Ok(query_scalar::<i64>(sql).bind(name).fetch_one(self.read_pool()).await? > 0)
+    }
+
     /// Applies the migrations of this database kind that have not been applied yet. Safe when
     /// several instances start at once.
     pub async fn migrate(&self) -> anyhow::Result<()> {
-        let migrations: &[(i64, &str)] = match self.kind {
-            DbKind::Sqlite => &[
-                (1, include_str!("../../migrations/sqlite/0001_init.sql")),
-                (2, include_str!("../../migrations/sqlite/0002_sweep_claims.sql")),
-                (3, include_str!("../../migrations/sqlite/0003_fulfilment_refunds.sql")),
-                (4, include_str!("../../migrations/sqlite/0004_admin.sql")),
-                (5, include_str!("../../migrations/sqlite/0005_event_index.sql")),
-                (6, include_str!("../../migrations/sqlite/0006_captured_attempt.sql")),
-                (7, include_str!("../../migrations/sqlite/0007_reconciliation.sql")),
-                (8, include_str!("../../migrations/sqlite/0008_periodic_indexes.sql")),
-                (9, include_str!("../../migrations/sqlite/0009_check_comparisons.sql")),
-                (10, include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
-                (11, include_str!("../../migrations/sqlite/0011_abuse_limits.sql")),
-            ],
-            DbKind::Postgres => &[
-                (1, include_str!("../../migrations/postgres/0001_init.sql")),
-                (2, include_str!("../../migrations/postgres/0002_sweep_claims.sql")),
-                (3, include_str!("../../migrations/postgres/0003_fulfilment_refunds.sql")),
-                (4, include_str!("../../migrations/postgres/0004_admin.sql")),
-                (5, include_str!("../../migrations/postgres/0005_event_index.sql")),
-                (6, include_str!("../../migrations/postgres/0006_captured_attempt.sql")),
-                (7, include_str!("../../migrations/postgres/0007_reconciliation.sql")),
-                (8, include_str!("../../migrations/postgres/0008_periodic_indexes.sql")),
-                (9, include_str!("../../migrations/postgres/0009_check_comparisons.sql")),
-                (10, include_str!("../../migrations/postgres/0010_checkout_references.sql")),
-                (11, include_str!("../../migrations/postgres/0011_abuse_limits.sql")),
-            ],
-        };
+        let migrations: Vec<(i64, &str)> = self.migrations().iter().map(|(v, _, sql)| (*v, *sql)).collect();
+        let migrations = migrations.as_slice();
         match &self.engine {
             Engine::Postgres(pool) => {
                 // One migrator at a time across the fleet: a session lock, held on a connection of

@@ -187,6 +187,11 @@ fn sqlite_file_parts(url: &str) -> Option<(&str, &str, &str)> {
     (!path.is_empty() && !path.contains(":memory:") && !query.contains("mode=memory")).then_some((slashes, path, query))
 }
 
+/// The file of a SQLite URL; `None` for PostgreSQL and for an in-memory database.
+pub fn sqlite_path(url: &str) -> Option<&str> {
+    sqlite_file_parts(url).map(|(_, path, _)| path)
+}
+
 /// For a SQLite database file, the URL of the sandbox gateway's file beside it (`shop.db` →
 /// `shop-sandbox.db`, same query options) and the path of the file itself; `None` for PostgreSQL
 /// and for an in-memory SQLite database.
@@ -210,6 +215,17 @@ impl Db {
     /// [`Db::connect`] with the engine configured.
     pub async fn connect_with(url: &str, max_connections: u32, engine: EngineConfig) -> anyhow::Result<Db> {
         Db::open(url, max_connections, engine, writer::Role::Kassa).await
+    }
+
+    /// [`Db::connect_with`] for commands that only read: a SQLite file that is not there is an error
+    /// naming it, not a new empty database.
+    pub async fn connect_existing(url: &str, max_connections: u32, engine: EngineConfig) -> anyhow::Result<Db> {
+        if let Some(path) = sqlite_path(url)
+            && !std::path::Path::new(path).exists()
+        {
+            anyhow::bail!("no kassa database at {path} (kassa serve or kassa migrate creates one)");
+        }
+        Db::connect_with(url, max_connections, engine).await
     }
 
     /// `role`: whose writes SQLite's writer thread runs ([`writer::Role`]).

@@ -10,6 +10,31 @@ async fn operations(backend: Backend) {
     let t = TestApp::spawn(backend).await;
     let r = t.http.get(t.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+    let r = t.http.get(t.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "ready");
+    // A migration this binary knows and the database lacks (an older schema, mid-upgrade): not
+    // ready, naming it; alive all the same.
+    let pool = t.app.state.db.read_pool();
+    let newest = kassa::store::Db::sqlite_migrations().last().map(|(v, ..)| *v).unwrap();
+    let at: i64 = sql::query_scalar("SELECT applied_at FROM schema_migrations WHERE version = $1")
+        .bind(newest)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    sql::query("DELETE FROM schema_migrations WHERE version = $1").bind(newest).execute(pool).await.unwrap();
+    let r = t.http.get(t.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "migrations_pending");
+    assert_eq!(body["pending"], json!([kassa::store::Db::sqlite_migrations().last().unwrap().1]));
+    assert_eq!(t.http.get(t.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+    sql::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+        .bind(newest)
+        .bind(at)
+        .execute(pool)
+        .await
+        .unwrap();
     let spec: Value = t.http.get(t.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
     assert_eq!(spec["openapi"], "3.1.0");
     for path in [
@@ -21,6 +46,7 @@ async fn operations(backend: Backend) {
         "/sandbox/api/payments/{attempt_ref}/complete",
         "/checkout/return/{attempt_ref}",
         "/healthz",
+        "/readyz",
     ] {
         assert!(spec["paths"][path].is_object(), "{path} missing from the OpenAPI document");
     }
@@ -86,6 +112,110 @@ async fn check_cli(backend: Backend) {
     // Cannot run: exit 2.
     let out = run("postgres://nobody@127.0.0.1:1/none".into()).await;
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Runs the kassa binary with `args` and `env`, returning its exit code, stdout and stderr.
+async fn kassa_cli(args: Vec<String>, env: Vec<(&'static str, &'static str)>) -> (Option<i32>, String, String) {
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kassa")).args(&args).envs(env).output().unwrap()
+    })
+    .await
+    .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// Commands that only read a database never create one: `kassa check` and `kassa migrate
+/// --dry-run` on a data dir with no database say so once, naming the file, and leave nothing.
+/// The dry run lists what `kassa migrate` then applies; after it, nothing is pending and the
+/// server is ready.
+#[tokio::test]
+async fn reading_commands_create_no_database_and_migrate_lists_what_it_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("none");
+    let data_arg = data.display().to_string();
+    let (code, stdout, stderr) = kassa_cli(vec!["check".into(), "--data-dir".into(), data_arg.clone()], vec![]).await;
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    let file = data.join("kassa.db").display().to_string();
+    assert_eq!(stderr.matches(&file).count(), 1, "the error names the file once: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!data.exists(), "check created {}", data.display());
+
+    let dry = vec!["migrate".into(), "--dry-run".into(), "--data-dir".into(), data_arg.clone()];
+    let (code, stdout, stderr) = kassa_cli(dry.clone(), vec![]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let pending = kassa::store::Db::sqlite_migrations().len();
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("pending")).count(), pending, "{stdout}");
+    assert!(stdout.contains("pending    1 0001_init"), "{stdout}");
+    assert!(!data.exists(), "a dry run created {}", data.display());
+
+    let (code, stdout, stderr) = kassa_cli(vec!["migrate".into(), "--data-dir".into(), data_arg.clone()], vec![]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&format!("migrations applied ({pending} new)")), "{stdout}");
+    let (code, stdout, _) = kassa_cli(dry, vec![]).await;
+    assert_eq!((code, stdout.trim()), (Some(0), "no pending migrations"));
+    let (code, stdout, stderr) = kassa_cli(vec!["check".into(), "--data-dir".into(), data_arg], vec![]).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+}
+
+/// What `kassa serve` prints on stdout in its first moments with `env`, before it is stopped.
+fn serve_banner(data_dir: &std::path::Path, env: Vec<(&'static str, &'static str)>) -> Vec<String> {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .envs(env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut listening_at = None;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        // Once it listens, whatever follows at start comes within a moment.
+        let wait = listening_at.map_or(left, |_| std::time::Duration::from_millis(500));
+        match rx.recv_timeout(wait) {
+            Ok(line) => {
+                if line.starts_with("kassa listening") {
+                    listening_at = Some(());
+                }
+                lines.push(line);
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+/// A boolean setting from the environment takes `1/0` as well as `true/false`: `KASSA_DEMO=1`
+/// turns the demo on (it prints the storefront), `KASSA_DEMO=0` leaves it off, and anything
+/// else is refused naming the value.
+#[tokio::test]
+async fn boolean_environment_settings_take_one_and_zero() {
+    for (value, demo) in [("1", true), ("true", true), ("0", false), ("false", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let lines = tokio::task::spawn_blocking(move || {
+            serve_banner(&path, vec![("KASSA_DEMO", value), ("KASSA_ADMIN_TOKEN", "t".repeat(40).leak())])
+        })
+        .await
+        .unwrap();
+        assert!(lines.iter().any(|l| l.starts_with("kassa listening")), "KASSA_DEMO={value}: {lines:?}");
+        assert_eq!(lines.iter().any(|l| l.starts_with("storefront:")), demo, "KASSA_DEMO={value}: {lines:?}");
+    }
+    let (code, _, stderr) =
+        kassa_cli(vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()], vec![("KASSA_DEMO", "maybe")]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("maybe"), "{stderr}");
 }
 
 on_both!(check_finds_rows_whose_parent_is_missing, missing_parents);
