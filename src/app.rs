@@ -66,11 +66,18 @@ pub enum Workers {
     Off,
 }
 
+/// The buckets of every latency histogram, in seconds: from a local statement to a slow gateway.
+pub const LATENCY_BUCKETS_S: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
 fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     static HANDLE: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+            // Latencies as histograms with buckets (seconds), which aggregate across a fleet.
+            let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets(LATENCY_BUCKETS_S)
+                .ok()?
+                .build_recorder();
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok().map(|()| handle)
         })

@@ -7,6 +7,7 @@ pub mod config;
 pub mod keys;
 pub mod sandbox;
 pub mod stripe;
+pub mod timed;
 pub mod wechatpay;
 
 use std::collections::{BTreeMap, HashMap};
@@ -193,8 +194,9 @@ pub struct Gateways {
 }
 
 impl Gateways {
+    /// Mounts a gateway; its remote calls are timed ([`timed`]).
     pub fn add(&mut self, gateway: Arc<dyn Gateway>) {
-        self.by_name.insert(gateway.name(), gateway);
+        self.by_name.insert(gateway.name(), Arc::new(timed::Timed(gateway)));
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Gateway>> {

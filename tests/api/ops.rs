@@ -73,8 +73,17 @@ async fn operations(backend: Backend) {
     }
     assert!(operations >= 30, "{operations} documented operations");
     t.create_sku("MUG", "Mug", 100, 1).await;
+    t.pending_order(&[("MUG", 1)]).await;
     let metrics = t.http.get(t.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("kassa_http_request_duration_seconds"), "{metrics}");
+    // Latencies are histograms with buckets (they aggregate across instances), per route and per
+    // gateway call.
+    for histogram in [
+        "kassa_http_request_duration_seconds_bucket{",
+        "kassa_gateway_request_duration_seconds_bucket{gateway=\"sandbox\",operation=\"handoff\",outcome=\"ok\",le=\"0.005\"}",
+    ] {
+        assert!(metrics.contains(histogram), "{histogram} missing: {metrics}");
+    }
+    assert!(!metrics.contains("quantile="), "no summaries: {metrics}");
 }
 
 on_both!(check_command_reports_corruption, check_cli);
@@ -535,4 +544,71 @@ kworker/1:1H-kb 55 [001] 10.000004:    1001001 cpu-clock:pppH:
     assert!(svg.contains("<title>sqlite3VdbeExec — 2 samples, 50.00 %</title>"), "{svg}");
     assert!(svg.contains("<title>&lt;Vec&lt;T&gt; as Clone&gt;::clone — 1 samples, 25.00 %</title>"), "{svg}");
     assert!(!svg.contains("poll&lt;kassa::store::Thing"), "runtime plumbing is left out: {svg}");
+}
+
+/// The Prometheus alert rules in `deploy/prometheus/` are valid and do what their unit tests say
+/// (`promtool check rules`, `promtool test rules`: firing across a fleet's instances, and not
+/// firing below their thresholds). Skipped loudly without promtool (Debian's `prometheus`), except
+/// in CI, which installs it.
+#[test]
+fn prometheus_alert_rules_pass_their_unit_tests() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus");
+    let run = |args: &[&str]| std::process::Command::new("promtool").args(args).current_dir(&dir).output();
+    let Ok(check) = run(&["check", "rules", "kassa-rules.yml"]) else {
+        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "CI=true but promtool is not installed");
+        eprintln!("SKIPPING: promtool not installed (apt-get install prometheus)");
+        return;
+    };
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let test = run(&["test", "rules", "kassa-rules.test.yml"]).unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+}
+
+/// The Grafana dashboard is valid JSON and charts only metrics kassa exports: each `kassa_…` name
+/// in its queries (less a histogram's `_bucket`/`_count`/`_sum`) is one the code records.
+#[test]
+fn the_grafana_dashboard_charts_metrics_kassa_exports() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("deploy/grafana/kassa-dashboard.json")).unwrap())
+            .unwrap();
+    let mut source = String::new();
+    let mut dirs = vec![root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().map(Result::unwrap) {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                source.push_str(&std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10);
+    for panel in panels {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let names =
+                expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("kassa_"));
+            for name in names {
+                let base = ["_bucket", "_count", "_sum"].iter().fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+                assert!(
+                    source.contains(&format!("\"{base}\"")),
+                    "{} charts {name}, which kassa does not record",
+                    panel["title"]
+                );
+            }
+        }
+    }
 }

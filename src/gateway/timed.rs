@@ -1,0 +1,84 @@
+//! Every call kassa makes to a gateway, timed: `kassa_gateway_request_duration_seconds`, a
+//! histogram by gateway, operation and outcome (`ok` or `error`). Wrapped around each adapter
+//! when it is mounted ([`super::Gateways::add`]), so no call site can forget it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::HeaderMap;
+use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
+
+use super::{
+    AttemptKey, CloseOutcome, Gateway, GatewayError, Handed, HandoffRequest, Payer, PaymentState, RefundAnswer,
+    RefundQuery, RefundRequest, RefundState, Rejection, Reply,
+};
+use crate::clock::Millis;
+use crate::domain::Currency;
+use crate::domain::event::VerifiedEvent;
+
+/// A gateway whose remote calls are timed.
+pub struct Timed(pub Arc<dyn Gateway>);
+
+/// Runs `call` and records how long it took.
+fn timed<'a, T: 'a>(
+    gateway: &'static str,
+    operation: &'static str,
+    call: BoxFuture<'a, Result<T, GatewayError>>,
+) -> BoxFuture<'a, Result<T, GatewayError>> {
+    let started = Instant::now();
+    call.map(move |result| {
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        metrics::histogram!(
+            "kassa_gateway_request_duration_seconds",
+            "gateway" => gateway,
+            "operation" => operation,
+            "outcome" => outcome
+        )
+        .record(started.elapsed().as_secs_f64());
+        result
+    })
+    .boxed()
+}
+
+impl Gateway for Timed {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn channels(&self) -> &'static [&'static str] {
+        self.0.channels()
+    }
+    fn default_channel(&self) -> &'static str {
+        self.0.default_channel()
+    }
+    fn currencies(&self) -> Option<&'static [Currency]> {
+        self.0.currencies()
+    }
+    fn check_payer(&self, channel: &str, payer: &Payer) -> Result<(), GatewayError> {
+        self.0.check_payer(channel, payer)
+    }
+    fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
+        timed(self.name(), "handoff", self.0.handoff(req))
+    }
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection> {
+        self.0.verify(headers, body, now)
+    }
+    fn ack(&self) -> Reply {
+        self.0.ack()
+    }
+    fn nack(&self, code: &str, message: &str) -> Reply {
+        self.0.nack(code, message)
+    }
+    fn close<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<CloseOutcome, GatewayError>> {
+        timed(self.name(), "close", self.0.close(key))
+    }
+    fn query<'a>(&'a self, key: &'a AttemptKey) -> BoxFuture<'a, Result<PaymentState, GatewayError>> {
+        timed(self.name(), "query", self.0.query(key))
+    }
+    fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>> {
+        timed(self.name(), "refund", self.0.refund(req))
+    }
+    fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>> {
+        timed(self.name(), "query_refund", self.0.query_refund(req))
+    }
+}
