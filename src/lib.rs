@@ -18,6 +18,7 @@
 //! - [`app`]: wiring of all of the above; [`config`]: command line, environment and TOML file.
 
 pub mod app;
+pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod domain;

@@ -40,6 +40,26 @@ enum Command {
     Reconcile(ReconcileArgs),
     /// Benchmark a kassa (spawned or running) over HTTP, or the engine in-process
     Bench(bench::BenchArgs),
+    /// Copy a running kassa's databases consistently into a new directory, with a manifest
+    /// (PostgreSQL: the manifest only; back the database up with pg_dump)
+    Backup {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// The directory to write (new, or empty)
+        #[arg(long)]
+        to: std::path::PathBuf,
+    },
+    /// Restore a SQLite backup into a data dir without a database, after checking its checksums,
+    /// its schema version and the keys secret
+    Restore {
+        /// The backup's directory
+        #[arg(long)]
+        from: std::path::PathBuf,
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        keys: KeysArgs,
+    },
     /// Card keys of digital SKUs
     Keys {
         #[command(subcommand)]
@@ -114,6 +134,20 @@ fn main() -> ExitCode {
                 }
             },
             Command::Check { common, keys } => run_check(&common, &keys).await,
+            Command::Backup { common, to } => match backup(&common, &to).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kassa backup: {e:#}");
+                    ExitCode::FAILURE
+                }
+            },
+            Command::Restore { from, common, keys } => match restore(&from, &common, &keys) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kassa restore: {e:#}");
+                    ExitCode::FAILURE
+                }
+            },
             Command::Keys { command: KeysCommand::Import { sku, file, common, keys } } => {
                 match import_keys(&sku, &file, &common, &keys).await {
                     Ok(()) => ExitCode::SUCCESS,
@@ -322,6 +356,41 @@ async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
     }
     println!("migrations applied ({} new)", applied.len());
     db.close().await;
+    Ok(())
+}
+
+async fn backup(common: &CommonArgs, to: &std::path::Path) -> anyhow::Result<()> {
+    let (url, max, engine) = Settings::resolve_common(common)?;
+    let db = Db::connect_existing(&url, max, engine).await?;
+    let manifest = kassa::backup::backup(&db, &url, to, kassa::clock::Clock::now_ms(&SystemClock)).await?;
+    db.close().await;
+    for file in &manifest.files {
+        println!("{} {} bytes sha256 {}", to.join(&file.name).display(), file.bytes, file.sha256);
+    }
+    println!("{} (schema version {})", to.join(kassa::backup::MANIFEST).display(), manifest.schema_version);
+    if manifest.database == "postgres" {
+        println!("PostgreSQL: back the database itself up with pg_dump or base backups (docs/operations.md)");
+    }
+    if manifest.keys_check.is_some() {
+        println!("the card keys need the keys secret, which a backup never holds: keep keys.secret safe apart");
+    }
+    Ok(())
+}
+
+fn restore(from: &std::path::Path, common: &CommonArgs, keys: &KeysArgs) -> anyhow::Result<()> {
+    let data_dir = common.data_dir.clone().ok_or_else(|| anyhow::anyhow!("--data-dir names where to restore"))?;
+    let vault = Settings::resolve_keys_secret(common, keys)?
+        .map(|s| kassa::vault::Vault::from_hex(&s))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("the keys secret: {e}"))?;
+    let newest = kassa::store::Db::sqlite_migrations().last().map_or(0, |(v, ..)| *v);
+    let manifest = kassa::backup::restore(from, &data_dir, newest, vault.as_ref())?;
+    println!(
+        "restored {} file(s) into {} (schema version {}); kassa serve migrates it on start",
+        manifest.files.len(),
+        data_dir.display(),
+        manifest.schema_version
+    );
     Ok(())
 }
 

@@ -66,6 +66,12 @@ pub async fn keys_check_matches(db: &Db, vault: &Vault) -> Result<Option<bool>> 
     Ok(stored_check(db).await?.map(|v| vault.matches_check(&v)))
 }
 
+/// The keys secret's check value as stored, if one is (for a backup's manifest: it names the
+/// secret the keys are sealed with without holding it).
+pub async fn keys_check_value(db: &Db) -> Result<Option<String>> {
+    stored_check(db).await
+}
+
 /// The keys secret's check value as stored, if one is.
 async fn stored_check(db: &Db) -> Result<Option<String>> {
     sql::query_scalar("SELECT value FROM settings WHERE name = $1")

@@ -372,6 +372,23 @@ impl Db {
         tokio::time::sleep(Duration::from_millis(u64::from(tries) * 5)).await;
     }
 
+    /// SQLite: a consistent copy of the database in a new file at `to` (`VACUUM INTO` on a read
+    /// snapshot, taken beside the writer without stopping it). Not for PostgreSQL.
+    pub async fn copy_to(&self, to: &std::path::Path) -> Result<()> {
+        let Engine::Sqlite(s) = &self.engine else {
+            return Err(crate::error::Error::internal("a PostgreSQL database is copied with its own tools"));
+        };
+        let to = to.to_str().ok_or_else(|| crate::error::Error::internal("the backup path is not UTF-8"))?.to_string();
+        s.readers.with(move |conn| conn.run("VACUUM INTO $1", &[Arg::from(to)], None).map(|_| ())).await
+    }
+
+    /// The newest migration applied (0 on an empty database).
+    pub async fn schema_version(&self) -> Result<i64> {
+        let newest: Option<i64> =
+            sql::query_scalar("SELECT MAX(version) FROM schema_migrations").fetch_one(self.read_pool()).await?;
+        Ok(newest.unwrap_or(0))
+    }
+
     /// Read connections open, and of those idle (the pool's on PostgreSQL, the readers' on
     /// SQLite).
     pub fn connections(&self) -> (usize, usize) {

@@ -612,3 +612,148 @@ fn the_grafana_dashboard_charts_metrics_kassa_exports() {
         }
     }
 }
+
+/// `kassa backup` copies a SQLite kassa under full load consistently (kassa's database and the
+/// sandbox's, with a manifest naming the keys' check value but never the secret), and `kassa
+/// restore` brings it back into a new data dir where `kassa check` is clean and every order
+/// acknowledged before the backup began is present. A restore is refused, writing nothing, for a
+/// damaged file, a schema newer than this kassa, another keys secret or none, and a data dir that
+/// already holds a database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_under_load_restores_every_acknowledged_order() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = Arc::new(TestApp::spawn(Backend::Sqlite).await);
+    t.create_sku("MUG", "Mug", 100, 100_000).await;
+    // Keys on the shelf, so the database holds a check value of the keys secret.
+    let (status, _) = t
+        .admin_post(
+            "/api/v1/admin/skus",
+            json!({"sku": "KEY", "name": "Key", "kind": "digital", "price_minor": 500, "currency": "CNY", "stock": 0}),
+        )
+        .await;
+    assert!(status.is_success());
+    let (status, _) = t.admin_post("/api/v1/admin/skus/KEY/keys", json!({"keys": ["K-1", "K-2"]})).await;
+    assert!(status.is_success());
+    let mut acknowledged = Vec::new();
+    for _ in 0..20 {
+        let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+        t.complete(&attempt_ref, "succeeded", 1).await;
+        acknowledged.push(order_no);
+    }
+    // Buyers keep buying while the backup runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (t, stop) = (Arc::clone(&t), Arc::clone(&stop));
+        load.push(tokio::spawn(async move {
+            let mut placed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let (_, _, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+                t.complete(&attempt_ref, "succeeded", 1).await;
+                placed += 1;
+            }
+            placed
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("backup");
+    let (code, stdout, stderr) = kassa_cli(
+        vec!["backup".into(), "--database-url".into(), t.database_url.clone(), "--to".into(), to.display().to_string()],
+        vec![],
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut during = 0;
+    for l in load {
+        during += l.await.unwrap();
+    }
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(during > 0, "the backup ran under load");
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(to.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["database"], "sqlite");
+    let names: Vec<&str> = manifest["files"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["kassa.db", "kassa-sandbox.db"]);
+    let text = std::fs::read_to_string(to.join("manifest.json")).unwrap();
+    assert!(manifest["keys_check"].is_string() && !text.contains(crate::common::KEYS_SECRET), "{text}");
+
+    let restore = |data: &std::path::Path, secret: Option<&'static str>| {
+        let mut args = vec![
+            "restore".into(),
+            "--from".into(),
+            to.display().to_string(),
+            "--data-dir".into(),
+            data.display().to_string(),
+        ];
+        if let Some(secret) = secret {
+            args.extend(["--keys-secret".to_string(), secret.to_string()]);
+        }
+        kassa_cli(args, vec![])
+    };
+    // No secret, another secret: refused, nothing written.
+    let refused = dir.path().join("refused");
+    let (code, _, stderr) = restore(&refused, None).await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("keys secret"), "{stderr}");
+    let other = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    let (code, _, stderr) = restore(&refused, Some(other)).await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("keys_secret_mismatch"), "{stderr}");
+    assert!(!refused.join("kassa.db").exists());
+
+    let restored = dir.path().join("restored");
+    let (code, stdout, stderr) = restore(&restored, Some(crate::common::KEYS_SECRET)).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = kassa_cli(
+        vec![
+            "check".into(),
+            "--data-dir".into(),
+            restored.display().to_string(),
+            "--keys-secret".into(),
+            crate::common::KEYS_SECRET.into(),
+        ],
+        vec![],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let db = kassa::store::Db::connect_existing(
+        &format!("sqlite://{}", restored.join("kassa.db").display()),
+        2,
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    for order_no in &acknowledged {
+        let status: String = sql::query_scalar("SELECT status FROM orders WHERE order_no = $1")
+            .bind(order_no)
+            .fetch_one(db.read_pool())
+            .await
+            .unwrap();
+        assert_eq!(status, "paid", "{order_no}");
+    }
+    db.close().await;
+    // Into a data dir that has a database: refused.
+    let (code, _, stderr) = restore(&restored, Some(crate::common::KEYS_SECRET)).await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("exists"), "{stderr}");
+
+    // A schema newer than this kassa knows: refused.
+    let mut newer = manifest.clone();
+    newer["schema_version"] = json!(9999);
+    std::fs::write(to.join("manifest.json"), serde_json::to_string(&newer).unwrap()).unwrap();
+    let (code, _, stderr) = restore(&dir.path().join("newer"), Some(crate::common::KEYS_SECRET)).await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("newer than this kassa"), "{stderr}");
+    std::fs::write(to.join("manifest.json"), text).unwrap();
+    // A damaged file: refused.
+    let mut bytes = std::fs::read(to.join("kassa.db")).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(to.join("kassa.db"), bytes).unwrap();
+    let damaged = dir.path().join("damaged");
+    let (code, _, stderr) = restore(&damaged, Some(crate::common::KEYS_SECRET)).await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("damaged"), "{stderr}");
+    assert!(!damaged.join("kassa.db").exists());
+}
