@@ -193,6 +193,9 @@ fn main() -> ExitCode {
 
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
+    if args.check_config {
+        return check_config(&settings);
+    }
     std::fs::create_dir_all(&settings.data_dir)?;
     let listener = tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| {
         let addr = settings.listen;
@@ -356,6 +359,39 @@ async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
     }
     println!("migrations applied ({} new)", applied.len());
     db.close().await;
+    Ok(())
+}
+
+/// `kassa serve --check-config`: what `serve` would refuse at start, found without starting.
+fn check_config(settings: &Settings) -> anyhow::Result<()> {
+    let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
+    let gateways = settings.gateways.build(&public_url).map_err(|e| anyhow::anyhow!("gateways: {e:#}"))?;
+    let mut names: Vec<&str> = gateways.iter().map(|g| g.name()).collect();
+    if settings.demo || settings.sandbox {
+        names.push(kassa::sandbox::protocol::NAME);
+    }
+    if let Some(default) = &settings.default_gateway
+        && !names.contains(&default.as_str())
+    {
+        anyhow::bail!("default_gateway {default:?} is not configured (configured: {names:?})");
+    }
+    if let Some(secret) = &settings.keys_secret {
+        kassa::vault::Vault::from_hex(secret).map_err(|e| anyhow::anyhow!("keys_secret: {e}"))?;
+    }
+    kassa::store::normalize_url_kind(&settings.database_url)?;
+    println!(
+        "configuration ok: listen {}, database {}, gateways {:?}",
+        settings.listen,
+        // Without credentials: what follows the last '@', up to the query.
+        settings
+            .database_url
+            .rsplit_once('@')
+            .map_or(settings.database_url.as_str(), |(_, at)| at)
+            .split('?')
+            .next()
+            .unwrap_or_default(),
+        names
+    );
     Ok(())
 }
 

@@ -40,6 +40,10 @@ pub struct CommonArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Validate the configuration (options, environment, file, gateway keys, keys secret) and
+    /// exit: 0 when it is sound, 1 naming what is not. Nothing is started or written
+    #[arg(long)]
+    pub check_config: bool,
     /// Address to listen on [default: 127.0.0.1:8080]
     #[arg(long, env = "KASSA_LISTEN")]
     pub listen: Option<String>,

@@ -161,13 +161,21 @@ impl Executor for Reader<'_> {
     }
 }
 
+/// Which database a URL names, changing nothing.
+pub fn normalize_url_kind(url: &str) -> anyhow::Result<DbKind> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(DbKind::Postgres)
+    } else if url.starts_with("sqlite:") {
+        Ok(DbKind::Sqlite)
+    } else {
+        anyhow::bail!("unsupported database URL scheme (use sqlite:// or postgres://)")
+    }
+}
+
 /// Which database a URL names; for a SQLite file, creates its directory when missing.
 pub fn normalize_url(url: &str) -> anyhow::Result<DbKind> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if normalize_url_kind(url)? == DbKind::Postgres {
         return Ok(DbKind::Postgres);
-    }
-    if !url.starts_with("sqlite:") {
-        anyhow::bail!("unsupported database URL scheme (use sqlite:// or postgres://)");
     }
     if let Some((_, path, _)) = sqlite_file_parts(url)
         && let Some(parent) = std::path::Path::new(path).parent()

@@ -757,3 +757,39 @@ async fn a_backup_under_load_restores_every_acknowledged_order() {
     assert!(stderr.contains("damaged"), "{stderr}");
     assert!(!damaged.join("kassa.db").exists());
 }
+
+/// The example configuration in `deploy/` holds every setting at its default and is sound:
+/// `--check-config` accepts it (and starts nothing), kassa serves with it, and a file with an
+/// unknown key or a default gateway that is not configured is refused, naming it.
+#[tokio::test]
+async fn kassa_serves_with_the_example_configuration() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kassa.example.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let check = |config: String| {
+        let data = data.display().to_string();
+        kassa_cli(
+            vec!["serve".into(), "--config".into(), config, "--data-dir".into(), data, "--check-config".into()],
+            vec![],
+        )
+    };
+    let (code, stdout, stderr) = check(example.into()).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.starts_with("configuration ok"), "{stdout}");
+    assert!(!data.exists(), "--check-config wrote {}", data.display());
+    let path = data.clone();
+    let lines =
+        tokio::task::spawn_blocking(move || serve_banner(&path, vec![("KASSA_CONFIG", example)])).await.unwrap();
+    assert!(lines.iter().any(|l| l.starts_with("kassa listening")), "{lines:?}");
+
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(&typo, "hold_secnds = 60\n").unwrap();
+    let (code, _, stderr) = check(typo.display().to_string()).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("hold_secnds"), "{stderr}");
+    let unmounted = dir.path().join("unmounted.toml");
+    std::fs::write(&unmounted, "default_gateway = \"stripe\"\n").unwrap();
+    let (code, _, stderr) = check(unmounted.display().to_string()).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("default_gateway \"stripe\" is not configured"), "{stderr}");
+}
