@@ -495,6 +495,7 @@ impl Drop for OwnCluster {
 /// The database away (PostgreSQL restarting): 503 `database_unavailable` with `Retry-After`, never
 /// 500; when it is back, kassa recovers by itself. SQLite is a file in the process: it cannot be
 /// away, so this runs on PostgreSQL only (and only where the test can run its own cluster).
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn database_away_answers_503_and_recovers() {
     if Backend::postgres().is_none() {

@@ -157,6 +157,7 @@ async fn buyer(
     }
 }
 
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_instances_on_one_postgres_survive_a_sigkill() {
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };

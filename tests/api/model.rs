@@ -701,6 +701,7 @@ fn random_schedules_agree_with_the_model_sqlite() {
     run_model(Backend::Sqlite, 600);
 }
 
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[test]
 fn random_schedules_agree_with_the_model_postgres() {
     if let Some(b) = Backend::postgres() {

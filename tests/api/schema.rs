@@ -203,6 +203,7 @@ async fn postgres_facts(pool: kassa::store::Reader<'_>) -> Facts {
     facts
 }
 
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test]
 async fn both_migration_folders_build_the_same_schema() {
     let Some(pg) = Backend::postgres() else { return };
@@ -258,6 +259,7 @@ const POSTGRES_MIGRATIONS_1_TO_8: [&str; 8] = [
 /// A PostgreSQL database an older kassa left — at version 8, or at a version 9 whose checkout
 /// rows had no foreign keys — with an order in it, migrated: its rows stay, every condition
 /// compares in place (from version 8) and every reference of the checkout is a foreign key again.
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test]
 async fn older_postgres_databases_migrate_to_the_same_references() {
     let Some(pg) = Backend::postgres() else { return };

@@ -25,6 +25,7 @@ async fn number(pool: kassa::store::Reader<'_>, sql: &str) -> i64 {
 /// Two commands that lock the same rows in opposite order deadlock on PostgreSQL; the one the
 /// database aborts (40P01) is re-run by `write_tx!` and both commit. (PostgreSQL only: SQLite has
 /// a single writer, so the two could not even interleave.)
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deadlocked_transactions_are_retried() {
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
@@ -69,6 +70,7 @@ async fn deadlocked_transactions_are_retried() {
 /// Connections are handed out without a round trip to test them, except one that sat idle for a
 /// while: the server may have dropped it meanwhile, and it is tested and replaced before use.
 /// (PostgreSQL only: a connection to a SQLite file does not drop.)
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test]
 async fn a_connection_dropped_while_idle_is_replaced_before_use() {
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
@@ -641,6 +643,7 @@ async fn pg_script(backend: Backend) {
 /// seeing what the one before it wrote; every value is bound, so text that looks like SQL or
 /// quoting is stored exactly; a failing statement in the middle fails the batch and, with the
 /// transaction, undoes everything before it; the connection is clean afterwards.
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipelined_batches_run_in_order_with_bound_values() {
     use kassa::store::batch::Batch;
@@ -693,6 +696,7 @@ async fn pipelined_batches_run_in_order_with_bound_values() {
 /// (`?host=/var/run/postgresql`: each round trip skips the TCP stack on both sides, README): a
 /// purchase runs end to end on such a connection, and the server sees a socket client (no client
 /// address). Skipped loudly where the local server has no socket there, except in CI.
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_local_postgresql_is_reached_over_its_unix_socket() {
     const SOCKET_DIR: &str = "/var/run/postgresql";
@@ -738,6 +742,7 @@ async fn backend_pid(db: &kassa::store::Db) -> i64 {
 /// cancelled request) closes its connection, which ends the transaction on the server and leaves
 /// nothing behind; a read cancelled midway leaves its connection answering the next command's
 /// own questions.
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgresql_connections_are_kept_between_commands() {
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
@@ -789,6 +794,7 @@ async fn postgresql_connections_are_kept_between_commands() {
 /// round trip less), and they and everything after are one transaction: the same transaction
 /// time throughout, and a failing command undoes its writes. A transaction that sends nothing
 /// sends no BEGIN and keeps its connection.
+#[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_postgresql_transaction_begins_with_its_first_reads() {
     let Some(backend @ Backend::Postgres(_)) = Backend::postgres() else { return };
