@@ -208,7 +208,11 @@ pub async fn finish(
         .execute(&mut **tx)
         .await?;
         Ok(())
-    })
+    })?;
+    // A try's outcome: delivered, to be retried ("pending") or given up ("dead").
+    metrics::counter!("kassa_outbox_deliveries_total", "result" => if status == "pending" { "retry" } else { status })
+        .increment(1);
+    Ok(())
 }
 
 pub async fn backlog(db: &Db) -> Result<i64> {
