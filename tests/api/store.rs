@@ -637,6 +637,17 @@ async fn pg_script(backend: Backend) {
     let stored = settings_named(&db, "script.").await;
     let want = [("script.a", "1"), ("script.b", "it's \\ quoted")].map(|(n, v)| (n.to_string(), v.to_string()));
     assert_eq!(stored, want, "the failed script left nothing, the first kept its text exactly");
+    // The same with every statement a round trip of its own (`KASSA_PG_PIPELINE=0`), on a pool of
+    // one connection: the failed script's transaction is not left open on it.
+    let one_by_one = EngineConfig { pg_pipeline: false, ..EngineConfig::default() };
+    let single = kassa::store::Db::connect_with(&t.database_url, 1, one_by_one).await.unwrap();
+    let failing = vec![(insert, kassa::args!["script.d", "1"]), (insert, kassa::args!["script.a", "again"])];
+    assert!(single.pg_script(failing).await.is_err(), "a name already taken");
+    let ok = vec![(insert, kassa::args!["script.e", "1"])];
+    assert_eq!(single.pg_script(ok).await.unwrap().unwrap()[0].changed, 1);
+    let names: Vec<String> = settings_named(&single, "script.").await.into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["script.a", "script.b", "script.e"]);
+    single.close().await;
 }
 
 /// PostgreSQL: a batch's statements are pipelined (one round trip) and still run in order, each

@@ -272,7 +272,17 @@ impl PgClient {
             }
             let mut out = Vec::with_capacity(statements.len());
             for (sql, args) in statements {
-                out.push(self.run(sql, args, None).await?);
+                match self.run(sql, args, None).await {
+                    Ok(o) => out.push(o),
+                    Err(e) => {
+                        // A transaction begun and ended here is not left open on a pooled
+                        // connection (an enclosing one is rolled back by its owner).
+                        if before.is_some() && after.is_some() {
+                            let _ = self.exec("ROLLBACK").await;
+                        }
+                        return Err(e);
+                    }
+                }
             }
             if let Some(a) = after {
                 self.exec(a).await?;
