@@ -156,11 +156,9 @@ const ORDER_NO_TIME_LEN: usize = 9;
 /// by order number take new orders at their right edge instead of on a random page each (one
 /// purchase touches nine such indexes: random keys cost a page write per index per order); the
 /// random part keeps numbers unguessable and says nothing about how many orders there are.
-pub fn new_order_no() -> OrderNo {
-    let ms = u64::try_from(
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis(),
-    )
-    .unwrap_or(u64::MAX);
+/// `now_ms`: the creation time (the caller's clock; the core reads none).
+pub fn new_order_no(now_ms: i64) -> OrderNo {
+    let ms = u64::try_from(now_ms).unwrap_or(0);
     OrderNo(format!("KS{}{}", base32_fixed(ms, ORDER_NO_TIME_LEN), random_base32(ORDER_NO_RANDOM_LEN)))
 }
 
@@ -198,8 +196,8 @@ mod tests {
 
     #[test]
     fn order_numbers_are_plain_and_distinct() {
-        let a = new_order_no();
-        let b = new_order_no();
+        let a = new_order_no(1_764_000_000_000);
+        let b = new_order_no(1_764_000_000_000);
         assert_ne!(a, b);
         assert!(is_plain_id(&a) && a.len() == 23);
         let r = attempt_ref(&a, 3);
@@ -215,9 +213,8 @@ mod tests {
             assert!(next > last && next.len() == ORDER_NO_TIME_LEN, "{last} then {next}");
             last = next;
         }
-        let a = new_order_no();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let b = new_order_no();
+        let a = new_order_no(1_764_000_000_000);
+        let b = new_order_no(1_764_000_000_002);
         assert!(a[..2 + ORDER_NO_TIME_LEN] < b[..2 + ORDER_NO_TIME_LEN], "{a} then {b}");
     }
 

@@ -133,7 +133,7 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                     args![line.quantity, req.now, &line.sku],
                 );
             }
-            let order_no = ids::new_order_no();
+            let order_no = ids::new_order_no(req.now);
             let attempt_ref = ids::attempt_ref(&order_no, 1);
             let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, &quoted));
             batch.add(

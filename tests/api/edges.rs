@@ -287,6 +287,8 @@ async fn refund_no_reused(backend: Backend) {
         .await;
     assert_eq!((status, s(&body["error"]["code"])), (StatusCode::CONFLICT, "refund_no_reused".into()));
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM refunds").await, 1, "nothing changed");
+    // The refund goes through when the sandbox's refund notification arrives.
+    t.settle().await;
     assert_eq!(t.order(&order_no).await["refunded_minor"], 200);
     t.assert_clean().await;
 }
