@@ -77,9 +77,8 @@ pub async fn backup(db: &Db, url: &str, to: &Path, now_ms: i64) -> anyhow::Resul
         let target = to.join(DATABASE_FILE);
         db.copy_to(&target).await.context("copying kassa's database")?;
         files.push(DATABASE_FILE);
-        if let Some((sandbox, path)) =
-            sandbox_url(url).and_then(|(u, _)| sqlite_path(&u).map(|p| (u.clone(), p.to_string())))
-            && Path::new(&path).exists()
+        if let Some((sandbox, _)) = sandbox_url(url)
+            && sqlite_path(&sandbox).is_some_and(|p| Path::new(p).exists())
         {
             let records = Db::connect_existing(&sandbox, 1, Default::default()).await?;
             records.copy_to(&to.join(SANDBOX_FILE)).await.context("copying the sandbox's database")?;
