@@ -272,6 +272,7 @@ impl App {
             demo: settings.demo,
             late_policy: settings.late_payment_policy,
             refund_policy: settings.refund_policy,
+            allowed_return_origins: settings.allowed_return_origins.clone(),
             protection: settings.protection.clone(),
             guard: guard.clone(),
             vault,

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::domain::decide::LatePolicy;
 use crate::domain::refund::{RefundPolicy, WINDOW_DAYS_MAX};
+use crate::domain::shop::{Origin, RETURN_ORIGINS_MAX};
 use crate::gateway::config::GatewaysFile;
 
 mod protection;
@@ -95,6 +96,10 @@ pub struct ServeArgs {
     /// Reconciler interval in milliseconds [default: 30000]
     #[arg(long, env = "KASSA_RECONCILE_INTERVAL_MS")]
     pub reconcile_interval_ms: Option<u64>,
+    /// Origins a checkout's return_url and cancel_url may point at, comma-separated
+    /// (https://shop.example,https://m.shop.example) [default: none: kassa's own return page]
+    #[arg(long, env = "KASSA_ALLOWED_RETURN_ORIGINS")]
+    pub allowed_return_origins: Option<String>,
     #[command(flatten)]
     pub keys: KeysArgs,
     #[command(flatten)]
@@ -205,6 +210,7 @@ pub struct FileConfig {
     /// Active query and reconciliation.
     pub reconcile_after_seconds: Option<u64>,
     pub reconcile_interval_ms: Option<u64>,
+    pub allowed_return_origins: Option<String>,
     /// Protection of a public storefront (the flags of the same names).
     pub max_open_orders_per_session: Option<u32>,
     pub rate_limits: Option<String>,
@@ -254,6 +260,8 @@ pub struct Settings {
     /// How often the reconciler runs.
     pub reconcile_interval_ms: u64,
     pub protection: Protection,
+    /// Where checkouts may send their buyers back to (`--allowed-return-origins`).
+    pub allowed_return_origins: Vec<Origin>,
     /// How the storage engine runs ([`EngineConfig::from_env`]: switches for measuring).
     pub engine: EngineConfig,
 }
@@ -267,6 +275,20 @@ fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {
     let hint = || format!("--listen {listen:?} is not an address like 127.0.0.1:8080 or localhost:8080");
     let found: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(listen).with_context(hint)?.collect();
     found.iter().find(|a| a.is_ipv4()).or(found.first()).copied().with_context(hint)
+}
+
+/// `--allowed-return-origins`: a comma-separated list of origins (empty: none).
+fn parse_origins(list: Option<&str>) -> anyhow::Result<Vec<Origin>> {
+    let origins = list
+        .unwrap_or_default()
+        .split(',')
+        .filter(|o| !o.trim().is_empty())
+        .map(|o| Origin::parse(o).map_err(|e| anyhow::anyhow!("--allowed-return-origins: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if origins.len() > RETURN_ORIGINS_MAX {
+        anyhow::bail!("--allowed-return-origins lists at most {RETURN_ORIGINS_MAX} origins");
+    }
+    Ok(origins)
 }
 
 /// The admin token, refused when it is short enough to guess.
@@ -352,7 +374,10 @@ impl Settings {
             .or(file.reconcile_after_seconds)
             .unwrap_or(DEFAULT_RECONCILE_AFTER_SECONDS)
             .min(HOLD_SECONDS_MAX);
+        let allowed_return_origins =
+            parse_origins(args.allowed_return_origins.as_deref().or(file.allowed_return_origins.as_deref()))?;
         Ok(Settings {
+            allowed_return_origins,
             engine: EngineConfig::from_env()?,
             protection,
             gateways: file.gateways.clone(),

@@ -9,8 +9,10 @@ pub mod ids;
 pub mod money;
 pub mod refund;
 pub mod refusal;
+pub mod shop;
 pub mod signin;
 pub mod status;
+pub mod webhook;
 
 pub use money::{Currency, Money, MoneyError};
 pub use status::{AttemptStatus, NotificationStatus, OrderStatus, ReservationStatus};

@@ -113,28 +113,25 @@ impl Money {
     /// Renders the amount in major units with the currency's exponent, e.g. `12.34 CNY`.
     /// Integer arithmetic only.
     pub fn display_major(self) -> String {
+        format!("{} {}", self.decimal(), self.currency)
+    }
+
+    /// The amount in major units without the currency, as gateways and exports write it (`12.34`,
+    /// `500` for a currency without minor units).
+    pub fn decimal(self) -> String {
         let exp = u32::from(self.currency.exponent());
         if exp == 0 {
-            return format!("{} {}", self.amount_minor, self.currency);
+            return self.amount_minor.to_string();
         }
         let div = 10_i64.pow(exp);
-        format!(
-            "{}.{:0width$} {}",
-            self.amount_minor / div,
-            self.amount_minor % div,
-            self.currency,
-            width = exp as usize
-        )
+        let sign = if self.amount_minor < 0 { "-" } else { "" };
+        let abs = self.amount_minor.unsigned_abs();
+        let div = div.unsigned_abs();
+        format!("{sign}{}.{:0width$}", abs / div, abs % div, width = exp as usize)
     }
 }
 
 impl Money {
-    /// The amount in major units without the currency, as gateways write it (`12.34`, `500`).
-    pub fn decimal(self) -> String {
-        let shown = self.display_major();
-        shown.split(' ').next().unwrap_or_default().to_string()
-    }
-
     /// Parses a gateway's decimal amount (`12.34`, `12.3`, `12`) exactly, without floats. More
     /// fraction digits than the currency has, signs, exponents and spaces are refused.
     pub fn parse_decimal(text: &str, currency: Currency) -> Option<Money> {

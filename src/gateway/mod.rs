@@ -35,6 +35,9 @@ pub struct HandoffRequest {
     pub expires_at: Millis,
     pub notify_url: String,
     pub return_url: String,
+    /// Where a buyer who gives up at the gateway goes (the shop's, when its checkout named one);
+    /// `None`: the return URL.
+    pub cancel_url: Option<String>,
     pub channel: String,
     /// Who pays, for channels that need it (WeChat JSAPI: `openid`; WeChat H5: `client_ip`).
     pub payer: Payer,

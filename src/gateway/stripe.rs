@@ -183,7 +183,7 @@ impl Gateway for Stripe {
                 ("line_items[0][price_data][unit_amount]", req.amount.amount_minor().to_string()),
                 ("line_items[0][price_data][product_data][name]", name),
                 ("success_url", req.return_url.clone()),
-                ("cancel_url", req.return_url.clone()),
+                ("cancel_url", req.cancel_url.clone().unwrap_or_else(|| req.return_url.clone())),
                 ("expires_at", expires_at.to_string()),
             ];
             // One session per attempt, even if the hand-off is rebuilt.

@@ -17,7 +17,8 @@ use crate::clock::Millis;
 use crate::domain::ids::{self, OrderNo, RefundNo, Sku};
 use crate::domain::signin::LockoutPolicy;
 use crate::error::{Error, Result};
-use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, OrderRow, OutboxRow, SkuRow};
+use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, SkuRow};
+use crate::store::listing::{self, Cursor, MessageView, OrderFilter, OrderSummary};
 use crate::store::refunds::{self, RefundView};
 use crate::store::views::{self, OrderView};
 use crate::store::{fulfilment, orders};
@@ -224,10 +225,12 @@ async fn dashboard(State(state): State<AppState>, op: Operator) -> Result<Respon
 #[template(path = "admin/orders.html")]
 struct OrdersPage<'a> {
     csrf: &'a str,
-    rows: Vec<OrderRow>,
+    rows: Vec<OrderSummary>,
     status: String,
     q: String,
     statuses: Vec<&'static str>,
+    /// The link to the next (older) page, when there is one.
+    older: Option<String>,
 }
 
 async fn orders_page(
@@ -235,12 +238,18 @@ async fn orders_page(
     op: Operator,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
-    let status = query.get("status").cloned().unwrap_or_default();
-    let status = crate::domain::OrderStatus::parse(&status).map(|s| s.as_str().to_string()).unwrap_or_default();
-    let q: String = query.get("q").cloned().unwrap_or_default().chars().take(ids::MAX_ID_LEN).collect();
-    let rows = admin::list_orders(&state.db, Some(&status), Some(&q)).await?;
+    let status = query.get("status").and_then(|s| crate::domain::OrderStatus::parse(s));
+    let q: String = query.get("q").cloned().unwrap_or_default().trim().chars().take(ids::MAX_ID_LEN).collect();
+    let cursor = query.get("cursor").filter(|c| !c.is_empty()).map(|c| Cursor::parse(c)).transpose()?;
+    let filter = OrderFilter { status, q: Some(q.clone()).filter(|q| !q.is_empty()), ..Default::default() };
+    let page = listing::orders(&state.db, &filter, cursor.as_ref(), listing::PAGE_MAX).await?;
+    let status = status.map(|s| s.as_str().to_string()).unwrap_or_default();
+    let older = page.next_cursor.map(|c| {
+        let query = [("status", status.as_str()), ("q", q.as_str()), ("cursor", c.as_str())];
+        format!("/admin/orders?{}", serde_urlencoded::to_string(query).unwrap_or_default())
+    });
     let statuses = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
-    Ok(render(&OrdersPage { csrf: &op.csrf, rows, status, q, statuses }))
+    Ok(render(&OrdersPage { csrf: &op.csrf, rows: page.items, status, q, statuses, older }))
 }
 
 #[derive(Template)]
@@ -253,7 +262,7 @@ struct OrderPage<'a> {
     keys_unreadable: i64,
     notifications: Vec<NotificationRow>,
     refunds: Vec<RefundView>,
-    outbox: Vec<OutboxRow>,
+    outbox: Vec<MessageView>,
     findings: Vec<crate::store::reconcile::FindingView>,
     refund_no: String,
     message: String,
@@ -275,6 +284,7 @@ async fn order_page(
         Some("refund") => "Refund requested.",
         Some("deliver") => "Marked delivered.",
         Some("cancel") => "Order cancelled.",
+        Some("resend") => "Webhook message queued to be sent again.",
         _ => "",
     };
     Ok(render(&OrderPage {
@@ -282,7 +292,7 @@ async fn order_page(
         total: order.total_display(),
         notifications: admin::notifications(&state.db, Some(&order_no), false).await?,
         refunds: refunds::list_for_order(&state.db, &order_no).await?,
-        outbox: admin::outbox_for_order(&state.db, &order_no).await?,
+        outbox: listing::messages(&state.db, None, Some(&order_no), None, listing::PAGE_MAX).await?.items,
         findings: crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?,
         refund_no: admin::suggest_refund_no(),
         message: message.to_string(),
@@ -310,12 +320,27 @@ async fn order_action(
                 cancel_flow(&state, None, &current, false).await?;
             }
             "refund" => {
-                let amount: i64 = form.get("amount_minor").and_then(|a| a.trim().parse().ok()).ok_or_else(|| {
-                    Error::unprocessable("invalid_amount", "the amount must be a whole number of minor units")
+                // The operator types money as money: major units of the order's currency.
+                let order = views::get_order(&state.db, &order_no, false).await?;
+                let currency = crate::domain::Currency::parse(&order.currency)?;
+                let text = form.get("amount").map(|a| a.trim()).unwrap_or_default();
+                let amount = crate::domain::Money::parse_decimal(text, currency).ok_or_else(|| {
+                    Error::unprocessable(
+                        "invalid_amount",
+                        format!("the amount is in {currency}, such as {}", order.decimal(&order.total_minor)),
+                    )
                 })?;
                 let refund_no = RefundNo::parse(form.get("refund_no").map(String::as_str).unwrap_or_default())?;
                 let reason = form.get("reason").map(String::as_str).unwrap_or_default();
-                refund_flow(&state, &order_no, &refund_no, amount, reason).await?;
+                refund_flow(&state, &order_no, &refund_no, amount.amount_minor(), reason).await?;
+            }
+            "resend" => {
+                let id = form.get("message").map(String::as_str).unwrap_or_default();
+                let message = listing::message(&state.db, id).await?;
+                if message.order_no != order_no.as_str() {
+                    return Err(Error::not_found("webhook message"));
+                }
+                crate::store::outbox::resend(&state.db, id, state.now_ms()).await?;
             }
             _ => return Err(Error::invalid("invalid_action", "unknown action")),
         }

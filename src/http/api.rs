@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::flows::{CheckoutBody, cancel_flow, place_order, query_for_buyer, refund_flow, retry_flow};
+use super::flows::{CheckoutBody, RetryBody, cancel_flow, place_order, query_for_buyer, refund_flow, retry_flow};
 use super::{Admin, ApiJson, AppState, Buyer, Caller, RawBody};
 use crate::clock::rfc3339;
 use crate::domain::checkout::SkuLimits;
@@ -110,7 +110,7 @@ pub(super) async fn retry_payment(
     State(state): State<AppState>,
     caller: Caller,
     Path(order_no): Path<String>,
-    ApiJson(body): ApiJson<CheckoutBody>,
+    ApiJson(body): ApiJson<RetryBody>,
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
     let session = owner(&caller)?;
@@ -258,6 +258,8 @@ pub fn placed_json(placed: &Placed, handoff: Option<&Handoff>) -> Value {
         "total_minor": placed.total.amount_minor(),
         "currency": placed.total.currency().code(),
         "expires_at": rfc3339(placed.expires_at),
+        "merchant_reference": placed.shop.merchant_reference,
+        "metadata": placed.shop.metadata,
         "payment": handoff,
     })
 }
@@ -533,6 +535,7 @@ pub(super) async fn notify(
 pub fn decode_bodies_for_fuzzing(data: &[u8]) {
     let _ = serde_json::from_slice::<LineBody>(data);
     let _ = serde_json::from_slice::<CheckoutBody>(data);
+    let _ = serde_json::from_slice::<RetryBody>(data);
     let _ = serde_json::from_slice::<SkuBody>(data);
     let _ = serde_json::from_slice::<SkuPatch>(data);
     let _ = serde_json::from_slice::<StockBody>(data);

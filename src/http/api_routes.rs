@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::api::*;
 use super::{AppState, Auth, RouteDoc};
-use crate::domain::basket;
+use crate::domain::{basket, shop};
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     use Auth::*;
@@ -145,17 +145,17 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "buyer",
                 Buyer,
                 Some(
-                    json!({"type": "object", "properties": {"gateway": {"type": "string", "enum": ["sandbox", "alipay", "wechatpay", "stripe"], "description": "default: the configured default gateway"}, "channel": {"type": "string", "description": "sandbox: form; alipay: page; wechatpay: jsapi (default) or h5; stripe: checkout"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}, "captcha_token": {"type": "string", "maxLength": 4096, "description": "the bot check's response token; required when the server is started with --captcha-verify-url"}}}),
+                    json!({"type": "object", "properties": {"gateway": {"type": "string", "enum": ["sandbox", "alipay", "wechatpay", "stripe"], "description": "default: the configured default gateway"}, "channel": {"type": "string", "description": "sandbox: form; alipay: page; wechatpay: jsapi (default) or h5; stripe: checkout"}, "payer": {"type": "object", "description": "WeChat jsapi: openid; WeChat h5: client_ip", "properties": {"openid": {"type": "string"}, "client_ip": {"type": "string"}}, "additionalProperties": false}, "captcha_token": {"type": "string", "maxLength": 4096, "description": "the bot check's response token; required when the server is started with --captcha-verify-url"}, "merchant_reference": {"type": "string", "minLength": 1, "maxLength": shop::MERCHANT_REFERENCE_LEN_MAX, "description": "the shop's own reference, unique: a checkout naming one an order of the same buyer has answers that order (merchant_reference_taken for another buyer's)"}, "metadata": {"type": "object", "maxProperties": shop::METADATA_PAIRS_MAX, "propertyNames": {"minLength": 1, "maxLength": shop::METADATA_KEY_LEN_MAX}, "additionalProperties": {"type": "string", "maxLength": shop::METADATA_VALUE_LEN_MAX}, "description": "the shop's string pairs, returned on the order and in every webhook about it"}, "return_url": {"type": "string", "format": "uri", "maxLength": shop::RETURN_URL_LEN_MAX, "description": "where the gateway sends the buyer after paying, under --allowed-return-origins; {order_no} is replaced by the order number (default: kassa's return page)"}, "cancel_url": {"type": "string", "format": "uri", "maxLength": shop::RETURN_URL_LEN_MAX, "description": "where a buyer who gives up at the gateway goes, under --allowed-return-origins; {order_no} as in return_url"}}}),
                 ),
                 &[
                     (
                         201,
-                        "{order_no, attempt_ref, status, expires_at, payment}; a zero total is paid at once: payment null",
+                        "{order_no, attempt_ref, status, expires_at, merchant_reference, metadata, payment}; a zero total is paid at once: payment null; a repeated confirm answers the same order with Idempotent-Replayed: true",
                     ),
-                    (409, "out_of_stock / price_changed"),
+                    (409, "out_of_stock / price_changed / merchant_reference_taken"),
                     (
                         422,
-                        "basket_empty / quantity_limit / captcha_failed / unknown_gateway / unsupported_channel / unsupported_currency / payer_required / invalid_payer",
+                        "basket_empty / quantity_limit / captcha_failed / unknown_gateway / unsupported_channel / unsupported_currency / payer_required / invalid_payer / invalid_merchant_reference / invalid_metadata / return_url_not_allowed",
                     ),
                     (429, "too_many_open_orders / rate_limited"),
                     (502, "gateway_unavailable"),
@@ -214,6 +214,105 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 &[(200, "the SKU"), (409, "insufficient_stock"), (422, "digital_stock_is_keys / invalid_quantity")],
             ),
             post(adjust_stock),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/catalog",
+                "The catalog: every SKU on sale with its price and the units that can be ordered now",
+                "buyer",
+                None,
+                Option::None,
+                &[
+                    (200, "{items: [{sku, name, kind, price_minor, currency, available, max_per_order}]}"),
+                    (429, "rate_limited"),
+                ],
+            ),
+            get(super::api_lists::catalog_json),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/admin/orders",
+                "Orders, newest first, one page at a time. Query: status, gateway (an attempt on it), from and to (a date, whole days UTC, or an RFC 3339 time), sku (a line of it), q (order number, attempt reference, gateway transaction id or merchant reference, exactly), limit (1-200, default 50), cursor (the previous page's next_cursor)",
+                "admin",
+                Admin,
+                Option::None,
+                &[
+                    (
+                        200,
+                        "{items: [{order_no, status, total_minor, currency, captured_minor, refunded_minor, gateway, merchant_reference, metadata, created_at}], next_cursor}",
+                    ),
+                    (400, "invalid_filter / invalid_cursor"),
+                ],
+            ),
+            get(super::api_lists::list_orders),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/admin/orders.csv",
+                "Orders as CSV (streamed; amounts in major units), with the filters of /api/v1/admin/orders",
+                "admin",
+                Admin,
+                Option::None,
+                &[
+                    (
+                        200,
+                        "text/csv: order_no, created_at, status, currency, total, captured, refunded, gateway, attempt_ref, gateway_txn_id, merchant_reference, lines, metadata",
+                    ),
+                    (400, "invalid_filter"),
+                ],
+            ),
+            get(super::api_lists::orders_csv),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/admin/refunds.csv",
+                "Refunds requested in a date range as CSV (streamed; amounts in major units). Query: from, to",
+                "admin",
+                Admin,
+                Option::None,
+                &[
+                    (
+                        200,
+                        "text/csv: refund_no, order_no, created_at, updated_at, status, kind, currency, amount, gateway, attempt_ref, gateway_txn_id, merchant_reference, reason",
+                    ),
+                    (400, "invalid_filter"),
+                ],
+            ),
+            get(super::api_lists::refunds_csv),
+        ),
+        (
+            doc(
+                "get",
+                "/api/v1/admin/webhooks",
+                "Webhook messages to the shop, newest first, with their tries and last error. Query: status (pending, delivered, dead), order_no, limit, cursor",
+                "admin",
+                Admin,
+                Option::None,
+                &[
+                    (
+                        200,
+                        "{items: [{id, order_no, topic, status, tries, resends, last_error, created_at, delivered_at}], next_cursor}",
+                    ),
+                    (400, "invalid_filter / invalid_cursor"),
+                ],
+            ),
+            get(super::api_lists::list_webhooks),
+        ),
+        (
+            doc(
+                "post",
+                "/api/v1/admin/webhooks/{id}/resend",
+                "Send a delivered or dead webhook message again, with its original id (Kassa-Event-Id)",
+                "admin",
+                Admin,
+                Option::None,
+                &[(200, "the message, queued"), (404, "not_found"), (409, "webhook_pending")],
+            ),
+            post(super::api_lists::resend_webhook),
         ),
         (
             doc(

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::AppState;
 use crate::domain::OrderStatus;
 use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo, RefundNo};
+use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::error::{Error, Result};
 use crate::gateway::CloseOutcome;
 use crate::gateway::{GatewayError, Handoff, HandoffRequest, Payer};
@@ -27,6 +28,58 @@ pub struct CheckoutBody {
     /// The bot check's response token, when the server requires one.
     #[serde(default)]
     pub captcha_token: Option<String>,
+    /// The shop's own reference for the order (unique; a repeat answers the first order).
+    #[serde(default)]
+    pub merchant_reference: Option<String>,
+    /// The shop's string pairs, kept on the order and sent in every webhook about it.
+    #[serde(default)]
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    /// Where the buyer goes after paying; under `--allowed-return-origins`.
+    #[serde(default)]
+    pub return_url: Option<String>,
+    /// Where a buyer who gives up goes; under `--allowed-return-origins`.
+    #[serde(default)]
+    pub cancel_url: Option<String>,
+}
+
+/// What a payment retry may choose: the gateway, its channel and the payer.
+#[derive(Deserialize, Default)]
+pub struct RetryBody {
+    #[serde(default)]
+    pub gateway: Option<String>,
+    #[serde(default)]
+    pub channel: Option<String>,
+    #[serde(default)]
+    pub payer: Option<Value>,
+    /// Accepted and not needed: a retry creates no order.
+    #[serde(default)]
+    pub captcha_token: Option<String>,
+}
+
+/// The shop's data a checkout named, checked ([`crate::domain::shop`]).
+fn shop_data(state: &AppState, body: &CheckoutBody) -> Result<ShopData> {
+    let metadata = match &body.metadata {
+        None => Metadata::default(),
+        Some(map) => {
+            let mut pairs = Vec::with_capacity(map.len());
+            for (k, v) in map {
+                let v = v.as_str().ok_or_else(|| {
+                    Error::unprocessable("invalid_metadata", format!("metadata value of {k:?} must be a string"))
+                })?;
+                pairs.push((k.as_str(), v));
+            }
+            Metadata::parse(pairs)?
+        }
+    };
+    let url = |field: &str, url: &Option<String>| {
+        url.as_deref().map(|u| shop::check_return_url(field, u, &state.allowed_return_origins)).transpose()
+    };
+    Ok(ShopData {
+        merchant_reference: body.merchant_reference.as_deref().map(MerchantReference::parse).transpose()?,
+        metadata,
+        return_url: url("return_url", &body.return_url)?,
+        cancel_url: url("cancel_url", &body.cancel_url)?,
+    })
 }
 
 /// Confirms the basket (one transaction), then — after commit — builds the gateway hand-off.
@@ -54,7 +107,9 @@ pub async fn place_order(
     let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
     let payer = parse_payer(body.payer.as_ref())?;
     gateway.check_payer(channel, &payer).map_err(gateway_error)?;
+    let shop = shop_data(state, body)?;
     let request = ConfirmRequest {
+        shop: &shop,
         currencies: gateway.currencies(),
         session_id,
         basket_id,
@@ -138,7 +193,11 @@ async fn build_handoff(state: &AppState, placed: &Placed, payer: &Payer) -> Resu
         subject: placed.subject.clone(),
         expires_at: placed.expires_at,
         notify_url: format!("{base}/notify/{}", gateway.name()),
-        return_url: format!("{base}/checkout/return/{}", placed.attempt_ref),
+        return_url: placed.shop.return_url.as_deref().map_or_else(
+            || format!("{base}/checkout/return/{}", placed.attempt_ref),
+            |u| shop::with_order_no(u, &placed.order_no),
+        ),
+        cancel_url: placed.shop.cancel_url.as_deref().map(|u| shop::with_order_no(u, &placed.order_no)),
         channel: placed.channel.clone(),
         payer: payer.clone(),
         now: state.now_ms(),
@@ -188,7 +247,7 @@ pub async fn retry_flow(
     state: &AppState,
     session: Option<&str>,
     order_no: &OrderNo,
-    body: &CheckoutBody,
+    body: &RetryBody,
 ) -> Result<(Placed, Handoff)> {
     let current = views::get_order(&state.db, order_no, false).await?;
     crate::domain::decide::may_act_on(session, &current.session_id)?;

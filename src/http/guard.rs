@@ -74,6 +74,7 @@ pub fn bucket_of(method: &Method, path: &str) -> Option<Bucket> {
             Some(Bucket::Confirms)
         }
         "/api/v1/orders/{order_no}"
+        | "/api/v1/catalog"
         | "/checkout/return/{attempt_ref}"
         | "/checkout/return/{attempt_ref}/status"
         | "/h5/orders/{order_no}"

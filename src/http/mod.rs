@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod api_lists;
 pub mod api_routes;
 pub mod flows;
 pub mod guard;
@@ -49,6 +50,8 @@ pub struct Inner {
     pub demo: bool,
     pub late_policy: crate::domain::decide::LatePolicy,
     pub refund_policy: crate::domain::refund::RefundPolicy,
+    /// Where a checkout may send its buyer back to (`--allowed-return-origins`).
+    pub allowed_return_origins: Vec<crate::domain::shop::Origin>,
     pub protection: crate::config::Protection,
     /// Per-address rate limits and the client address of a request ([`guard`]).
     pub guard: Arc<guard::Guard>,

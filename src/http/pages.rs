@@ -323,6 +323,7 @@ async fn shop_confirm(
             channel: None,
             payer: None,
             captcha_token: super::guard::CAPTCHA_FORM_FIELDS.iter().find_map(|f| form.get(*f)).cloned(),
+            ..Default::default()
         };
         let basket_id = BasketId::parse(&basket_id)?;
         let key = form.get("idempotency_key").map(|k| IdempotencyKey::parse(k)).transpose()?;
@@ -456,7 +457,7 @@ async fn retry_page(
     let result = async {
         let order_no = OrderNo::parse(&order_no)?;
         let session = form_session(&state, &headers, &form).await?;
-        let body = CheckoutBody::default();
+        let body = super::flows::RetryBody::default();
         let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body).await?;
         Ok(handoff_page(&placed, Some(&handoff)))
     }

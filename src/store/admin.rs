@@ -271,32 +271,6 @@ pub async fn notifications(db: &Db, order_no: Option<&str>, only_rejected: bool)
 }
 
 #[derive(Debug, Clone)]
-pub struct OutboxRow {
-    pub topic: String,
-    pub status: String,
-    pub tries: i64,
-    pub created_at: String,
-}
-
-pub async fn outbox_for_order(db: &Db, order_no: &str) -> Result<Vec<OutboxRow>> {
-    let rows =
-        sql::query("SELECT topic, status, tries, created_at FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
-            .bind(order_no)
-            .fetch_all(db.read_pool())
-            .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(OutboxRow {
-                topic: col(r, "topic")?,
-                status: col(r, "status")?,
-                tries: col(r, "tries")?,
-                created_at: rfc3339(col(r, "created_at")?),
-            })
-        })
-        .collect()
-}
-
-#[derive(Debug, Clone)]
 pub struct AlertRow {
     pub id: String,
     pub kind: String,

@@ -7,6 +7,7 @@ use crate::args;
 use crate::clock::Millis;
 use crate::domain::checkout::{self, QuotedLine};
 use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
+use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
@@ -27,6 +28,8 @@ pub struct ConfirmRequest<'a> {
     pub now: Millis,
     /// The currencies the chosen gateway takes; `None` for any. Checked before anything is held.
     pub currencies: Option<&'a [Currency]>,
+    /// The shop's reference, metadata and return URLs, kept on the order.
+    pub shop: &'a ShopData,
 }
 
 /// A pending order and its active attempt, as the buyer needs them for the hand-off.
@@ -42,16 +45,32 @@ pub struct Placed {
     pub subject: String,
     /// False when a repeated confirm (double click, same key) returned the existing order.
     pub created: bool,
+    /// What the shop attached at checkout.
+    pub shop: ShopData,
 }
 
 /// Confirms a basket in one transaction: re-price, hold stock, freeze the basket, create the order,
 /// its line snapshot, reservations with `expires_at`, and the first payment attempt. Nothing remote
 /// happens here; the hand-off is built by the caller after commit.
 pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
+    match confirm_once(db, req).await {
+        // Two checkouts with one merchant reference at once (PostgreSQL): the second waited for the
+        // first's order and found its reference taken; run again, it reads that order.
+        Err(Error::Db(e)) if req.shop.merchant_reference.is_some() && e.code() == Some(UNIQUE_VIOLATION_PG) => {
+            confirm_once(db, req).await
+        }
+        other => other,
+    }
+}
+
+/// PostgreSQL's unique_violation.
+const UNIQUE_VIOLATION_PG: &str = "23505";
+
+async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     let (session_id, basket_id, gateway, channel) =
         (req.session_id.to_string(), req.basket_id.clone(), req.gateway.to_string(), req.channel.to_string());
     let (key, currencies) = (req.idempotency_key.cloned(), req.currencies.map(<[Currency]>::to_vec));
-    let (hold_ms, max_open_orders, now) = (req.hold_ms, req.max_open_orders, req.now);
+    let (hold_ms, max_open_orders, now, shop_data) = (req.hold_ms, req.max_open_orders, req.now, req.shop.clone());
     db.command(move |db| async move {
         let req = ConfirmRequest {
             session_id: &session_id,
@@ -63,6 +82,7 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             max_open_orders,
             now,
             currencies: currencies.as_deref(),
+            shop: &shop_data,
         };
         let (db, req) = (&db, &req);
         let lock = db.for_update();
@@ -82,6 +102,9 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             }
             if let Some(key) = req.idempotency_key {
                 reads.push((IDEMPOTENCY_KEY_SQL, args![req.session_id, key]));
+            }
+            if let Some(reference) = &req.shop.merchant_reference {
+                reads.push((MERCHANT_REFERENCE_SQL, args![reference.as_str()]));
             }
             reads.push((basket_sql.as_str(), args![req.basket_id, req.session_id]));
             reads.push((PRICE_LINES_SQL, args![req.basket_id]));
@@ -103,6 +126,15 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                     ));
                 }
                 let order_no = OrderNo::stored(col::<String>(&row, "order_no")?);
+                return load_placed(tx, &order_no, false).await;
+            }
+            if req.shop.merchant_reference.is_some()
+                && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
+            {
+                // The shop's reference is its key for the order: the first one is the answer.
+                shop::on_reference_taken(&col::<String>(&row, "session_id")?, req.session_id)?;
+                let order_no = OrderNo::stored(col::<String>(&row, "order_no")?);
+                remember_key(tx, req, &order_no).await?;
                 return load_placed(tx, &order_no, false).await;
             }
             let basket = read.next().and_then(|rows| rows.into_iter().next()).ok_or_else(|| Error::not_found("basket"))?;
@@ -137,8 +169,9 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             let attempt_ref = ids::attempt_ref(&order_no, 1);
             let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, &quoted));
             batch.add(
-                "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
+                "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at, \
+                 merchant_reference, metadata, return_url, cancel_url) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13)",
                 args![
                     &order_no,
                     req.session_id,
@@ -148,7 +181,11 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                     total.currency().code(),
                     gateway,
                     expires_at,
-                    req.now
+                    req.now,
+                    req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
+                    req.shop.metadata.to_stored(),
+                    req.shop.return_url.as_deref(),
+                    req.shop.cancel_url.as_deref()
                 ],
             );
             for (i, line) in lines.iter().enumerate() {
@@ -223,7 +260,14 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                         quantity: l.quantity,
                     })
                     .collect();
-                payments::complete_free(tx, &order_no, &attempt_ref, total, order_lines, req.now).await?;
+                let metadata = req.shop.metadata.to_stored();
+                let context = crate::store::outbox::OrderContext {
+                    merchant_reference: req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
+                    metadata: metadata.as_deref(),
+                    gateway: Some(gateway),
+                    ..Default::default()
+                };
+                payments::complete_free(tx, &order_no, &attempt_ref, total, order_lines, context, req.now).await?;
                 return load_placed(tx, &order_no, true).await;
             }
             Ok(Placed {
@@ -236,6 +280,7 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                 total,
                 expires_at,
                 created: true,
+                shop: req.shop.clone(),
             })
         });
         match &result {
@@ -268,6 +313,9 @@ fn add_remember_key(batch: &mut Batch, req: &ConfirmRequest<'_>, order_no: &str)
 /// The order a buyer's idempotency key `$2` made (session `$1`), if any.
 const IDEMPOTENCY_KEY_SQL: &str =
     "SELECT basket_id, order_no FROM idempotency_keys WHERE session_id = $1 AND idem_key = $2";
+
+/// The order (and its buyer) that has the shop's reference `$1`, if any.
+const MERCHANT_REFERENCE_SQL: &str = "SELECT order_no, session_id FROM orders WHERE merchant_reference = $1";
 
 /// PostgreSQL: the buyer session `$1`, locked against the buyer's other confirms.
 const LOCK_SESSION_PG_SQL: &str = "SELECT id FROM sessions WHERE id = $1 FOR NO KEY UPDATE";
@@ -303,11 +351,14 @@ fn quoted_lines(rows: &[sql::Row]) -> Result<Vec<QuotedLine>> {
 
 /// The order with its newest attempt, for repeated confirms and retries of the hand-off.
 pub async fn load_placed(tx: &mut Tx<'_>, order_no: &OrderNo, created: bool) -> Result<Placed> {
-    let order = sql::query("SELECT status, total_minor, currency, hold_expires_at FROM orders WHERE order_no = $1")
-        .bind(order_no)
-        .fetch_optional(&mut **tx)
-        .await?
-        .ok_or_else(|| Error::not_found("order"))?;
+    let order = sql::query(
+        "SELECT status, total_minor, currency, hold_expires_at, merchant_reference, metadata, return_url, cancel_url \
+         FROM orders WHERE order_no = $1",
+    )
+    .bind(order_no)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| Error::not_found("order"))?;
     let attempt = sql::query(
         "SELECT attempt_ref, gateway, channel FROM payment_attempts WHERE order_no = $1 ORDER BY seq DESC LIMIT 1",
     )
@@ -330,5 +381,16 @@ pub async fn load_placed(tx: &mut Tx<'_>, order_no: &OrderNo, created: bool) -> 
         expires_at: col(&order, "hold_expires_at")?,
         subject,
         created,
+        shop: shop_data(&order)?,
+    })
+}
+
+/// The shop's data on an order row (`merchant_reference`, `metadata`, `return_url`, `cancel_url`).
+pub fn shop_data(row: &sql::Row) -> Result<ShopData> {
+    Ok(ShopData {
+        merchant_reference: col::<Option<String>>(row, "merchant_reference")?.map(MerchantReference::stored),
+        metadata: Metadata::from_stored(col::<Option<String>>(row, "metadata")?.as_deref()),
+        return_url: col(row, "return_url")?,
+        cancel_url: col(row, "cancel_url")?,
     })
 }

@@ -23,6 +23,7 @@ const SQLITE: &[Migration] = &[
     (9, "0009_check_comparisons", include_str!("../../migrations/sqlite/0009_check_comparisons.sql")),
     (10, "0010_checkout_references", include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
     (11, "0011_abuse_limits", include_str!("../../migrations/sqlite/0011_abuse_limits.sql")),
+    (12, "0012_shop_references", include_str!("../../migrations/sqlite/0012_shop_references.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -37,6 +38,7 @@ const POSTGRES: &[Migration] = &[
     (9, "0009_check_comparisons", include_str!("../../migrations/postgres/0009_check_comparisons.sql")),
     (10, "0010_checkout_references", include_str!("../../migrations/postgres/0010_checkout_references.sql")),
     (11, "0011_abuse_limits", include_str!("../../migrations/postgres/0011_abuse_limits.sql")),
+    (12, "0012_shop_references", include_str!("../../migrations/postgres/0012_shop_references.sql")),
 ];
 
 impl Db {

@@ -13,6 +13,7 @@ pub mod events;
 pub mod expiry;
 pub mod fulfilment;
 pub mod lines;
+pub mod listing;
 mod migrate;
 pub mod orders;
 pub mod outbox;

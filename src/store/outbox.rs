@@ -9,6 +9,7 @@ use crate::args;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::OrderStatus;
 use crate::domain::refund;
+use crate::domain::shop::Metadata;
 use crate::domain::status::RefundStatus;
 use crate::error::Result;
 use crate::store::batch::Batch;
@@ -31,19 +32,62 @@ pub async fn add_order_event(
     if !messages.status && !messages.fulfilment {
         return Ok(());
     }
-    let row = sql::query("SELECT total_minor, currency, captured_minor FROM orders WHERE order_no = $1")
-        .bind(order_no)
-        .fetch_one(&mut *conn)
-        .await?;
+    // The attempt concerned: the one that captured, else the newest.
+    let row = sql::query(
+        "SELECT o.total_minor, o.currency, o.captured_minor, o.merchant_reference, o.metadata, \
+         a.attempt_ref, a.gateway, a.gateway_txn_id, \
+         CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = o.order_no \
+         AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
+         FROM orders o LEFT JOIN payment_attempts a ON a.attempt_ref = COALESCE(o.captured_attempt_ref, \
+         (SELECT n.attempt_ref FROM payment_attempts n WHERE n.order_no = o.order_no ORDER BY n.seq DESC LIMIT 1)) \
+         WHERE o.order_no = $1",
+    )
+    .bind(order_no)
+    .fetch_one(&mut *conn)
+    .await?;
     let lines = if messages.fulfilment { lines::order_lines(conn, order_no).await? } else { Vec::new() };
+    let text = |name: &str| col::<Option<String>>(&row, name);
+    let (merchant_reference, metadata) = (text("merchant_reference")?, text("metadata")?);
+    let (attempt_ref, gateway, gateway_txn_id) = (text("attempt_ref")?, text("gateway")?, text("gateway_txn_id")?);
     let facts = OrderFacts {
         total_minor: col(&row, "total_minor")?,
         currency: &col::<String>(&row, "currency")?,
         captured_minor: col(&row, "captured_minor")?,
+        refunded_minor: col(&row, "refunded_minor")?,
         lines: &lines,
+        context: OrderContext {
+            merchant_reference: merchant_reference.as_deref(),
+            metadata: metadata.as_deref(),
+            attempt_ref: attempt_ref.as_deref(),
+            gateway: gateway.as_deref(),
+            gateway_txn_id: gateway_txn_id.as_deref(),
+        },
     };
     add_order_event_with(batch, order_no, from, status, &facts, now);
     Ok(())
+}
+
+/// What every message about an order carries besides its own facts: the shop's reference and
+/// metadata, and the payment attempt concerned (the one that captured, else the newest).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OrderContext<'a> {
+    pub merchant_reference: Option<&'a str>,
+    /// As stored: a JSON object of strings.
+    pub metadata: Option<&'a str>,
+    pub attempt_ref: Option<&'a str>,
+    pub gateway: Option<&'a str>,
+    pub gateway_txn_id: Option<&'a str>,
+}
+
+impl OrderContext<'_> {
+    /// Its members, added to a message's `data`.
+    fn add_to(&self, data: &mut serde_json::Value) {
+        data["merchant_reference"] = json!(self.merchant_reference);
+        data["metadata"] = json!(Metadata::from_stored(self.metadata));
+        data["attempt_ref"] = json!(self.attempt_ref);
+        data["gateway"] = json!(self.gateway);
+        data["gateway_txn_id"] = json!(self.gateway_txn_id);
+    }
 }
 
 /// What an order's messages carry, when the caller has read it already.
@@ -52,8 +96,11 @@ pub struct OrderFacts<'a> {
     pub total_minor: i64,
     pub currency: &'a str,
     pub captured_minor: Option<i64>,
+    /// What the order's refunds that went through add up to (a duplicate payment's refund aside).
+    pub refunded_minor: i64,
     /// The order's lines (only a paid order's are used: its physical ones are to be shipped).
     pub lines: &'a [OrderLine],
+    pub context: OrderContext<'a>,
 }
 
 /// [`add_order_event`] from facts the caller read (or is writing in the same batch).
@@ -77,21 +124,24 @@ pub fn add_order_event_with(
             .map(|l| json!({"sku": l.sku, "name": l.name, "quantity": l.quantity}))
             .collect();
         if !lines.is_empty() {
-            let data = json!({"order_no": order_no, "lines": lines, "at": rfc3339(now)});
+            let mut data = json!({"order_no": order_no, "lines": lines, "at": rfc3339(now)});
+            facts.context.add_to(&mut data);
             add(batch, order_no, "fulfilment.requested", &data.to_string(), now);
         }
     }
 }
 
 fn add_status_message(batch: &mut Batch, order_no: &str, status: OrderStatus, facts: &OrderFacts<'_>, now: Millis) {
-    let data = json!({
+    let mut data = json!({
         "order_no": order_no,
         "status": status.as_str(),
         "total_minor": facts.total_minor,
         "currency": facts.currency,
         "captured_minor": facts.captured_minor,
+        "refunded_minor": facts.refunded_minor,
         "at": rfc3339(now),
     });
+    facts.context.add_to(&mut data);
     add(batch, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now);
 }
 
@@ -109,9 +159,28 @@ pub struct RefundFacts<'a> {
     pub refunded_minor: i64,
 }
 
-/// Adds the message of a refund's change to `batch`.
-pub fn add_refund_event(batch: &mut Batch, facts: &RefundFacts<'_>, now: Millis) {
-    let data = json!({
+/// Adds the message of a refund's change to `batch`, with the order's context and the payment it
+/// returns (read here).
+pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &RefundFacts<'_>, now: Millis) -> Result<()> {
+    let row = sql::query(
+        "SELECT o.captured_minor, o.merchant_reference, o.metadata, a.attempt_ref, a.gateway, a.gateway_txn_id \
+         FROM refunds r JOIN orders o ON o.order_no = r.order_no JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
+         WHERE r.refund_no = $1",
+    )
+    .bind(facts.refund_no)
+    .fetch_one(&mut *conn)
+    .await?;
+    let text = |name: &str| col::<Option<String>>(&row, name);
+    let (merchant_reference, metadata) = (text("merchant_reference")?, text("metadata")?);
+    let (attempt_ref, gateway, gateway_txn_id) = (text("attempt_ref")?, text("gateway")?, text("gateway_txn_id")?);
+    let context = OrderContext {
+        merchant_reference: merchant_reference.as_deref(),
+        metadata: metadata.as_deref(),
+        attempt_ref: attempt_ref.as_deref(),
+        gateway: gateway.as_deref(),
+        gateway_txn_id: gateway_txn_id.as_deref(),
+    };
+    let mut data = json!({
         "refund_no": facts.refund_no,
         "order_no": facts.order_no,
         "status": facts.status.as_str(),
@@ -119,9 +188,12 @@ pub fn add_refund_event(batch: &mut Batch, facts: &RefundFacts<'_>, now: Millis)
         "currency": facts.currency,
         "kind": facts.kind,
         "refunded_minor": facts.refunded_minor,
+        "captured_minor": col::<Option<i64>>(&row, "captured_minor")?,
         "at": rfc3339(now),
     });
+    context.add_to(&mut data);
     add(batch, facts.order_no, &format!("refund.{}", facts.status.as_str()), &data.to_string(), now);
+    Ok(())
 }
 
 fn add(batch: &mut Batch, order_no: &str, topic: &str, payload: &str, now: Millis) {
@@ -219,4 +291,31 @@ pub async fn backlog(db: &Db) -> Result<i64> {
     sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM outbox WHERE status = 'pending'")
         .fetch_one(db.read_pool())
         .await
+}
+
+/// Queues a delivered or given-up message to be sent again, as it was (its id, which the shop
+/// de-duplicates by, included), with its tries counted afresh. Returns it as queued.
+pub async fn resend(db: &Db, id: &str, now: Millis) -> Result<super::listing::MessageView> {
+    let lock = db.for_update();
+    let (owned, select) = (id.to_string(), format!("SELECT status FROM outbox WHERE id = $1{lock}"));
+    db.command(move |db| async move {
+        let id = owned.as_str();
+        crate::write_tx!(db, |tx| {
+            let status: Option<String> = sql::query_scalar(&select).bind(id).fetch_optional(&mut **tx).await?;
+            let status = status.ok_or_else(|| crate::error::Error::not_found("webhook message"))?;
+            crate::domain::webhook::may_resend(&status)?;
+            sql::query(
+                "UPDATE outbox SET status = 'pending', tries = 0, next_at = $1, lease_until = 0, resends = resends + 1 \
+                 WHERE id = $2",
+            )
+            .bind(now)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        })
+    })
+    .await?;
+    metrics::counter!("kassa_outbox_resends_total").increment(1);
+    super::listing::message(db, id).await
 }

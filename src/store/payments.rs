@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Also, Cause, Severity};
 use crate::store::lines::OrderLine;
-use crate::store::outbox::OrderFacts;
+use crate::store::outbox::{OrderContext, OrderFacts};
 use crate::store::refunds;
 use crate::store::reservations::{add_moves, reallocate};
 use crate::store::sql;
@@ -64,8 +64,9 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
             // duplicate would then run both reads for nothing, and PostgreSQL's CPU per statement
             // costs more than the round trip saved — BENCHMARKS.md.)
             let attempt_sql = format!(
-                "SELECT t.order_no, t.amount_minor, t.currency, \
-                 o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency \
+                "SELECT t.order_no, t.amount_minor, t.currency, t.gateway, \
+                 o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency, \
+                 o.merchant_reference, o.metadata \
                  FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
             );
             let reads = vec![
@@ -104,6 +105,9 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                         let reason = format!("amount {} but attempt is {expected_minor}", amount.amount_minor());
                         return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
                     }
+                    let text = |name: &str| col::<Option<String>>(&attempt, name);
+                    let (merchant_reference, metadata, gateway) =
+                        (text("merchant_reference")?, text("metadata")?, text("gateway")?);
                     let success = Success {
                         order_no: &order_no,
                         attempt_ref: &ev.attempt_ref,
@@ -112,6 +116,13 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                         order_total: &order_total,
                         others: &others,
                         parts: &parts,
+                        context: OrderContext {
+                            merchant_reference: merchant_reference.as_deref(),
+                            metadata: metadata.as_deref(),
+                            attempt_ref: Some(&ev.attempt_ref),
+                            gateway: gateway.as_deref(),
+                            gateway_txn_id: Some(gateway_txn_id),
+                        },
                     };
                     apply_success(tx, &success, order_status, attempt_status, policy, cause).await?
                 }
@@ -209,6 +220,8 @@ struct Success<'a> {
     others: &'a [(String, AttemptStatus)],
     /// The order's reservations and lines, read under the order lock.
     parts: &'a OrderParts,
+    /// What the order's messages carry besides: the shop's data and this attempt.
+    context: OrderContext<'a>,
 }
 
 /// What a payment changes on an order, read in one statement under the order's lock.
@@ -312,7 +325,10 @@ async fn apply_success(
                 total_minor: s.order_total.0,
                 currency: &s.order_total.1,
                 captured_minor: Some(amount.amount_minor()),
+                // A pending order has had nothing refunded.
+                refunded_minor: 0,
                 lines,
+                context: s.context,
             };
             let captured = Also {
                 set: "captured_minor = $5, captured_currency = $6, captured_attempt_ref = $7",
@@ -405,6 +421,7 @@ pub async fn complete_free(
     attempt_ref: &str,
     total: Money,
     lines: Vec<OrderLine>,
+    context: OrderContext<'_>,
     now: Millis,
 ) -> Result<()> {
     if total.amount_minor() != 0 {
@@ -426,6 +443,7 @@ pub async fn complete_free(
         order_total: &order_total,
         others: &[],
         parts: &parts,
+        context: OrderContext { attempt_ref: Some(attempt_ref), ..context },
     };
     let cause = Cause { trigger: "zero_total", notification_id: None, at: now };
     let status = OrderStatus::PendingPayment;

@@ -33,6 +33,12 @@ pub struct RefundView {
     pub created_at: String,
 }
 
+impl RefundView {
+    pub fn amount_display(&self) -> String {
+        crate::domain::money::format_minor(self.amount_minor, &self.currency)
+    }
+}
+
 fn view(r: &sql::Row) -> Result<RefundView> {
     Ok(RefundView {
         refund_no: col(r, "refund_no")?,
@@ -229,7 +235,7 @@ pub async fn insert(
         refunded_minor,
     };
     let mut batch = Batch::new();
-    outbox::add_refund_event(&mut batch, &facts, now);
+    outbox::add_refund_event(tx, &mut batch, &facts, now).await?;
     batch.run_checked(tx).await?;
     metrics::counter!("kassa_refunds_total", "result" => "requested").increment(1);
     Ok(())
@@ -437,7 +443,7 @@ pub async fn settle_locked(
         refunded_minor: totals.succeeded,
     };
     let mut batch = Batch::new();
-    outbox::add_refund_event(&mut batch, &facts, now);
+    outbox::add_refund_event(tx, &mut batch, &facts, now).await?;
     batch.run_checked(tx).await?;
     // The order moves only when it is refunding: to `refunded` once everything captured went
     // back, or back to where it was when a failure leaves part of the capture unrefunded.

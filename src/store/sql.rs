@@ -392,6 +392,12 @@ impl<'q> Query<'q> {
         self
     }
 
+    /// Binds each of `args`, in order, after those bound already.
+    pub fn bind_all(mut self, args: Vec<Arg>) -> Self {
+        self.args.extend(args);
+        self
+    }
+
     pub async fn execute(self, ex: impl Executor) -> Result<Done> {
         Ok(Done { changed: ex.run(self.sql, self.args, None).await?.changed })
     }

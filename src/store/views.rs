@@ -18,6 +18,12 @@ pub struct OrderLineView {
     pub line_total_minor: i64,
 }
 
+impl AttemptView {
+    pub fn amount_display(&self) -> String {
+        crate::domain::money::format_minor(self.amount_minor, &self.currency)
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct AttemptView {
     pub attempt_ref: String,
@@ -52,6 +58,10 @@ pub struct OrderView {
     pub refunded_minor: i64,
     pub expires_at: String,
     pub created_at: String,
+    /// The shop's own reference, if its checkout named one.
+    pub merchant_reference: Option<String>,
+    /// The shop's string pairs (an empty object when none).
+    pub metadata: crate::domain::shop::Metadata,
     pub lines: Vec<OrderLineView>,
     pub attempts: Vec<AttemptView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,6 +73,19 @@ pub struct OrderView {
 impl OrderView {
     pub fn total_display(&self) -> String {
         crate::domain::money::format_minor(self.total_minor, &self.currency)
+    }
+
+    /// An amount of this order's currency, for people (`12.34 CNY`).
+    pub fn money(&self, amount_minor: &i64) -> String {
+        crate::domain::money::format_minor(*amount_minor, &self.currency)
+    }
+
+    /// An amount of this order's currency in major units without it (`12.34`), as a form takes it.
+    pub fn decimal(&self, amount_minor: &i64) -> String {
+        crate::domain::Currency::parse(&self.currency)
+            .ok()
+            .and_then(|c| crate::domain::Money::new(*amount_minor, c).ok())
+            .map_or_else(|| amount_minor.to_string(), crate::domain::Money::decimal)
     }
 }
 
@@ -80,6 +103,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
     let pool = db.read_pool();
     let o = sql::query(
         "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
+         merchant_reference, metadata, \
          CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = orders.order_no \
          AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
          FROM orders WHERE order_no = $1",
@@ -157,6 +181,8 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
         refunded_minor: col(&o, "refunded_minor")?,
         expires_at: rfc3339(col(&o, "hold_expires_at")?),
         created_at: rfc3339(col(&o, "created_at")?),
+        merchant_reference: col(&o, "merchant_reference")?,
+        metadata: crate::domain::shop::Metadata::from_stored(col::<Option<String>>(&o, "metadata")?.as_deref()),
         lines,
         attempts,
         events,

@@ -85,6 +85,8 @@ pub struct Opts {
     pub gateways: kassa::gateway::config::GatewaysFile,
     /// The storefront's protection; tests run with rate limits off unless they set them.
     pub protection: kassa::config::Protection,
+    /// `--allowed-return-origins`.
+    pub allowed_return_origins: Vec<&'static str>,
 }
 
 /// The product's protection with the rate limits off (a test is many buyers from one address).
@@ -106,6 +108,7 @@ impl Default for Opts {
             alert_webhook_url: None,
             gateways: Default::default(),
             protection: test_protection(),
+            allowed_return_origins: Vec::new(),
         }
     }
 }
@@ -198,6 +201,11 @@ impl TestApp {
             reconcile_after_ms: 60_000,
             reconcile_interval_ms: 3_600_000,
             protection: opts.protection.clone(),
+            allowed_return_origins: opts
+                .allowed_return_origins
+                .iter()
+                .map(|o| kassa::domain::shop::Origin::parse(o).expect("origin"))
+                .collect(),
             engine: kassa::store::engine::EngineConfig::default(),
         };
         let manual = opts.manual_clock.then(ManualClock::default);

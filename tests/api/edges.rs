@@ -182,6 +182,7 @@ fn test_settings(t: &TestApp) -> kassa::config::Settings {
         reconcile_interval_ms: 3_600_000,
         engine: kassa::store::engine::EngineConfig::default(),
         protection: crate::common::test_protection(),
+        allowed_return_origins: Vec::new(),
     }
 }
 

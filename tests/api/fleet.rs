@@ -21,7 +21,7 @@ const STOCK: i64 = 40;
 const HOLD_SECONDS: u64 = 3;
 
 /// A round-robin TCP load balancer that skips backends it cannot connect to.
-async fn load_balancer(backends: Arc<Mutex<Vec<SocketAddr>>>) -> SocketAddr {
+pub async fn load_balancer(backends: Arc<Mutex<Vec<SocketAddr>>>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let next = Arc::new(AtomicUsize::new(0));
@@ -48,8 +48,9 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn start_instance(database_url: &str, port: u16, public: SocketAddr, log: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_kassa"))
+/// Starts `bin` (this kassa, or another version's) as one instance of a fleet behind `public`.
+pub fn start_instance(bin: &str, database_url: &str, port: u16, public: SocketAddr, log: &std::path::Path) -> Child {
+    Command::new(bin)
         .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}")])
         .args(["--public-url", &format!("http://{public}"), "--sandbox", "--admin-token", ADMIN])
         .args(["--hold-seconds", &HOLD_SECONDS.to_string(), "--sweep-interval-ms", "200", "--db-max-connections", "12"])
@@ -75,12 +76,13 @@ pub async fn wait_healthy(http: &reqwest::Client, base: &str, child: &mut Child,
     panic!("{base} did not become healthy: {}", std::fs::read_to_string(log).unwrap_or_default());
 }
 
+/// What the buyers saw: orders placed (order, attempt), refused for stock, lost in flight, paid.
 #[derive(Default)]
-struct Tally {
-    placed: Vec<(String, String)>,
-    out_of_stock: usize,
-    unknown: usize,
-    paid_at_gateway: Vec<String>,
+pub struct Tally {
+    pub placed: Vec<(String, String)>,
+    pub out_of_stock: usize,
+    pub unknown: usize,
+    pub paid_at_gateway: Vec<String>,
 }
 
 /// The `k`-th live instance, round robin.
@@ -90,7 +92,9 @@ async fn pick(bases: &[String], alive: &Mutex<Vec<bool>>, k: usize) -> String {
     bases[live[k % live.len()]].clone()
 }
 
-async fn buyer(
+/// One buyer: a session, a basket, a checkout on one live instance, and what they do at the
+/// gateway (pay, pay late, walk away, fail) with the notifications sent through the others.
+pub async fn buyer(
     http: reqwest::Client,
     bases: Vec<String>,
     i: usize,
@@ -170,7 +174,15 @@ async fn three_instances_on_one_postgres_survive_a_sigkill() {
     let mut children: Vec<Child> = ports
         .iter()
         .enumerate()
-        .map(|(i, p)| start_instance(&database_url, *p, lb, &dir.path().join(format!("kassa-{i}.log"))))
+        .map(|(i, p)| {
+            start_instance(
+                env!("CARGO_BIN_EXE_kassa"),
+                &database_url,
+                *p,
+                lb,
+                &dir.path().join(format!("kassa-{i}.log")),
+            )
+        })
         .collect();
     let bases: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
@@ -216,16 +228,31 @@ async fn three_instances_on_one_postgres_survive_a_sigkill() {
     assert!(tally.placed.len() >= 40, "too few orders placed to mean anything");
     assert!(tally.out_of_stock > 0, "the stock was meant to run out");
 
-    // Let the survivors' sweepers and the sandbox's retries settle (leases of the dead instance
-    // run out first). Bounded wait: synchronisation, not a timing assertion.
-    let db = kassa::store::Db::connect(&database_url, 4).await.unwrap();
-    let pool = db.read_pool();
-    let count = |sql: &'static str| async move { sql::query_scalar::<i64>(sql).fetch_one(pool).await.unwrap() };
+    settle_and_verify(&database_url, &database_url, &tally, STOCK, &[env!("CARGO_BIN_EXE_kassa")]).await;
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Waits (bounded: synchronisation, not a timing assertion) until no order is pending and the
+/// sandbox has no notification left to send, then checks what the buyers saw against the books:
+/// every acknowledged order exists, every payment the gateway took ended paid, every acknowledged
+/// notification is in the inbox, the units add up per SKU (`HOT`, `WARM`, `stock` each), and `kassa
+/// check` of each binary in `checkers` finds nothing. `sandbox_url` is the sandbox's database
+/// (kassa's own on PostgreSQL, a file beside it on SQLite).
+pub async fn settle_and_verify(database_url: &str, sandbox_url: &str, tally: &Tally, stock: i64, checkers: &[&str]) {
+    // The sweepers and the sandbox's retries settle (leases of a dead instance run out first).
+    let db = kassa::store::Db::connect(database_url, 4).await.unwrap();
+    let sandbox = kassa::store::Db::connect(sandbox_url, 2).await.unwrap();
+    let (pool, sandbox_pool) = (db.read_pool(), sandbox.read_pool());
+    let count = |pool, sql: &'static str| async move { sql::query_scalar::<i64>(sql).fetch_one(pool).await.unwrap() };
     let mut settled = false;
     for _ in 0..600 {
-        let pending = count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE status = 'pending_payment'").await;
+        let pending = count(pool, "SELECT CAST(COUNT(*) AS BIGINT) FROM orders WHERE status = 'pending_payment'").await;
         let deliveries =
-            count("SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'").await;
+            count(sandbox_pool, "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries WHERE status = 'pending'")
+                .await;
         if pending == 0 && deliveries == 0 {
             settled = true;
             break;
@@ -239,27 +266,34 @@ async fn three_instances_on_one_postgres_survive_a_sigkill() {
     let placed: Vec<String> = tally.placed.iter().map(|(o, _)| o.clone()).collect();
     crate::common::assert_acknowledged(pool, &placed, &tally.paid_at_gateway).await;
     // Every acknowledged notification was applied (its event is in the inbox).
-    let lost = count(
-        "SELECT CAST(COUNT(*) AS BIGINT) FROM sandbox_deliveries d WHERE d.status = 'delivered' AND NOT EXISTS \
-         (SELECT 1 FROM notifications n WHERE n.gateway = 'sandbox' AND n.event_id = d.event_id)",
-    )
-    .await;
-    assert_eq!(lost, 0, "acknowledged notifications missing from the inbox");
+    let delivered: Vec<String> =
+        sql::query_scalar("SELECT event_id FROM sandbox_deliveries WHERE status = 'delivered'")
+            .fetch_all(sandbox_pool)
+            .await
+            .unwrap();
+    for event_id in &delivered {
+        let n: i64 = sql::query_scalar(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM notifications WHERE gateway = 'sandbox' AND event_id = $1",
+        )
+        .bind(event_id.as_str())
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(n, 1, "acknowledged notification {event_id} missing from the inbox");
+    }
     // The numbers add up: units ordered = units sold + units released, per SKU.
     for sku in ["HOT", "WARM"] {
         let (on_hand, reserved, sold, ordered, released) = crate::common::ledger(pool, sku).await;
         eprintln!("fleet {sku}: ordered {ordered} = sold {sold} + released {released}; on hand {on_hand}");
         assert_eq!(reserved, 0);
         assert_eq!(ordered, sold + released);
-        assert_eq!(on_hand + sold, STOCK);
+        assert_eq!(on_hand + sold, stock);
     }
+    sandbox.close().await;
     db.close().await;
     // And the invariant checker agrees.
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_kassa")).args(["check", "--database-url", &database_url]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
+    for bin in checkers {
+        let out = Command::new(bin).args(["check", "--database-url", database_url]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{bin}: {}", String::from_utf8_lossy(&out.stdout));
     }
 }

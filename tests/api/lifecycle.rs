@@ -141,12 +141,12 @@ async fn keys_cli(backend: Backend) {
 }
 
 /// A merchant webhook that records what it receives and fails the first `fail_first` posts.
-struct Webhook {
-    url: String,
-    received: Arc<Mutex<Vec<(axum::http::HeaderMap, String)>>>,
+pub struct Webhook {
+    pub url: String,
+    pub received: Arc<Mutex<Vec<(axum::http::HeaderMap, String)>>>,
 }
 
-async fn webhook(fail_first: usize) -> Webhook {
+pub async fn webhook(fail_first: usize) -> Webhook {
     let received: Arc<Mutex<Vec<(axum::http::HeaderMap, String)>>> = Arc::default();
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (r2, c2) = (received.clone(), calls.clone());
@@ -169,7 +169,7 @@ async fn webhook(fail_first: usize) -> Webhook {
     Webhook { url, received }
 }
 
-fn verify_webhook(headers: &axum::http::HeaderMap, body: &str) {
+pub fn verify_webhook(headers: &axum::http::HeaderMap, body: &str) {
     let sig = headers["kassa-signature"].to_str().unwrap();
     let (t, v1) = sig.split_once(',').unwrap();
     let t = t.strip_prefix("t=").unwrap();

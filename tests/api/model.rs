@@ -226,6 +226,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let basket = catalog::create_basket(db, &session, now).await.unwrap();
             catalog::set_basket_line(db, &session, &basket, &Sku::parse(SKUS[sku].0).unwrap(), qty, now).await.unwrap();
             let req = checkout::ConfirmRequest {
+                shop: &Default::default(),
                 currencies: None,
                 session_id: &session,
                 basket_id: &basket,
@@ -283,6 +284,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let Some(i) = pick(model, order) else { return Ok(()) };
             let o = &model.orders[i];
             let req = checkout::ConfirmRequest {
+                shop: &Default::default(),
                 currencies: None,
                 session_id: &o.session,
                 basket_id: &o.basket,

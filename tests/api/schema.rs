@@ -232,6 +232,14 @@ async fn both_migration_folders_build_the_same_schema() {
 
 /// The rows of an order in flight, as an older kassa left them: a SKU with one unit held, a
 /// session, its frozen basket, the pending order, its reservation, attempt and log row.
+/// The schema version this kassa migrates to.
+pub const LATEST: i64 = 12;
+
+#[test]
+fn latest_is_the_last_migration() {
+    assert_eq!(kassa::store::Db::sqlite_migrations().last().unwrap().0, LATEST);
+}
+
 pub const OLDER_DATABASE_ROWS: &str = "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, created_at, updated_at) \
        VALUES ('S', 'S', 'physical', 500, 'CNY', 5, 1, 0, 0); \
      INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ('SE', 'h', 'c', 0); \
@@ -291,7 +299,7 @@ async fn older_postgres_databases_migrate_to_the_same_references() {
         db.migrate().await.unwrap();
         let pool = db.read_pool();
         let scalar = |sql: &'static str| async move { sql::query_scalar::<i64>(sql).fetch_one(pool).await.unwrap() };
-        assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, 11);
+        assert_eq!(scalar("SELECT MAX(version) FROM schema_migrations").await, crate::schema::LATEST);
         assert_eq!(scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM payment_attempts").await, 1);
         let references = scalar(
             "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_constraint WHERE contype = 'f' AND conname IN \

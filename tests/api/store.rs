@@ -409,6 +409,7 @@ async fn every_engine_configuration_commits_the_same_way() {
                 }
                 catalog::set_basket_line(&db, &session, &basket, &Sku::parse("W").unwrap(), 1, 1).await.unwrap();
                 let req = kassa::store::checkout::ConfirmRequest {
+                    shop: &Default::default(),
                     session_id: &session,
                     basket_id: &basket,
                     gateway: "sandbox",
@@ -543,7 +544,7 @@ async fn sqlite_in_lists_are_rewritten_by_rebuilding_their_tables() {
     let db = kassa::store::Db::connect(&url, 2).await.unwrap();
     db.migrate().await.unwrap();
     let pool = db.read_pool();
-    assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, 11);
+    assert_eq!(number(pool, "SELECT MAX(version) FROM schema_migrations").await, crate::schema::LATEST);
     assert_eq!(number(pool, IN_LISTS_LEFT).await, 0);
     let integrity: String = sql::query_scalar("PRAGMA integrity_check").fetch_one(pool).await.unwrap();
     assert_eq!(integrity, "ok");

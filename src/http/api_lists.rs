@@ -1,0 +1,377 @@
+//! The JSON API's lists and exports: the public catalog, orders (filtered, paged by cursor), the
+//! orders and refunds of a date range as CSV (streamed: a year of orders is never held in
+//! memory), and the shop's webhook messages with a resend.
+
+use std::collections::BTreeMap;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Admin, AppState};
+use crate::clock::{Millis, rfc3339};
+use crate::domain::{Currency, Money, OrderStatus};
+use crate::error::{Error, Result};
+use crate::store::catalog;
+use crate::store::listing::{self, Cursor, OrderFilter};
+
+/// Rows one query of an export reads (and one chunk of the response carries).
+pub const EXPORT_BATCH: i64 = 500;
+/// Longest text filter accepted.
+const FILTER_LEN_MAX: usize = 128;
+
+/// A SKU as the public catalog shows it: what a buyer may order, at what price, and how many.
+#[derive(Debug, Serialize)]
+pub struct CatalogItem {
+    sku: String,
+    name: String,
+    kind: String,
+    price_minor: i64,
+    currency: String,
+    /// Units that can be ordered now (stock not held by open orders; a digital SKU's keys).
+    available: i64,
+    /// Most units in one order (`null`: no limit of its own).
+    max_per_order: Option<i64>,
+}
+
+pub(super) async fn catalog_json(State(state): State<AppState>) -> Result<Response> {
+    let items: Vec<CatalogItem> = catalog::list_skus(&state.db)
+        .await?
+        .into_iter()
+        .map(|s| CatalogItem {
+            sku: s.sku,
+            name: s.name,
+            kind: s.kind,
+            price_minor: s.price_minor,
+            currency: s.currency,
+            available: s.available.max(0),
+            max_per_order: s.max_per_order,
+        })
+        .collect();
+    Ok(axum::Json(json!({"items": items})).into_response())
+}
+
+/// A query parameter that is text, bounded.
+fn text(query: &BTreeMap<String, String>, name: &str) -> Result<Option<String>> {
+    match query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) if v.chars().count() <= FILTER_LEN_MAX && !v.chars().any(char::is_control) => Ok(Some(v.to_string())),
+        Some(_) => {
+            Err(Error::invalid("invalid_filter", format!("{name}: at most {FILTER_LEN_MAX} printable characters")))
+        }
+    }
+}
+
+/// A time bound: an RFC 3339 time, or a date (UTC) — `from`'s day starts at its midnight, `to`'s
+/// day is included whole.
+fn time_bound(query: &BTreeMap<String, String>, name: &str, end: bool) -> Result<Option<Millis>> {
+    let Some(v) = text(query, name)? else { return Ok(None) };
+    let invalid = || Error::invalid("invalid_filter", format!("{name}: a date (2026-12-01) or an RFC 3339 time"));
+    let at = match time::Date::parse(&v, time::macros::format_description!("[year]-[month]-[day]")) {
+        Ok(date) => {
+            let date = if end { date.next_day().ok_or_else(invalid)? } else { date };
+            date.midnight().assume_utc()
+        }
+        Err(_) => {
+            time::OffsetDateTime::parse(&v, &time::format_description::well_known::Rfc3339).map_err(|_| invalid())?
+        }
+    };
+    Ok(Some(i64::try_from(at.unix_timestamp_nanos() / 1_000_000).map_err(|_| invalid())?))
+}
+
+fn order_filter(query: &BTreeMap<String, String>) -> Result<OrderFilter> {
+    let status = text(query, "status")?
+        .map(|s| {
+            OrderStatus::parse(&s).ok_or_else(|| {
+                let all: Vec<&str> = OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
+                Error::invalid("invalid_filter", format!("status: one of {}", all.join(", ")))
+            })
+        })
+        .transpose()?;
+    Ok(OrderFilter {
+        status,
+        gateway: text(query, "gateway")?,
+        created_from: time_bound(query, "from", false)?,
+        created_to: time_bound(query, "to", true)?,
+        sku: text(query, "sku")?,
+        q: text(query, "q")?,
+    })
+}
+
+fn cursor(query: &BTreeMap<String, String>) -> Result<Option<Cursor>> {
+    query.get("cursor").filter(|c| !c.is_empty()).map(|c| Cursor::parse(c)).transpose()
+}
+
+fn page_limit(query: &BTreeMap<String, String>) -> Result<i64> {
+    let asked = query
+        .get("limit")
+        .map(|l| {
+            l.parse::<i64>().map_err(|_| {
+                Error::invalid("invalid_filter", format!("limit: a whole number from 1 to {}", listing::PAGE_MAX))
+            })
+        })
+        .transpose()?;
+    Ok(listing::limit(asked))
+}
+
+pub(super) async fn list_orders(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let filter = order_filter(&query)?;
+    let page = listing::orders(&state.db, &filter, cursor(&query)?.as_ref(), page_limit(&query)?).await?;
+    Ok(axum::Json(page).into_response())
+}
+
+/// A money column of an export: major units, plain (`306.00`).
+fn major(amount_minor: i64, currency: &str) -> String {
+    Currency::parse(currency)
+        .ok()
+        .and_then(|c| Money::new(amount_minor, c).ok())
+        .map_or_else(|| amount_minor.to_string(), Money::decimal)
+}
+
+/// A text cell a person's spreadsheet will open: one starting like a formula is quoted with `'`
+/// so it is shown, not run.
+fn cell(text: &str) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{text}") } else { text.to_string() }
+}
+
+/// A CSV response whose body is written batch by batch: `batch(cursor)` reads the rows after
+/// `cursor` and writes them; it answers the next cursor, `None` at the end.
+fn csv_stream<F, Fut>(name: &str, header: &'static [&'static str], batch: F) -> Response
+where
+    F: Fn(Option<Cursor>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(Vec<Vec<String>>, Option<String>)>> + Send,
+{
+    enum Step {
+        Header,
+        After(Option<Cursor>),
+        Done,
+    }
+    let write = |rows: &[Vec<String>]| -> std::io::Result<Bytes> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for row in rows {
+            w.write_record(row)?;
+        }
+        w.into_inner().map(Bytes::from).map_err(|e| e.into_error())
+    };
+    let stream = futures_util::stream::unfold((Step::Header, batch), move |(step, batch)| async move {
+        match step {
+            Step::Header => {
+                let row: Vec<String> = header.iter().map(|h| (*h).to_string()).collect();
+                Some((write(&[row]), (Step::After(None), batch)))
+            }
+            Step::After(after) => match batch(after).await {
+                Ok((rows, next)) => {
+                    let next = match next.map(|c| Cursor::parse(&c)).transpose() {
+                        Ok(Some(c)) => Step::After(Some(c)),
+                        Ok(None) => Step::Done,
+                        Err(e) => return Some((Err(std::io::Error::other(e.to_string())), (Step::Done, batch))),
+                    };
+                    Some((write(&rows), (next, batch)))
+                }
+                Err(e) => {
+                    // The answer has begun: all that can be done is to cut it short, so the client
+                    // sees an incomplete transfer rather than a file that looks whole.
+                    tracing::warn!(error = %e, "export failed part way");
+                    Some((Err(std::io::Error::other("export failed")), (Step::Done, batch)))
+                }
+            },
+            Step::Done => None,
+        }
+    });
+    let mut response = Body::from_stream(stream).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/csv; charset=utf-8"));
+    if let Ok(v) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    response
+}
+
+const ORDERS_CSV_HEADER: &[&str] = &[
+    "order_no",
+    "created_at",
+    "status",
+    "currency",
+    "total",
+    "captured",
+    "refunded",
+    "gateway",
+    "attempt_ref",
+    "gateway_txn_id",
+    "merchant_reference",
+    "lines",
+    "metadata",
+];
+
+pub(super) async fn orders_csv(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let filter = order_filter(&query)?;
+    let db = state.db.clone();
+    Ok(csv_stream("orders.csv", ORDERS_CSV_HEADER, move |after| {
+        let (db, filter) = (db.clone(), filter.clone());
+        async move {
+            let page = listing::export_orders(&db, &filter, after.as_ref(), EXPORT_BATCH).await?;
+            let rows = page
+                .items
+                .iter()
+                .map(|o| {
+                    let s = &o.summary;
+                    let lines: Vec<String> = o.lines.iter().map(|(sku, n)| format!("{sku} x{n}")).collect();
+                    vec![
+                        s.order_no.clone(),
+                        s.created_at.clone(),
+                        s.status.clone(),
+                        s.currency.clone(),
+                        major(s.total_minor, &s.currency),
+                        s.captured_minor.map(|c| major(c, &s.currency)).unwrap_or_default(),
+                        major(s.refunded_minor, &s.currency),
+                        s.gateway.clone(),
+                        o.attempt_ref.clone().unwrap_or_default(),
+                        cell(o.gateway_txn_id.as_deref().unwrap_or_default()),
+                        cell(s.merchant_reference.as_deref().unwrap_or_default()),
+                        cell(&lines.join("; ")),
+                        if s.metadata.is_empty() { String::new() } else { cell(&json!(s.metadata).to_string()) },
+                    ]
+                })
+                .collect();
+            Ok((rows, page.next_cursor))
+        }
+    }))
+}
+
+const REFUNDS_CSV_HEADER: &[&str] = &[
+    "refund_no",
+    "order_no",
+    "created_at",
+    "updated_at",
+    "status",
+    "kind",
+    "currency",
+    "amount",
+    "gateway",
+    "attempt_ref",
+    "gateway_txn_id",
+    "merchant_reference",
+    "reason",
+];
+
+pub(super) async fn refunds_csv(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let (from, to) = (time_bound(&query, "from", false)?, time_bound(&query, "to", true)?);
+    let db = state.db.clone();
+    Ok(csv_stream("refunds.csv", REFUNDS_CSV_HEADER, move |after| {
+        let db = db.clone();
+        async move {
+            let page = listing::export_refunds(&db, from, to, after.as_ref(), EXPORT_BATCH).await?;
+            let rows = page
+                .items
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.refund_no.clone(),
+                        r.order_no.clone(),
+                        rfc3339(r.created_at_ms),
+                        rfc3339(r.updated_at_ms),
+                        r.status.clone(),
+                        r.kind.clone(),
+                        r.currency.clone(),
+                        major(r.amount_minor, &r.currency),
+                        r.gateway.clone(),
+                        r.attempt_ref.clone(),
+                        cell(r.gateway_txn_id.as_deref().unwrap_or_default()),
+                        cell(r.merchant_reference.as_deref().unwrap_or_default()),
+                        cell(&r.reason),
+                    ]
+                })
+                .collect();
+            Ok((rows, page.next_cursor))
+        }
+    }))
+}
+
+pub(super) async fn list_webhooks(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let status = text(&query, "status")?;
+    if let Some(s) = &status
+        && !matches!(s.as_str(), "pending" | "delivered" | "dead")
+    {
+        return Err(Error::invalid("invalid_filter", "status: one of pending, delivered, dead"));
+    }
+    let order_no = text(&query, "order_no")?;
+    let page = listing::messages(
+        &state.db,
+        status.as_deref(),
+        order_no.as_deref(),
+        cursor(&query)?.as_ref(),
+        page_limit(&query)?,
+    )
+    .await?;
+    Ok(axum::Json(page).into_response())
+}
+
+pub(super) async fn resend_webhook(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    if !crate::domain::ids::is_plain_id(&id) {
+        return Err(Error::not_found("webhook message"));
+    }
+    let message = crate::store::outbox::resend(&state.db, &id, state.now_ms()).await?;
+    Ok((StatusCode::OK, axum::Json(message)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+    }
+
+    #[test]
+    fn a_date_bound_covers_its_whole_day() {
+        let day = 1_764_547_200_000; // 2025-12-01T00:00:00Z
+        assert_eq!(time_bound(&q(&[("from", "2025-12-01")]), "from", false).unwrap(), Some(day));
+        assert_eq!(time_bound(&q(&[("to", "2025-12-01")]), "to", true).unwrap(), Some(day + 86_400_000));
+        let exact = time_bound(&q(&[("to", "2025-12-01T08:00:00+08:00")]), "to", true).unwrap();
+        assert_eq!(exact, Some(day), "a time is taken as given");
+        assert_eq!(time_bound(&q(&[("from", "yesterday")]), "from", false).unwrap_err().code(), "invalid_filter");
+        assert_eq!(time_bound(&q(&[]), "from", false).unwrap(), None);
+    }
+
+    #[test]
+    fn filters_refuse_what_they_cannot_mean() {
+        assert_eq!(order_filter(&q(&[("status", "lost")])).unwrap_err().code(), "invalid_filter");
+        assert_eq!(order_filter(&q(&[("q", &"x".repeat(129))])).unwrap_err().code(), "invalid_filter");
+        assert_eq!(page_limit(&q(&[("limit", "ten")])).unwrap_err().code(), "invalid_filter");
+        assert_eq!(page_limit(&q(&[("limit", "100000")])).unwrap(), listing::PAGE_MAX);
+        let f = order_filter(&q(&[("status", "paid"), ("sku", "MUG"), ("q", " PO-1 ")])).unwrap();
+        assert_eq!((f.status, f.sku.as_deref(), f.q.as_deref()), (Some(OrderStatus::Paid), Some("MUG"), Some("PO-1")));
+    }
+
+    #[test]
+    fn money_is_written_in_major_units_and_formulas_are_quoted() {
+        assert_eq!(major(30600, "CNY"), "306.00");
+        assert_eq!(major(1200, "JPY"), "1200");
+        assert_eq!(cell("=HYPERLINK(\"x\")"), "'=HYPERLINK(\"x\")");
+        assert_eq!(cell("-1"), "'-1");
+        assert_eq!(cell("PO-1"), "PO-1");
+    }
+}
