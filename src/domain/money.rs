@@ -29,6 +29,11 @@ impl Currency {
     /// Renminbi, the currency of Alipay and WeChat Pay.
     pub const CNY: Currency = Currency("CNY");
 
+    /// Every currency kassa accepts, CNY first.
+    pub fn known() -> impl Iterator<Item = &'static str> {
+        KNOWN_CURRENCIES.iter().map(|(c, _)| *c)
+    }
+
     /// Parses an upper-case ISO-4217 code such as `CNY`.
     pub fn parse(code: &str) -> Result<Self, MoneyError> {
         KNOWN_CURRENCIES

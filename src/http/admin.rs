@@ -83,7 +83,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
 
 /// A signed-in operator, with the CSRF token their forms must echo.
 pub struct Operator {
-    csrf: String,
+    pub(super) csrf: String,
 }
 
 impl FromRequestParts<AppState> for Operator {
@@ -99,7 +99,7 @@ impl FromRequestParts<AppState> for Operator {
 }
 
 impl Operator {
-    fn check(&self, form: &BTreeMap<String, String>) -> Result<()> {
+    pub(super) fn check(&self, form: &BTreeMap<String, String>) -> Result<()> {
         let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
         aws_lc_rs::constant_time::verify_slices_are_equal(given, self.csrf.as_bytes()).map_err(|_| {
             Error::refused(crate::error::RefusalKind::Forbidden, "csrf_failed", "the form has expired; reload the page")
@@ -355,10 +355,19 @@ async fn order_action(
 struct SkusPage<'a> {
     csrf: &'a str,
     rows: Vec<SkuRow>,
+    message: String,
+    /// The currencies a new SKU may be priced in, the shop's first.
+    currencies: Vec<&'static str>,
 }
 
-async fn skus_page(State(state): State<AppState>, op: Operator) -> Result<Response> {
-    Ok(render(&SkusPage { csrf: &op.csrf, rows: admin::skus(&state.db).await? }))
+async fn skus_page(
+    State(state): State<AppState>,
+    op: Operator,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let message = super::admin_catalog::done_message(&query);
+    let currencies = crate::domain::Currency::known().collect();
+    Ok(render(&SkusPage { csrf: &op.csrf, rows: admin::skus(&state.db).await?, message, currencies }))
 }
 
 #[derive(Template)]

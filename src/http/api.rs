@@ -7,7 +7,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::flows::{CheckoutBody, RetryBody, cancel_flow, place_order, query_for_buyer, refund_flow, retry_flow};
+use super::flows::{
+    CheckoutBody, RetryBody, SkuDraft, cancel_flow, create_sku_flow, edit_sku_flow, import_keys_flow, place_order,
+    query_for_buyer, refund_flow, retry_flow,
+};
 use super::{Admin, ApiJson, AppState, Buyer, Caller, RawBody};
 use crate::clock::rfc3339;
 use crate::domain::checkout::SkuLimits;
@@ -15,7 +18,7 @@ use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo, RefundNo, Sku};
 use crate::domain::{Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
-use crate::store::catalog::{self, LimitsPatch, NewSku, SkuKind};
+use crate::store::catalog::{self, LimitsPatch};
 use crate::store::checkout::Placed;
 use crate::store::payments::{self, Applied};
 use crate::store::views;
@@ -208,23 +211,7 @@ pub(super) async fn import_keys(
     ApiJson(body): ApiJson<KeysBody>,
 ) -> Result<Response> {
     let sku = Sku::parse(&sku)?;
-    let vault = state
-        .vault
-        .as_ref()
-        .ok_or_else(|| Error::unprocessable("keys_secret_missing", "digital goods need --keys-secret"))?;
-    if body.keys.len() > fulfilment::IMPORT_API_MAX {
-        return Err(Error::unprocessable(
-            "too_many_keys",
-            format!("at most {} keys per call; use `kassa keys import` for files", fulfilment::IMPORT_API_MAX),
-        ));
-    }
-    let mut total = fulfilment::ImportCount::default();
-    for chunk in body.keys.chunks(fulfilment::IMPORT_BATCH_MAX) {
-        let n = fulfilment::import_keys(&state.db, vault, &sku, chunk, state.now_ms()).await?;
-        total.imported += n.imported;
-        total.duplicates += n.duplicates;
-    }
-    Ok(axum::Json(total).into_response())
+    Ok(axum::Json(import_keys_flow(&state, &sku, &body.keys).await?).into_response())
 }
 
 /// The order as JSON, with the card keys of delivered digital lines (for its buyer and admins).
@@ -345,33 +332,20 @@ pub(super) struct SkuBody {
     hold_seconds: Option<i64>,
 }
 
-/// Longest SKU display name.
-const SKU_NAME_LEN_MAX: usize = 200;
-
 pub(super) async fn create_sku(
     State(state): State<AppState>,
     _admin: Admin,
     ApiJson(body): ApiJson<SkuBody>,
 ) -> Result<Response> {
-    let sku = Sku::parse(&body.sku)
-        .map_err(|_| Error::unprocessable("invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
-    let name = valid_name(&body.name)?;
-    let kind = match body.kind.as_deref() {
-        None | Some("physical") => SkuKind::Physical,
-        Some("digital") => SkuKind::Digital,
-        Some(_) => return Err(Error::unprocessable("unsupported_kind", "kind must be physical or digital")),
-    };
-    // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
-    let stock = if kind == SkuKind::Digital { 0 } else { body.stock };
-    let new = NewSku {
-        sku,
-        name: name.to_string(),
-        kind,
+    let draft = SkuDraft {
+        sku: &body.sku,
+        name: &body.name,
+        kind: body.kind.as_deref(),
         price: Money::new(body.price_minor, Currency::parse(&body.currency)?)?,
-        stock,
+        stock: body.stock,
         limits: SkuLimits { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds },
     };
-    let view = catalog::create_sku(&state.db, &new, false, state.now_ms()).await?;
+    let view = create_sku_flow(&state, &draft).await?;
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
 }
 
@@ -412,18 +386,9 @@ pub(super) async fn update_sku(
     ApiJson(body): ApiJson<SkuPatch>,
 ) -> Result<Response> {
     let sku = Sku::parse(&sku)?;
-    let name = body.name.as_deref().map(valid_name).transpose()?;
     let limits = LimitsPatch { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds };
-    let view = catalog::update_sku(&state.db, &sku, name, body.price_minor, limits, state.now_ms()).await?;
+    let view = edit_sku_flow(&state, &sku, body.name.as_deref(), body.price_minor, limits).await?;
     Ok(axum::Json(view).into_response())
-}
-
-fn valid_name(name: &str) -> Result<&str> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > SKU_NAME_LEN_MAX || name.chars().any(char::is_control) {
-        return Err(Error::unprocessable("invalid_name", "name must be 1-200 printable characters"));
-    }
-    Ok(name)
 }
 
 #[derive(Deserialize)]

@@ -349,3 +349,82 @@ pub async fn query_for_buyer(state: &AppState, order: &views::OrderView) {
         Err(_) => tracing::warn!(attempt_ref = %claimed.attempt_ref, "buyer-triggered query timed out"),
     }
 }
+
+/// Longest SKU display name.
+pub const SKU_NAME_LEN_MAX: usize = 200;
+
+/// A SKU's display name, trimmed: 1–200 printable characters.
+pub fn valid_name(name: &str) -> Result<&str> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > SKU_NAME_LEN_MAX || name.chars().any(char::is_control) {
+        return Err(Error::unprocessable("invalid_name", "name must be 1-200 printable characters"));
+    }
+    Ok(name)
+}
+
+/// A new SKU as the API or the console names it, before it is checked.
+pub struct SkuDraft<'a> {
+    pub sku: &'a str,
+    pub name: &'a str,
+    /// `physical` (the default) or `digital`.
+    pub kind: Option<&'a str>,
+    pub price: crate::domain::Money,
+    /// Units on hand (a digital SKU's stock is its keys: ignored).
+    pub stock: i64,
+    pub limits: crate::domain::checkout::SkuLimits,
+}
+
+/// Creates a SKU (API and console).
+pub async fn create_sku_flow(state: &AppState, draft: &SkuDraft<'_>) -> Result<catalog::SkuView> {
+    use crate::store::catalog::{NewSku, SkuKind};
+    let sku = crate::domain::ids::Sku::parse(draft.sku)
+        .map_err(|_| Error::unprocessable("invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
+    let name = valid_name(draft.name)?;
+    let kind = match draft.kind {
+        None | Some("physical") => SkuKind::Physical,
+        Some("digital") => SkuKind::Digital,
+        Some(_) => return Err(Error::unprocessable("unsupported_kind", "kind must be physical or digital")),
+    };
+    // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
+    let stock = if kind == SkuKind::Digital { 0 } else { draft.stock };
+    let new = NewSku { sku, name: name.to_string(), kind, price: draft.price, stock, limits: draft.limits };
+    catalog::create_sku(&state.db, &new, false, state.now_ms()).await
+}
+
+/// Changes a SKU's name, price and/or limits (API and console).
+pub async fn edit_sku_flow(
+    state: &AppState,
+    sku: &crate::domain::ids::Sku,
+    name: Option<&str>,
+    price_minor: Option<i64>,
+    limits: catalog::LimitsPatch,
+) -> Result<catalog::SkuView> {
+    let name = name.map(valid_name).transpose()?;
+    catalog::update_sku(&state.db, sku, name, price_minor, limits, state.now_ms()).await
+}
+
+/// Imports card keys into a digital SKU, in batches (API and console).
+pub async fn import_keys_flow(
+    state: &AppState,
+    sku: &crate::domain::ids::Sku,
+    keys: &[String],
+) -> Result<crate::store::fulfilment::ImportCount> {
+    use crate::store::fulfilment;
+    let vault = state
+        .vault
+        .as_ref()
+        .ok_or_else(|| Error::unprocessable("keys_secret_missing", "digital goods need --keys-secret"))?;
+    if keys.len() > fulfilment::IMPORT_API_MAX {
+        return Err(Error::unprocessable(
+            "too_many_keys",
+            format!("at most {} keys per call; use `kassa keys import` for files", fulfilment::IMPORT_API_MAX),
+        ));
+    }
+    let mut total = fulfilment::ImportCount::default();
+    for chunk in keys.chunks(fulfilment::IMPORT_BATCH_MAX) {
+        let n = fulfilment::import_keys(&state.db, vault, sku, chunk, state.now_ms()).await?;
+        total.imported += n.imported;
+        total.duplicates += n.duplicates;
+    }
+    Ok(total)
+}

@@ -2,6 +2,7 @@
 //! Routes are declared once in [`routes`], which feeds both the router and `/openapi.json`.
 
 pub mod admin;
+pub mod admin_catalog;
 pub mod api;
 pub mod api_lists;
 pub mod api_routes;
@@ -290,6 +291,7 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let mut all = api_routes::routes();
     all.extend(pages::routes());
     all.extend(admin::routes());
+    all.extend(admin_catalog::routes());
     if with_sandbox {
         all.extend(crate::sandbox::http::routes());
     }

@@ -295,6 +295,7 @@ const ASSETS: &[(&str, &str)] = &[
     ("handoff.js", include_str!("../../assets/handoff.js")),
     ("return.js", include_str!("../../assets/return.js")),
     ("h5_order.js", include_str!("../../assets/h5_order.js")),
+    ("admin_keys.js", include_str!("../../assets/admin_keys.js")),
 ];
 
 async fn asset(Path(name): Path<String>) -> Response {

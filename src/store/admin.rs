@@ -319,9 +319,18 @@ pub async fn acknowledge_alert(db: &Db, id: &str) -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct SkuRow {
     pub sku: SkuView,
-    pub price: String,
     pub keys_unsold: Option<i64>,
     pub keys_delivered: Option<i64>,
+}
+
+impl SkuRow {
+    /// The price in major units without the currency (`12.50`), as the edit form takes it.
+    pub fn price_decimal(&self) -> String {
+        crate::domain::Currency::parse(&self.sku.currency)
+            .ok()
+            .and_then(|c| crate::domain::Money::new(self.sku.price_minor, c).ok())
+            .map_or_else(|| self.sku.price_minor.to_string(), crate::domain::Money::decimal)
+    }
 }
 
 pub async fn skus(db: &Db) -> Result<Vec<SkuRow>> {
@@ -340,7 +349,7 @@ pub async fn skus(db: &Db) -> Result<Vec<SkuRow>> {
         } else {
             (None, None)
         };
-        out.push(SkuRow { price: money(sku.price_minor, &sku.currency), sku, keys_unsold, keys_delivered });
+        out.push(SkuRow { sku, keys_unsold, keys_delivered });
     }
     Ok(out)
 }

@@ -239,3 +239,43 @@ async fn failed_payment_then_try_again() {
     c.close().await.unwrap();
     t.assert_clean().await;
 }
+
+/// The console's key import sends a long list in batches and shows its progress; the keys are
+/// then the SKU's stock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn console_imports_keys_in_batches_with_progress() {
+    let Some(driver) = chromedriver() else { return };
+    let t = TestApp::spawn(Backend::Sqlite).await;
+    let (status, _) = t
+        .admin_post(
+            "/api/v1/admin/skus",
+            json!({"sku": "GAME", "name": "Game", "kind": "digital", "price_minor": 100, "currency": "CNY"}),
+        )
+        .await;
+    assert!(status.is_success());
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, true, profile.path()).await;
+    c.goto(&t.url("/admin/login")).await.unwrap();
+    c.find(Locator::Id("token")).await.unwrap().send_keys(ADMIN).await.unwrap();
+    c.find(Locator::Id("sign-in")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("open-alerts")).await.unwrap();
+    c.goto(&t.url("/admin/skus")).await.unwrap();
+    // 1,203 keys (three batches), one of them twice.
+    let mut keys: Vec<String> = (0..1203).map(|i| format!("KEY-{i:05}")).collect();
+    keys.push("KEY-00007".into());
+    let area = c.find(Locator::Css("#sku-GAME textarea")).await.unwrap();
+    // Set at once (typing 14,000 characters one by one is slow and tests nothing more).
+    c.execute("arguments[0].value = arguments[1];", vec![serde_json::to_value(&area).unwrap(), json!(keys.join("\n"))])
+        .await
+        .unwrap();
+    c.find(Locator::Css("#sku-GAME form.keys-import button")).await.unwrap().click().await.unwrap();
+    // Batch by batch, then the page again with what was done and the figures as they are now.
+    let message = c.wait().for_element(Locator::Id("message")).await.unwrap().text().await.unwrap();
+    screenshot(&c, "admin-skus-keys-imported").await;
+    assert_eq!(message, "1203 key(s) imported, 1 duplicate(s) skipped in 3 batches.");
+    let row = c.find(Locator::Css("#sku-GAME")).await.unwrap().text().await.unwrap();
+    assert!(row.contains("1203 unsold / 0 delivered keys"), "{row}");
+    assert_eq!(t.sku("GAME").await["on_hand"], 1203);
+    c.close().await.unwrap();
+    t.assert_clean().await;
+}

@@ -298,3 +298,129 @@ async fn h5_page(backend: Backend) {
     assert!(anonymous.contains("data-status=\"delivered\"") && !anonymous.contains("H5-KEY-1"));
     assert!(!ret(Some(stranger)).await.contains("H5-KEY-1"));
 }
+
+/// A signed-in console: the client (no redirects followed), its cookie and the CSRF token.
+async fn console(t: &TestApp) -> (reqwest::Client, String, String) {
+    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = browser.post(t.url("/admin/login")).form(&[("token", ADMIN)]).send().await.unwrap();
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = browser.get(t.url("/admin/skus")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    (browser, cookie, csrf)
+}
+
+on_both!(the_console_edits_the_catalog_through_the_api_s_use_cases, console_catalog);
+async fn console_catalog(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    let (browser, cookie, csrf) = console(&t).await;
+    let post = |path: &str, form: Vec<(&str, &str)>| {
+        let (browser, cookie, url) = (browser.clone(), cookie.clone(), t.url(path));
+        let mut form: Vec<(String, String)> = form.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        form.push(("csrf".into(), csrf.clone()));
+        async move {
+            let r = browser.post(url).header("cookie", cookie).form(&form).send().await.unwrap();
+            let status = r.status();
+            let location = r.headers().get("location").map(|l| l.to_str().unwrap().to_string()).unwrap_or_default();
+            (status, location, r.text().await.unwrap())
+        }
+    };
+    // Create: the price typed as money.
+    let (status, location, _) = post(
+        "/admin/skus",
+        vec![
+            ("sku", "TEA"),
+            ("name", "Tea"),
+            ("kind", "physical"),
+            ("price", "12.50"),
+            ("currency", "CNY"),
+            ("stock", "5"),
+        ],
+    )
+    .await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/admin/skus?done=created"));
+    let tea = t.sku("TEA").await;
+    assert_eq!(
+        (tea["price_minor"].clone(), tea["on_hand"].clone(), tea["name"].clone()),
+        (json!(1250), json!(5), json!("Tea"))
+    );
+    // The API's rules hold here too: a bad code, a bad price, an existing SKU.
+    for (form, says) in [
+        (vec![("sku", "a b"), ("name", "X"), ("price", "1"), ("currency", "CNY")], "SKU codes are"),
+        (vec![("sku", "X1"), ("name", "X"), ("price", "12.345"), ("currency", "CNY")], "such as 12.50"),
+        (vec![("sku", "TEA"), ("name", "Tea"), ("price", "1"), ("currency", "CNY")], "already exists"),
+    ] {
+        let (status, _, page) = post("/admin/skus", form).await;
+        assert!(status.is_client_error(), "{says}: {status}");
+        assert!(
+            page.contains(says) && page.contains("href=\"/admin/skus\""),
+            "a page saying why, with a way back: {page}"
+        );
+    }
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM skus").await, 1);
+    // Edit name and price; the page shows the price as money.
+    let (status, _, _) = post("/admin/skus/TEA/edit", vec![("name", "Green tea"), ("price", "13")]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let tea = t.sku("TEA").await;
+    assert_eq!((tea["price_minor"].clone(), tea["name"].clone()), (json!(1300), json!("Green tea")));
+    let page = browser
+        .get(t.url("/admin/skus?done=edited"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("value=\"13.00\"") && page.contains("SKU changed."), "the price as money");
+    // Stock: add, write off, and not more than there is.
+    post("/admin/skus/TEA/stock", vec![("quantity", "3"), ("action", "add")]).await;
+    post("/admin/skus/TEA/stock", vec![("quantity", "2"), ("action", "write_off")]).await;
+    assert_eq!(t.sku("TEA").await["on_hand"], 6);
+    let (status, _, _) = post("/admin/skus/TEA/stock", vec![("quantity", "100"), ("action", "write_off")]).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, _, _) = post("/admin/skus/TEA/stock", vec![("quantity", "-1"), ("action", "add")]).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(t.sku("TEA").await["on_hand"], 6);
+    // Keys: a digital SKU, a form post without the script, then a batch as the script sends it.
+    post(
+        "/admin/skus",
+        vec![("sku", "GAME"), ("name", "Game"), ("kind", "digital"), ("price", "1"), ("currency", "CNY")],
+    )
+    .await;
+    let (status, location, _) = post("/admin/skus/GAME/keys", vec![("keys", "K-1\r\nK-2\n\n K-3 \nK-1")]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(location, "/admin/skus?done=keys&n=3&dup=1");
+    let r = browser
+        .post(t.url("/admin/skus/GAME/keys"))
+        .header("cookie", &cookie)
+        .header("accept", "application/json")
+        .form(&[("csrf", csrf.as_str()), ("keys", "K-4\nK-2")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap(), json!({"imported": 1, "duplicates": 1}));
+    assert_eq!(t.sku("GAME").await["on_hand"], 4);
+    // A physical SKU takes no keys, answered in JSON to the script.
+    let r = browser
+        .post(t.url("/admin/skus/TEA/keys"))
+        .header("cookie", &cookie)
+        .header("accept", "application/json")
+        .form(&[("csrf", csrf.as_str()), ("keys", "K-9")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "not_digital");
+    // Without the CSRF token nothing changes.
+    let r = browser
+        .post(t.url("/admin/skus/TEA/stock"))
+        .header("cookie", &cookie)
+        .form(&[("quantity", "1"), ("action", "add")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(t.sku("TEA").await["on_hand"], 6);
+    t.assert_clean().await;
+}

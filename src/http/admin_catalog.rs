@@ -1,0 +1,222 @@
+//! The console's catalog editing: create a SKU, change its name and price, add or write off stock,
+//! import card keys — through the same use cases as the admin API ([`super::flows`]). Prices are
+//! typed as money (major units of the SKU's currency). A key import from the page's script comes in
+//! batches, each answered with JSON, so the operator sees its progress; without the script the form
+//! posts every key at once.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{MethodRouter, post};
+
+use super::admin::Operator;
+use super::flows::{SkuDraft, create_sku_flow, edit_sku_flow, import_keys_flow};
+use super::{AppState, Auth, FormBody, RouteDoc};
+use crate::domain::checkout::SkuLimits;
+use crate::domain::ids::Sku;
+use crate::domain::{Currency, Money};
+use crate::error::{Error, Result};
+use crate::store::catalog::{self, LimitsPatch};
+
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let doc = |method, path, summary| RouteDoc {
+        method,
+        path,
+        summary,
+        tag: "admin console",
+        auth: Auth::None,
+        body: None,
+        responses: &[(303, "back to the SKUs page")],
+    };
+    vec![
+        (doc("post", "/admin/skus", "Admin console: create a SKU (price in major units)"), post(create)),
+        (doc("post", "/admin/skus/{sku}/edit", "Admin console: change a SKU's name and price"), post(edit)),
+        (doc("post", "/admin/skus/{sku}/stock", "Admin console: add stock or write it off"), post(stock)),
+        (
+            doc(
+                "post",
+                "/admin/skus/{sku}/keys",
+                "Admin console: import card keys, one per line (JSON answer with Accept: application/json)",
+            ),
+            post(import_keys),
+        ),
+    ]
+}
+
+/// What the SKUs page says after an action (`?done=…&n=…&dup=…`).
+pub fn done_message(query: &BTreeMap<String, String>) -> String {
+    let number = |name: &str| query.get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    match query.get("done").map(String::as_str) {
+        Some("created") => "SKU created.".into(),
+        Some("edited") => "SKU changed.".into(),
+        Some("stock") => "Stock changed.".into(),
+        Some("keys") => {
+            let batches = match number("batches") {
+                0 | 1 => String::new(),
+                n => format!(" in {n} batches"),
+            };
+            format!("{} key(s) imported, {} duplicate(s) skipped{batches}.", number("n"), number("dup"))
+        }
+        _ => String::new(),
+    }
+}
+
+/// A price typed as money: major units of `currency` (`12.50`).
+fn price(form: &BTreeMap<String, String>, currency: Currency) -> Result<Money> {
+    let text = form.get("price").map(|p| p.trim()).unwrap_or_default();
+    Money::parse_decimal(text, currency).ok_or_else(|| {
+        Error::unprocessable("invalid_price", format!("the price is an amount of {currency}, such as 12.50"))
+    })
+}
+
+fn whole(form: &BTreeMap<String, String>, name: &str) -> Result<i64> {
+    let text = form.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()).unwrap_or("0");
+    text.parse().map_err(|_| Error::unprocessable("invalid_quantity", format!("{name} must be a whole number")))
+}
+
+/// Runs a console form's action, then back to the SKUs page (saying what was done), or the error
+/// page with a way back.
+async fn act<F>(op: Operator, form: &BTreeMap<String, String>, action: F) -> Response
+where
+    F: std::future::Future<Output = Result<String>>,
+{
+    let result = async {
+        op.check(form)?;
+        action.await
+    }
+    .await;
+    match result {
+        Ok(done) => Redirect::to(&format!("/admin/skus?done={done}")).into_response(),
+        Err(e) => super::pages::error_page(&e, "/admin/skus"),
+    }
+}
+
+async fn create(
+    State(state): State<AppState>,
+    op: Operator,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let action = async {
+        let currency = Currency::parse(form.get("currency").map(String::as_str).unwrap_or("CNY"))?;
+        let draft = SkuDraft {
+            sku: form.get("sku").map(|s| s.trim()).unwrap_or_default(),
+            name: form.get("name").map(String::as_str).unwrap_or_default(),
+            kind: form.get("kind").map(String::as_str),
+            price: price(&form, currency)?,
+            stock: whole(&form, "stock")?,
+            limits: SkuLimits::default(),
+        };
+        create_sku_flow(&state, &draft).await?;
+        Ok("created".to_string())
+    };
+    act(op, &form, action).await
+}
+
+async fn edit(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(sku): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let action = async {
+        let sku = Sku::parse(&sku)?;
+        let current = catalog::get_sku(&state.db, &sku).await?;
+        let price = price(&form, Currency::parse(&current.currency)?)?;
+        let name = form.get("name").map(String::as_str);
+        edit_sku_flow(&state, &sku, name, Some(price.amount_minor()), LimitsPatch::default()).await?;
+        Ok("edited".to_string())
+    };
+    act(op, &form, action).await
+}
+
+async fn stock(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(sku): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let action = async {
+        let sku = Sku::parse(&sku)?;
+        let quantity = whole(&form, "quantity")?;
+        if quantity <= 0 {
+            return Err(Error::unprocessable("invalid_quantity", "the quantity is a whole number above 0"));
+        }
+        let delta = match form.get("action").map(String::as_str) {
+            Some("add") => quantity,
+            Some("write_off") => -quantity,
+            _ => return Err(Error::invalid("invalid_action", "add or write_off")),
+        };
+        catalog::adjust_stock(&state.db, &sku, delta, state.now_ms()).await?;
+        Ok("stock".to_string())
+    };
+    act(op, &form, action).await
+}
+
+/// Imports the keys of the form's `keys` field, one per line (blank lines skipped). The page's
+/// script sends them in batches with `Accept: application/json` and shows the running count.
+async fn import_keys(
+    State(state): State<AppState>,
+    op: Operator,
+    headers: HeaderMap,
+    Path(sku): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let wants_json =
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("application/json"));
+    let result = async {
+        op.check(&form)?;
+        let sku = Sku::parse(&sku)?;
+        let keys: Vec<String> = form
+            .get("keys")
+            .map(String::as_str)
+            .unwrap_or_default()
+            .lines()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_string)
+            .collect();
+        import_keys_flow(&state, &sku, &keys).await
+    }
+    .await;
+    match (result, wants_json) {
+        (Ok(count), true) => (StatusCode::OK, axum::Json(count)).into_response(),
+        (Ok(count), false) => {
+            Redirect::to(&format!("/admin/skus?done=keys&n={}&dup={}", count.imported, count.duplicates))
+                .into_response()
+        }
+        (Err(e), true) => e.into_response(),
+        (Err(e), false) => super::pages::error_page(&e, "/admin/skus"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+    }
+
+    #[test]
+    fn prices_are_typed_as_money() {
+        let cny = Currency::parse("CNY").unwrap();
+        assert_eq!(price(&form(&[("price", " 12.5 ")]), cny).unwrap().amount_minor(), 1250);
+        assert_eq!(price(&form(&[("price", "1200")]), Currency::parse("JPY").unwrap()).unwrap().amount_minor(), 1200);
+        for bad in ["", "12.345", "-1", "1e3", "twelve"] {
+            assert_eq!(price(&form(&[("price", bad)]), cny).unwrap_err().code(), "invalid_price", "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_page_says_what_was_done() {
+        assert_eq!(
+            done_message(&form(&[("done", "keys"), ("n", "3"), ("dup", "1")])),
+            "3 key(s) imported, 1 duplicate(s) skipped."
+        );
+        let batched = form(&[("done", "keys"), ("n", "1203"), ("dup", "1"), ("batches", "3")]);
+        assert_eq!(done_message(&batched), "1203 key(s) imported, 1 duplicate(s) skipped in 3 batches.");
+        assert_eq!(done_message(&form(&[("done", "<script>")])), "");
+    }
+}
