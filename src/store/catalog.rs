@@ -569,7 +569,12 @@ pub struct BasketView {
 
 impl BasketView {
     pub fn total_display(&self) -> String {
-        self.currency.as_deref().map(|c| crate::domain::money::format_minor(self.total_minor, c)).unwrap_or_default()
+        self.money(&self.total_minor)
+    }
+
+    /// An amount of this basket's currency, for people (`178.00 CNY`).
+    pub fn money(&self, amount_minor: &i64) -> String {
+        self.currency.as_deref().map(|c| crate::domain::money::format_minor(*amount_minor, c)).unwrap_or_default()
     }
 }
 

@@ -94,7 +94,9 @@ async fn browser_flow(backend: Backend) {
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     let review = r.headers()["location"].to_str().unwrap().to_string();
     let page = browser.get(t.url(&review)).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
-    assert!(page.contains("19.80 CNY"), "{page}");
+    // Money as money, on the line and in the total alike.
+    assert_eq!(page.matches("19.80 CNY").count(), 2, "{page}");
+    assert!(!page.contains("minor units") && !page.contains(">1980<"), "{page}");
     let key = page.split("name=\"idempotency_key\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
     let confirm = format!("{review}/confirm");
     let form = [("csrf", csrf.as_str()), ("idempotency_key", key.as_str())];
