@@ -88,6 +88,12 @@ pub enum Handoff {
     Client {
         params: serde_json::Value,
     },
+    /// A code the buyer scans with the gateway's app (WeChat Pay Native): kassa draws it; it can
+    /// be paid until `expires_at` (RFC 3339), the hold's end.
+    Qr {
+        code_url: String,
+        expires_at: String,
+    },
 }
 
 /// Why a notification was refused before it reached the store.

@@ -25,6 +25,9 @@ use crate::domain::{Currency, Money};
 pub const NAME: &str = "wechatpay";
 /// Responses and notifications signed further than this from our clock are refused (SDKs: 5 min).
 pub const TIMESTAMP_TOLERANCE_S: i64 = 300;
+/// Longest Native `code_url` accepted (WeChat's are about 40 characters; a QR code holds far more,
+/// but a longer answer is not WeChat's).
+pub const CODE_URL_LEN_MAX: usize = 512;
 /// Signature-probe traffic WeChat sends to check that merchants verify; it must fail.
 pub const SIGNTEST_PREFIX: &str = "WECHATPAY/SIGNTEST/";
 
@@ -251,6 +254,19 @@ impl WechatPay {
         Ok(Handed { handoff: Handoff::Redirect { url: format!("{h5_url}&{back}") }, gateway_ref: None })
     }
 
+    /// Native: a `code_url` the buyer scans with WeChat (desktop pages, screens, print), payable
+    /// until the hold ends (`time_expire`).
+    async fn native(&self, req: &HandoffRequest) -> Result<Handed, GatewayError> {
+        let body = self.core_fields(req);
+        let r = self.call("POST", "/v3/pay/transactions/native", Some(&body)).await?;
+        let code_url = text(&r.body, &["code_url"]);
+        if r.status != 200 || !code_url.starts_with("weixin://") || code_url.len() > CODE_URL_LEN_MAX {
+            return Err(refusal("native", &r));
+        }
+        let expires_at = crate::clock::rfc3339(req.expires_at);
+        Ok(Handed { handoff: Handoff::Qr { code_url: code_url.to_string(), expires_at }, gateway_ref: None })
+    }
+
     fn decrypt(&self, resource: &Resource) -> Option<Vec<u8>> {
         if resource.algorithm != "AEAD_AES_256_GCM" {
             return None;
@@ -301,7 +317,7 @@ impl Gateway for WechatPay {
     }
 
     fn channels(&self) -> &'static [&'static str] {
-        &["jsapi", "h5"]
+        &["jsapi", "h5", "native"]
     }
 
     fn currencies(&self) -> Option<&'static [Currency]> {
@@ -311,6 +327,8 @@ impl Gateway for WechatPay {
     fn check_payer(&self, channel: &str, payer: &Payer) -> Result<(), GatewayError> {
         match channel {
             "h5" => payer_ip(payer).map(|_| ()),
+            // Whoever scans the code pays: nothing to know beforehand.
+            "native" => Ok(()),
             _ => payer_openid(payer).map(|_| ()),
         }
     }
@@ -322,6 +340,7 @@ impl Gateway for WechatPay {
             }
             match req.channel.as_str() {
                 "h5" => self.h5(req).await,
+                "native" => self.native(req).await,
                 _ => self.jsapi(req).await,
             }
         })

@@ -10,6 +10,7 @@ pub mod flows;
 pub mod guard;
 pub mod openapi;
 pub mod pages;
+pub mod qr;
 pub mod server;
 
 use std::sync::Arc;

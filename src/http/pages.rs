@@ -89,6 +89,23 @@ struct HandoffPage<'a> {
     fields: &'a BTreeMap<String, String>,
 }
 
+/// The QR hand-off (WeChat Pay Native): the code drawn by kassa, the amount, the time left, and
+/// the order's status polled until it is known.
+#[derive(Template)]
+#[template(path = "qr.html")]
+struct QrPage<'a> {
+    app: &'static str,
+    order_no: &'a str,
+    total: String,
+    /// Inline SVG made by [`super::qr::svg`]: shapes only, no text of the buyer's or the gateway's.
+    svg: String,
+    expires_at: &'a str,
+    poll_url: String,
+    return_url: String,
+    /// The shop's cancel URL when its checkout named one, else the storefront.
+    back_url: String,
+}
+
 #[derive(Template)]
 #[template(path = "message.html")]
 struct MessagePage<'a> {
@@ -109,6 +126,19 @@ pub fn handoff_page(placed: &Placed, handoff: Option<&Handoff>) -> Response {
             fields,
         }),
         Some(Handoff::Redirect { url }) => Redirect::to(url).into_response(),
+        Some(Handoff::Qr { code_url, expires_at }) => match super::qr::svg(code_url) {
+            Ok(svg) => render(&QrPage {
+                app: super::qr::app_of(&placed.gateway),
+                order_no: &placed.order_no,
+                total: placed.total.display_major(),
+                svg,
+                expires_at,
+                poll_url: format!("/checkout/return/{}/status", placed.attempt_ref),
+                return_url: format!("/checkout/return/{}", placed.attempt_ref),
+                back_url: placed.shop.cancel_url.clone().unwrap_or_else(|| "/".to_string()),
+            }),
+            Err(e) => error_page(&e, &format!("/checkout/return/{}", placed.attempt_ref)),
+        },
         Some(Handoff::Client { .. }) => {
             message(StatusCode::OK, "Pay in the app", "This payment continues in the app.", "/", "Back to the shop")
         }
@@ -296,6 +326,7 @@ const ASSETS: &[(&str, &str)] = &[
     ("return.js", include_str!("../../assets/return.js")),
     ("h5_order.js", include_str!("../../assets/h5_order.js")),
     ("admin_keys.js", include_str!("../../assets/admin_keys.js")),
+    ("qr.js", include_str!("../../assets/qr.js")),
 ];
 
 async fn asset(Path(name): Path<String>) -> Response {

@@ -394,6 +394,8 @@ async fn wechat_prepay(ledger: &Shared, kind: &str, headers: &HeaderMap, path: &
         && b["description"].as_str().is_some_and(|d| !d.is_empty() && d.chars().count() <= 127)
         && match kind {
             "jsapi" => b["payer"]["openid"].as_str().is_some_and(|o| !o.is_empty()),
+            // Native: the JSAPI fields without a payer (whoever scans pays).
+            "native" => b.get("payer").is_none(),
             _ => {
                 b["scene_info"]["payer_client_ip"].as_str().is_some() && b["scene_info"]["h5_info"]["type"].is_string()
             }
@@ -415,6 +417,7 @@ async fn wechat_prepay(ledger: &Shared, kind: &str, headers: &HeaderMap, path: &
     trade.request = b.clone();
     let answer = match kind {
         "jsapi" => json!({"prepay_id": trade.id}),
+        "native" => json!({"code_url": format!("weixin://wxpay/bizpayurl?pr={}", &trade.id[2..12])}),
         _ => {
             json!({"h5_url": format!("https://wx.tenpay.com/cgi-bin/mmpayweb-bin/checkmweb?prepay_id={}&package=2150917749", trade.id)})
         }
@@ -531,6 +534,12 @@ impl FakeWechat {
                 "/v3/pay/transactions/h5",
                 post(|State(l): State<Shared>, h: HeaderMap, b: String| async move {
                     wechat_prepay(&l, "h5", &h, "/v3/pay/transactions/h5", &b).await
+                }),
+            )
+            .route(
+                "/v3/pay/transactions/native",
+                post(|State(l): State<Shared>, h: HeaderMap, b: String| async move {
+                    wechat_prepay(&l, "native", &h, "/v3/pay/transactions/native", &b).await
                 }),
             )
             .route("/v3/pay/transactions/out-trade-no/{no}", get(wechat_query))

@@ -352,6 +352,51 @@ async fn wechat_jsapi_and_h5(backend: Backend) {
 }
 on_both!(wechat_jsapi_and_h5_flow, wechat_jsapi_and_h5);
 
+/// WeChat Pay Native: a code to scan, drawn by kassa, payable until the hold ends; paid by whoever
+/// scans it, notified like JSAPI.
+async fn wechat_native(backend: Backend) {
+    let w = world(backend, false).await;
+    let (status, placed) = w.checkout(json!({"gateway": "wechatpay", "channel": "native"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
+    let payment = &placed["payment"];
+    assert_eq!(payment["type"], "qr");
+    assert_eq!(payment["expires_at"], placed["expires_at"], "the code is payable until the hold ends");
+    let code_url = s(&payment["code_url"]);
+    assert!(code_url.starts_with("weixin://wxpay/bizpayurl?pr="), "{code_url}");
+    let trade = w.wechat.trade(&attempt_ref).unwrap();
+    assert!(trade.request.get("payer").is_none(), "no payer is named: {}", trade.request);
+    assert!(trade.time_expire.ends_with("+08:00"), "{}", trade.time_expire);
+    // The same checkout from a desktop browser: a page with the code drawn, the amount, the time.
+    let buyer = w.t.buyer().await;
+    let basket = w.t.basket(&buyer, &[("TEA", 1)]).await;
+    let page =
+        w.t.http
+            .post(w.t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+            .bearer_auth(&buyer)
+            .header("accept", "text/html")
+            .json(&json!({"gateway": "wechatpay", "channel": "native"}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+    let page_attempt = page.split("/checkout/return/").nth(1).unwrap().split(['/', '"']).next().unwrap().to_string();
+    let page_code = format!("weixin://wxpay/bizpayurl?pr={}", &w.wechat.trade(&page_attempt).unwrap().id[2..12]);
+    let drawn = kassa::http::qr::svg(&page_code).unwrap();
+    assert!(page.contains(&drawn), "the page draws the trade's code");
+    assert!(page.contains("88.88 CNY") && page.contains("Scan to pay with WeChat"), "{page}");
+    assert!(page.contains("/assets/qr.js") && !page.contains(&page_code), "the link only as a code");
+    // Scanned and paid: notified as JSAPI is, answered 204.
+    let reply = w.wechat.pay(&attempt_ref, true).await.unwrap();
+    assert_eq!(reply.0, 204, "{reply:?}");
+    assert_eq!(w.t.status(&order_no).await, "paid");
+    assert_eq!(w.bad_signatures(), 0);
+    w.t.assert_clean().await;
+}
+on_both!(wechat_native_flow, wechat_native);
+
 fn common_admin() -> &'static str {
     crate::common::ADMIN
 }
