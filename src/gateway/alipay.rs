@@ -20,6 +20,8 @@ use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::{Currency, Money};
 
 pub const NAME: &str = "alipay";
+/// Longest face-to-face `qr_code` accepted (Alipay's are short links to qr.alipay.com).
+pub const QR_CODE_LEN_MAX: usize = 512;
 
 pub struct Alipay {
     app_id: String,
@@ -82,8 +84,13 @@ impl Alipay {
 
     /// Calls an API method and returns its verified `*_response` node.
     async fn call(&self, method: &str, biz: Value) -> Result<Value, GatewayError> {
+        self.call_with(method, biz, &[]).await
+    }
+
+    /// [`Self::call`] with common parameters of its own (`notify_url`).
+    async fn call_with(&self, method: &str, biz: Value, extra: &[(&str, &str)]) -> Result<Value, GatewayError> {
         let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-        let params = self.signed_params(method, &biz, now, &[]);
+        let params = self.signed_params(method, &biz, now, extra);
         let response = self.http.post(&self.gateway_url).form(&params).send().await.map_err(|e| transport_error(&e))?;
         if response.status().is_server_error() {
             return Err(GatewayError::unavailable(format!("alipay answered {}", response.status())));
@@ -91,6 +98,65 @@ impl Alipay {
         let text = response.text().await.map_err(|e| transport_error(&e))?;
         let node = format!("{}_response", method.replace('.', "_"));
         verify_response(&self.alipay_key, &text, &node)
+    }
+
+    /// The signed form that takes the buyer to a cashier: the PC one or the mobile web one, which
+    /// also names where its "back" link goes (`quit_url`: the shop's cancel URL, else the return
+    /// page).
+    fn cashier_form(&self, req: &HandoffRequest, method: &str, product_code: &str) -> Handed {
+        let subject: String = req.subject.chars().take(256).collect();
+        let mut biz = json!({
+            "out_trade_no": req.attempt_ref,
+            "total_amount": req.amount.decimal(),
+            "subject": subject,
+            "product_code": product_code,
+            // The cashier stops taking payment when the hold ends.
+            "time_expire": format_at_offset(req.expires_at, 8, false),
+        });
+        if method == "alipay.trade.wap.pay" {
+            biz["quit_url"] = json!(req.cancel_url.as_deref().unwrap_or(&req.return_url));
+        }
+        let fields = self.signed_params(
+            method,
+            &biz,
+            req.now,
+            &[("notify_url", &self.notify_url), ("return_url", &req.return_url)],
+        );
+        Handed {
+            handoff: Handoff::Form { action: self.gateway_url.clone(), method: "post".to_string(), fields },
+            gateway_ref: None,
+        }
+    }
+
+    /// Face-to-face: Alipay answers a `qr_code` (in its signed response) for the buyer to scan with
+    /// the Alipay app, payable until the hold ends.
+    async fn precreate(&self, req: &HandoffRequest) -> Result<Handed, GatewayError> {
+        let subject: String = req.subject.chars().take(256).collect();
+        let biz = json!({
+            "out_trade_no": req.attempt_ref,
+            "total_amount": req.amount.decimal(),
+            "subject": subject,
+            "product_code": "FACE_TO_FACE_PAYMENT",
+            "time_expire": format_at_offset(req.expires_at, 8, false),
+        });
+        let r = self.call_with("alipay.trade.precreate", biz, &[("notify_url", &self.notify_url)]).await?;
+        if !is_ok(&r) {
+            let why = format!("alipay precreate: {}", describe(&r));
+            return Err(if is_transient(&r) {
+                GatewayError::unavailable(why)
+            } else {
+                GatewayError::invalid("gateway_refused", why)
+            });
+        }
+        let qr_code = field(&r, "qr_code");
+        if field(&r, "out_trade_no") != req.attempt_ref
+            || !qr_code.starts_with("https://")
+            || qr_code.len() > QR_CODE_LEN_MAX
+        {
+            return Err(GatewayError::unavailable("alipay precreate answered no usable qr_code for this trade"));
+        }
+        let expires_at = crate::clock::rfc3339(req.expires_at);
+        Ok(Handed { handoff: Handoff::Qr { code_url: qr_code.to_string(), expires_at }, gateway_ref: None })
     }
 
     fn event(
@@ -150,8 +216,10 @@ impl Gateway for Alipay {
         NAME
     }
 
+    /// `page`: the PC cashier (`alipay.trade.page.pay`); `wap`: the mobile web cashier
+    /// (`alipay.trade.wap.pay`); `qr`: a face-to-face code to scan (`alipay.trade.precreate`).
     fn channels(&self) -> &'static [&'static str] {
-        &["page"]
+        &["page", "wap", "qr"]
     }
 
     fn currencies(&self) -> Option<&'static [Currency]> {
@@ -161,27 +229,13 @@ impl Gateway for Alipay {
     fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
         Box::pin(async move {
             if req.amount.currency() != Currency::CNY {
-                return Err(GatewayError::invalid("unsupported_currency", "Alipay page pay takes CNY only"));
+                return Err(GatewayError::invalid("unsupported_currency", "Alipay takes CNY only"));
             }
-            let subject: String = req.subject.chars().take(256).collect();
-            let biz = json!({
-                "out_trade_no": req.attempt_ref,
-                "total_amount": req.amount.decimal(),
-                "subject": subject,
-                "product_code": "FAST_INSTANT_TRADE_PAY",
-                // The cashier stops taking payment when the hold ends.
-                "time_expire": format_at_offset(req.expires_at, 8, false),
-            });
-            let fields = self.signed_params(
-                "alipay.trade.page.pay",
-                &biz,
-                req.now,
-                &[("notify_url", &self.notify_url), ("return_url", &req.return_url)],
-            );
-            Ok(Handed {
-                handoff: Handoff::Form { action: self.gateway_url.clone(), method: "post".to_string(), fields },
-                gateway_ref: None,
-            })
+            match req.channel.as_str() {
+                "qr" => self.precreate(req).await,
+                "wap" => Ok(self.cashier_form(req, "alipay.trade.wap.pay", "QUICK_WAP_WAY")),
+                _ => Ok(self.cashier_form(req, "alipay.trade.page.pay", "FAST_INSTANT_TRADE_PAY")),
+            }
         })
     }
 

@@ -166,7 +166,16 @@ async fn alipay_gateway(State(ledger): State<Shared>, body: String) -> Response 
     let mut l = lock(&ledger);
     l.calls.push(method.clone());
     match method.as_str() {
-        "alipay.trade.page.pay" => {
+        "alipay.trade.page.pay" | "alipay.trade.wap.pay" => {
+            let (product_code, needs_quit_url) = match method.as_str() {
+                "alipay.trade.wap.pay" => ("QUICK_WAP_WAY", true),
+                _ => ("FAST_INSTANT_TRADE_PAY", false),
+            };
+            if biz["product_code"] != product_code
+                || needs_quit_url && !biz["quit_url"].as_str().is_some_and(|u| u.starts_with("http"))
+            {
+                return (StatusCode::BAD_REQUEST, "invalid cashier parameters").into_response();
+            }
             let trade = l.trades.entry(out_trade_no.clone()).or_default();
             trade.out_trade_no = out_trade_no.clone();
             trade.amount_minor = parse_yuan(biz["total_amount"].as_str().unwrap_or("0"));
@@ -182,6 +191,26 @@ async fn alipay_gateway(State(ledger): State<Shared>, body: String) -> Response 
                 format!("<html><body>cashier for {out_trade_no}</body></html>"),
             )
                 .into_response()
+        }
+        "alipay.trade.precreate" => {
+            let amount = parse_yuan(biz["total_amount"].as_str().unwrap_or("0"));
+            if biz["product_code"] != "FACE_TO_FACE_PAYMENT" || get("notify_url").is_empty() || amount <= 0 {
+                return alipay_answer(&method, json!({"code": "40004", "sub_code": "ACQ.INVALID_PARAMETER"}));
+            }
+            let trade = l.trades.entry(out_trade_no.clone()).or_default();
+            trade.out_trade_no = out_trade_no.clone();
+            trade.amount_minor = amount;
+            trade.notify_url = get("notify_url");
+            trade.time_expire = biz["time_expire"].as_str().unwrap_or_default().to_string();
+            trade.request = biz.clone();
+            if trade.status.is_empty() {
+                trade.status = "WAIT_BUYER_PAY".to_string();
+            }
+            let qr_code = format!("https://qr.alipay.com/bax{:08}", trade.amount_minor);
+            alipay_answer(
+                &method,
+                json!({"code": "10000", "msg": "Success", "out_trade_no": out_trade_no, "qr_code": qr_code}),
+            )
         }
         "alipay.trade.query" => match l.trades.get(&out_trade_no) {
             Some(t) => alipay_answer(

@@ -352,6 +352,42 @@ async fn wechat_jsapi_and_h5(backend: Backend) {
 }
 on_both!(wechat_jsapi_and_h5_flow, wechat_jsapi_and_h5);
 
+/// Alipay on a phone (the mobile web cashier, with its "back" link) and face to face (a code
+/// Alipay answers in its signed response, drawn by kassa).
+async fn alipay_wap_and_qr(backend: Backend) {
+    let w = world(backend, false).await;
+    let (status, placed) = w.checkout(json!({"gateway": "alipay", "channel": "wap"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let attempt_ref = s(&placed["attempt_ref"]);
+    let fields = &placed["payment"]["fields"];
+    assert_eq!(fields["method"], "alipay.trade.wap.pay");
+    let biz: Value = serde_json::from_str(&s(&fields["biz_content"])).unwrap();
+    assert_eq!(biz["product_code"], "QUICK_WAP_WAY");
+    assert!(s(&biz["quit_url"]).ends_with(&format!("/checkout/return/{attempt_ref}")), "{biz}");
+    let form: Vec<(String, String)> = fields.as_object().unwrap().iter().map(|(k, v)| (k.clone(), s(v))).collect();
+    let r = w.t.http.post(&w.alipay.url).form(&form).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the cashier took the signed form");
+    let (_, reply) = w.alipay.pay(&attempt_ref, true).await;
+    assert_eq!(reply, Some((200, "success".to_string())));
+    assert_eq!(w.t.status(&s(&placed["order_no"])).await, "paid");
+
+    let (status, placed) = w.checkout(json!({"gateway": "alipay", "channel": "qr"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let attempt_ref = s(&placed["attempt_ref"]);
+    let payment = &placed["payment"];
+    assert_eq!((payment["type"].clone(), payment["expires_at"].clone()), (json!("qr"), placed["expires_at"].clone()));
+    assert_eq!(s(&payment["code_url"]), "https://qr.alipay.com/bax00008888");
+    let trade = w.alipay.trade(&attempt_ref).unwrap();
+    assert_eq!(trade.request["product_code"], "FACE_TO_FACE_PAYMENT");
+    assert!(trade.notify_url.ends_with("/notify/alipay"), "{}", trade.notify_url);
+    let (_, reply) = w.alipay.pay(&attempt_ref, true).await;
+    assert_eq!(reply, Some((200, "success".to_string())));
+    assert_eq!(w.t.status(&s(&placed["order_no"])).await, "paid");
+    assert_eq!(w.bad_signatures(), 0, "every request kassa sent verified at the fake");
+    w.t.assert_clean().await;
+}
+on_both!(alipay_wap_and_qr_flow, alipay_wap_and_qr);
+
 /// WeChat Pay Native: a code to scan, drawn by kassa, payable until the hold ends; paid by whoever
 /// scans it, notified like JSAPI.
 async fn wechat_native(backend: Backend) {
