@@ -112,12 +112,13 @@ pub(super) async fn get_basket(
 pub(super) async fn retry_payment(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(order_no): Path<String>,
     ApiJson(body): ApiJson<RetryBody>,
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
     let session = owner(&caller)?;
-    let (placed, handoff) = retry_flow(&state, session, &order_no, &body).await?;
+    let (placed, handoff) = retry_flow(&state, session, &order_no, &body, device(&headers)).await?;
     Ok((StatusCode::CREATED, axum::Json(placed_json(&placed, Some(&handoff)))).into_response())
 }
 
@@ -251,6 +252,11 @@ pub fn placed_json(placed: &Placed, handoff: Option<&Handoff>) -> Value {
     })
 }
 
+/// The buyer's device, from the request's `User-Agent` (chooses a channel when none is named).
+pub(super) fn device(headers: &HeaderMap) -> crate::domain::channel::Device {
+    crate::domain::channel::device_of(headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()))
+}
+
 fn wants_html(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
 }
@@ -270,7 +276,8 @@ pub(super) async fn checkout_json(
         .transpose()?
         .map(IdempotencyKey::parse)
         .transpose()?;
-    let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr).await?;
+    let (placed, handoff) =
+        place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device(&headers)).await?;
     if wants_html(&headers) {
         return Ok(super::pages::handoff_page(&placed, handoff.as_ref()));
     }

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::AppState;
 use crate::domain::OrderStatus;
+use crate::domain::channel::{self, Device};
 use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo, RefundNo};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::error::{Error, Result};
@@ -92,6 +93,7 @@ pub async fn place_order(
     body: &CheckoutBody,
     idempotency_key: Option<&IdempotencyKey>,
     client: std::net::IpAddr,
+    device: Device,
 ) -> Result<(Placed, Option<Handoff>)> {
     if state.guard.captcha_required() && catalog::get_basket(&state.db, session_id, basket_id).await?.status == "open" {
         state.guard.verify_captcha(body.captcha_token.as_deref(), client).await?;
@@ -104,8 +106,8 @@ pub async fn place_order(
     let gateway = state.gateways.get(name).ok_or_else(|| {
         Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
     })?;
-    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
     let payer = parse_payer(body.payer.as_ref())?;
+    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref(), device, &payer)?;
     gateway.check_payer(channel, &payer).map_err(gateway_error)?;
     let shop = shop_data(state, body)?;
     let request = ConfirmRequest {
@@ -136,9 +138,18 @@ pub async fn place_order(
     Ok((placed, Some(handoff)))
 }
 
-/// The channel a checkout asked for (or the gateway's default), if the gateway offers it.
-fn checked_channel<'a>(gateway: &'a dyn crate::gateway::Gateway, asked: Option<&'a str>) -> Result<&'a str> {
-    let channel = asked.unwrap_or(gateway.default_channel());
+/// The channel a checkout asked for, if the gateway offers it; when it asked for none, the one
+/// that suits the buyer's device and payer ([`crate::domain::channel::choose`]).
+fn checked_channel<'a>(
+    gateway: &'a dyn crate::gateway::Gateway,
+    asked: Option<&'a str>,
+    device: Device,
+    payer: &Payer,
+) -> Result<&'a str> {
+    let channel = asked.unwrap_or_else(|| {
+        let (openid, client_ip) = (payer.openid.is_some(), payer.client_ip.is_some());
+        channel::choose(gateway.name(), gateway.channels(), gateway.default_channel(), device, openid, client_ip)
+    });
     if !gateway.channels().contains(&channel) {
         return Err(Error::unprocessable(
             "unsupported_channel",
@@ -248,6 +259,7 @@ pub async fn retry_flow(
     session: Option<&str>,
     order_no: &OrderNo,
     body: &RetryBody,
+    device: Device,
 ) -> Result<(Placed, Handoff)> {
     let current = views::get_order(&state.db, order_no, false).await?;
     crate::domain::decide::may_act_on(session, &current.session_id)?;
@@ -255,8 +267,8 @@ pub async fn retry_flow(
     let gateway = state.gateways.get(&name).ok_or_else(|| {
         Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", state.gateways.names()))
     })?;
-    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref())?;
     let payer = parse_payer(body.payer.as_ref())?;
+    let channel = checked_channel(gateway.as_ref(), body.channel.as_deref(), device, &payer)?;
     gateway.check_payer(channel, &payer).map_err(gateway_error)?;
     let currency = crate::domain::Currency::parse(&current.currency)?;
     crate::domain::checkout::check_currency(gateway.name(), currency, gateway.currencies())?;

@@ -359,7 +359,9 @@ async fn shop_confirm(
         };
         let basket_id = BasketId::parse(&basket_id)?;
         let key = form.get("idempotency_key").map(|k| IdempotencyKey::parse(k)).transpose()?;
-        let (placed, handoff) = place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr).await?;
+        let device = super::api::device(&headers);
+        let (placed, handoff) =
+            place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device).await?;
         Ok(handoff_page(&placed, handoff.as_ref()))
     }
     .await;
@@ -490,7 +492,8 @@ async fn retry_page(
         let order_no = OrderNo::parse(&order_no)?;
         let session = form_session(&state, &headers, &form).await?;
         let body = super::flows::RetryBody::default();
-        let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body).await?;
+        let device = super::api::device(&headers);
+        let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body, device).await?;
         Ok(handoff_page(&placed, Some(&handoff)))
     }
     .await;

@@ -388,6 +388,53 @@ async fn alipay_wap_and_qr(backend: Backend) {
 }
 on_both!(alipay_wap_and_qr_flow, alipay_wap_and_qr);
 
+/// A checkout that names no channel gets the one that suits the buyer's device (its User-Agent)
+/// and payer.
+async fn channel_by_device(backend: Backend) {
+    let w = world(backend, false).await;
+    let iphone = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1";
+    let wechat = "Mozilla/5.0 (Linux; Android 13; V2203A) AppleWebKit/537.36 (KHTML, like Gecko) Version/4.0 Chrome/111.0 Mobile Safari/537.36 MicroMessenger/8.0.42.2460(0x28002A37) WeChat/arm64";
+    let desktop = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36";
+    for (ua, body, kind, detail) in [
+        (iphone, json!({"gateway": "alipay"}), "form", "alipay.trade.wap.pay"),
+        (desktop, json!({"gateway": "alipay"}), "form", "alipay.trade.page.pay"),
+        (desktop, json!({"gateway": "wechatpay"}), "qr", "weixin://"),
+        (wechat, json!({"gateway": "wechatpay"}), "qr", "weixin://"),
+        (wechat, json!({"gateway": "wechatpay", "payer": {"openid": "oBuyer"}}), "client", "prepay_id="),
+        (
+            iphone,
+            json!({"gateway": "wechatpay", "payer": {"client_ip": "203.0.113.9"}}),
+            "redirect",
+            "https://wx.tenpay.com/",
+        ),
+    ] {
+        let buyer = w.t.buyer().await;
+        let basket = w.t.basket(&buyer, &[("TEA", 1)]).await;
+        let r =
+            w.t.http
+                .post(w.t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+                .bearer_auth(&buyer)
+                .header("user-agent", ua)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let placed: Value = r.json().await.unwrap();
+        let payment = &placed["payment"];
+        assert_eq!(payment["type"], kind, "{ua} {body}: {payment}");
+        let shown = match kind {
+            "form" => s(&payment["fields"]["method"]),
+            "qr" => s(&payment["code_url"]),
+            "client" => s(&payment["params"]["package"]),
+            _ => s(&payment["url"]),
+        };
+        assert!(shown.starts_with(detail), "{ua} {body}: {shown}");
+    }
+    assert_eq!(w.bad_signatures(), 0);
+}
+on_both!(a_channel_is_chosen_by_device, channel_by_device);
+
 /// WeChat Pay Native: a code to scan, drawn by kassa, payable until the hold ends; paid by whoever
 /// scans it, notified like JSAPI.
 async fn wechat_native(backend: Backend) {
