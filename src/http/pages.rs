@@ -452,6 +452,8 @@ struct H5Order<'a> {
     csrf: &'a str,
     keys: Vec<String>,
     keys_unavailable: i64,
+    /// The order's lines: name, quantity, line total as money.
+    lines: Vec<(String, i64, String)>,
 }
 
 async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no): Path<String>) -> Response {
@@ -474,6 +476,7 @@ async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no):
             csrf: &session.csrf_token,
             keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
             keys_unavailable: keys.unreadable_total(),
+            lines: order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect(),
         }))
     }
     .await;

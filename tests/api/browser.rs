@@ -67,6 +67,30 @@ async fn browser(driver: &Driver, javascript: bool, profile: &std::path::Path) -
         .expect("start a Chromium session")
 }
 
+/// A browser whose viewport is a phone's (`width` × `height` CSS pixels, as Chromium's device
+/// emulation sets it) or a desktop's.
+async fn browser_sized(driver: &Driver, profile: &std::path::Path, width: u32, height: u32) -> Client {
+    let chrome = json!({
+        "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string()),
+        "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", format!("--user-data-dir={}", profile.display())],
+        "mobileEmulation": {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 2, "touch": width < 600}},
+    });
+    let mut caps = serde_json::Map::new();
+    caps.insert("goog:chromeOptions".to_string(), chrome);
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("start a Chromium session")
+}
+
+/// Whether the page is wider than the viewport (the buyer would scroll sideways).
+async fn overflows(c: &Client) -> bool {
+    let wide = c.execute("return document.documentElement.scrollWidth > window.innerWidth;", vec![]).await.unwrap();
+    wide.as_bool().unwrap()
+}
+
 async fn screenshot(c: &Client, name: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test-artifacts/screenshots");
     std::fs::create_dir_all(&dir).unwrap();
@@ -278,4 +302,40 @@ async fn console_imports_keys_in_batches_with_progress() {
     assert_eq!(t.sku("GAME").await["on_hand"], 1203);
     c.close().await.unwrap();
     t.assert_clean().await;
+}
+
+/// The buyer's pages fit a 360 px phone and a desktop: no sideways scrolling on the storefront, the
+/// basket, the return page, the order page and an error page, each with a way on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buyer_pages_fit_a_phone_and_a_desktop() {
+    let Some(driver) = chromedriver() else { return };
+    let t = TestApp::spawn_with(Backend::Sqlite, Opts { demo: true, ..Default::default() }).await;
+    for (width, height) in [(360, 740), (1280, 800)] {
+        let profile = tempfile::tempdir().unwrap();
+        let c = browser_sized(&driver, profile.path(), width, height).await;
+        let shot = |name: &str| format!("{width}-{name}");
+        buy_lamps(&t, &c).await;
+        assert!(!overflows(&c).await, "storefront at {width}px");
+        screenshot(&c, &shot("storefront")).await;
+        c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
+        c.wait().for_element(Locator::Id("confirm")).await.unwrap();
+        assert!(!overflows(&c).await, "basket at {width}px");
+        screenshot(&c, &shot("basket")).await;
+        c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+        c.wait().for_element(Locator::Id("pay")).await.unwrap().click().await.unwrap();
+        c.wait().for_element(Locator::Id("status")).await.unwrap();
+        wait_status(&c, "paid", false).await;
+        assert!(!overflows(&c).await, "return page at {width}px");
+        screenshot(&c, &shot("return")).await;
+        c.find(Locator::Id("order-link")).await.unwrap().click().await.unwrap();
+        c.wait().for_element(Locator::Id("poll-state")).await.unwrap();
+        assert!(!overflows(&c).await, "order page at {width}px");
+        assert!(c.find(Locator::Css("a[href='/']")).await.is_ok(), "the order page leads back to the shop");
+        screenshot(&c, &shot("order")).await;
+        c.goto(&t.url("/h5/orders/KS000000000NOSUCHORDER0")).await.unwrap();
+        assert!(!overflows(&c).await, "error page at {width}px");
+        assert!(c.find(Locator::Css("a[href='/']")).await.is_ok(), "an error page has a next step");
+        screenshot(&c, &shot("error")).await;
+        c.close().await.unwrap();
+    }
 }

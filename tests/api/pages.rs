@@ -146,7 +146,7 @@ async fn browser_flow(backend: Backend) {
     let html = browser.get(&ret).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
     assert!(html.contains("data-status=\"paid\""), "{html}");
     // The page polls its attempt's status (the order's, and how this attempt ended).
-    let order_no = html.split("<h1>Order ").nth(1).unwrap().split('<').next().unwrap().to_string();
+    let order_no = html.split("<h1>Order <span class=\"id\">").nth(1).unwrap().split('<').next().unwrap().to_string();
     assert!(html.contains(&format!("data-poll=\"/checkout/return/{attempt_ref}/status\"")), "{html}");
     let polled = t.return_status(&attempt_ref).await;
     assert_eq!((polled["status"].as_str(), polled["attempt_status"].as_str()), (Some("paid"), Some("succeeded")));
