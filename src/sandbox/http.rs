@@ -78,20 +78,23 @@ struct PayPage<'a> {
     state: &'a str,
 }
 
-async fn pay_page(
-    State(state): State<AppState>,
-    FormBody(fields): FormBody<BTreeMap<String, String>>,
-) -> Result<Response> {
-    let sandbox = sandbox(&state)?;
-    let attempt_ref = sandbox.register(&fields).await?;
-    let p = sandbox.payment(&attempt_ref).await?;
-    let status = if p.closed && p.status == "open" { "closed" } else { p.status.as_str() };
-    Ok(render(&PayPage {
-        attempt_ref: &p.attempt_ref,
-        subject: &p.subject,
-        amount: p.amount.display_major(),
-        state: status,
-    }))
+/// The sandbox's pay page. A refusal (a form that does not verify) is a page too, never JSON: a
+/// buyer reads it.
+async fn pay_page(State(state): State<AppState>, FormBody(fields): FormBody<BTreeMap<String, String>>) -> Response {
+    let result = async {
+        let sandbox = sandbox(&state)?;
+        let attempt_ref = sandbox.register(&fields).await?;
+        let p = sandbox.payment(&attempt_ref).await?;
+        let status = if p.closed && p.status == "open" { "closed" } else { p.status.as_str() };
+        Ok::<_, Error>(render(&PayPage {
+            attempt_ref: &p.attempt_ref,
+            subject: &p.subject,
+            amount: p.amount.display_major(),
+            state: status,
+        }))
+    }
+    .await;
+    result.unwrap_or_else(|e| crate::http::pages::error_page(&e, "/"))
 }
 
 #[derive(Deserialize)]
@@ -99,20 +102,35 @@ struct Decision {
     outcome: String,
 }
 
+/// The buyer's decision on the pay page. A payment that can no longer be paid (the shop closed it
+/// when the order expired, or it is final) answers a page that leads back to the shop's return
+/// page, where the order says what happened and what to do next.
 async fn pay_decide(
     State(state): State<AppState>,
     Path(attempt_ref): Path<String>,
     FormBody(form): FormBody<Decision>,
-) -> Result<Response> {
-    let sandbox = sandbox(&state)?;
-    if !ids::is_plain_id(&attempt_ref) {
-        return Err(Error::not_found("sandbox payment"));
+) -> Response {
+    let Ok(sandbox) = sandbox(&state) else {
+        return crate::http::pages::error_page(&Error::not_found("route"), "/");
+    };
+    let decided = async {
+        if !ids::is_plain_id(&attempt_ref) {
+            return Err(Error::not_found("sandbox payment"));
+        }
+        let outcome =
+            SandboxOutcome::parse(&form.outcome).ok_or_else(|| Error::invalid("invalid_request", "unknown outcome"))?;
+        sandbox.complete(&attempt_ref, outcome, 1, 0).await
     }
-    let outcome =
-        SandboxOutcome::parse(&form.outcome).ok_or_else(|| Error::invalid("invalid_request", "unknown outcome"))?;
-    sandbox.complete(&attempt_ref, outcome, 1, 0).await?;
-    let p = sandbox.payment(&attempt_ref).await?;
-    Ok(Redirect::to(&p.return_url).into_response())
+    .await;
+    // The return URL was stored from a signed form: safe to send the buyer to.
+    let back = match sandbox.payment(&attempt_ref).await {
+        Ok(p) => p.return_url,
+        Err(_) => "/".to_string(),
+    };
+    match decided {
+        Ok(_) => Redirect::to(&back).into_response(),
+        Err(e) => crate::http::pages::error_page(&e, &back),
+    }
 }
 
 #[derive(Deserialize)]

@@ -426,3 +426,36 @@ async fn console_catalog(backend: Backend) {
     assert_eq!(t.sku("TEA").await["on_hand"], 6);
     t.assert_clean().await;
 }
+
+on_both!(a_closed_sandbox_payment_answers_a_page_with_a_way_back, closed_pay_page);
+async fn closed_pay_page(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 100, 5).await;
+    let (buyer, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+    // The order is cancelled (its payment closed at the gateway) while the pay page is still open.
+    let r = t
+        .http
+        .post(t.url(&format!("/api/v1/orders/{order_no}/cancel")))
+        .bearer_auth(&buyer)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = t
+        .http
+        .post(t.url(&format!("/sandbox/pay/{attempt_ref}")))
+        .form(&[("outcome", "succeeded")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/html"), "a page, not JSON");
+    let page = r.text().await.unwrap();
+    assert!(page.contains(&format!("href=\"{}/checkout/return/{attempt_ref}\"", t.base)), "{page}");
+    // A form that does not verify is a page too.
+    let r = t.http.post(t.url("/sandbox/pay")).form(&[("attempt_ref", "X")]).send().await.unwrap();
+    assert!(r.status().is_client_error());
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert_eq!(t.status(&order_no).await, "cancelled");
+}
