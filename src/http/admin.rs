@@ -240,14 +240,11 @@ async fn orders_page(
 ) -> Result<Response> {
     let status = query.get("status").and_then(|s| crate::domain::OrderStatus::parse(s));
     let q: String = query.get("q").cloned().unwrap_or_default().trim().chars().take(ids::MAX_ID_LEN).collect();
-    let cursor = query.get("cursor").filter(|c| !c.is_empty()).map(|c| Cursor::parse(c)).transpose()?;
+    let cursor = page_cursor(&query)?;
     let filter = OrderFilter { status, q: Some(q.clone()).filter(|q| !q.is_empty()), ..Default::default() };
     let page = listing::orders(&state.db, &filter, cursor.as_ref(), listing::PAGE_MAX).await?;
     let status = status.map(|s| s.as_str().to_string()).unwrap_or_default();
-    let older = page.next_cursor.map(|c| {
-        let query = [("status", status.as_str()), ("q", q.as_str()), ("cursor", c.as_str())];
-        format!("/admin/orders?{}", serde_urlencoded::to_string(query).unwrap_or_default())
-    });
+    let older = older_link("/admin/orders", &[("status", status.as_str()), ("q", q.as_str())], page.next_cursor);
     let statuses = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
     Ok(render(&OrdersPage { csrf: &op.csrf, rows: page.items, status, q, statuses, older }))
 }
@@ -290,7 +287,7 @@ async fn order_page(
     Ok(render(&OrderPage {
         csrf: &op.csrf,
         total: order.total_display(),
-        notifications: admin::notifications(&state.db, Some(&order_no), false).await?,
+        notifications: admin::notifications(&state.db, Some(&order_no), false, None).await?.items,
         refunds: refunds::list_for_order(&state.db, &order_no).await?,
         outbox: listing::messages(&state.db, None, Some(&order_no), None, listing::PAGE_MAX).await?.items,
         findings: crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?,
@@ -376,6 +373,21 @@ struct InboxPage<'a> {
     csrf: &'a str,
     rows: Vec<NotificationRow>,
     only_rejected: bool,
+    /// The link to the next (older) page, when there is one.
+    older: Option<String>,
+}
+
+/// A console list's cursor (`?cursor=`), and the link to the page after this one.
+fn page_cursor(query: &BTreeMap<String, String>) -> Result<Option<Cursor>> {
+    query.get("cursor").filter(|c| !c.is_empty()).map(|c| Cursor::parse(c)).transpose()
+}
+
+fn older_link(path: &str, pairs: &[(&str, &str)], next: Option<String>) -> Option<String> {
+    next.map(|c| {
+        let mut query: Vec<(&str, &str)> = pairs.iter().filter(|(_, v)| !v.is_empty()).copied().collect();
+        query.push(("cursor", c.as_str()));
+        format!("{path}?{}", serde_urlencoded::to_string(query).unwrap_or_default())
+    })
 }
 
 async fn inbox_page(
@@ -384,11 +396,10 @@ async fn inbox_page(
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
     let only_rejected = query.get("rejected").is_some_and(|v| v == "1");
-    Ok(render(&InboxPage {
-        csrf: &op.csrf,
-        rows: admin::notifications(&state.db, None, only_rejected).await?,
-        only_rejected,
-    }))
+    let page = admin::notifications(&state.db, None, only_rejected, page_cursor(&query)?.as_ref()).await?;
+    let older =
+        older_link("/admin/notifications", &[("rejected", if only_rejected { "1" } else { "" })], page.next_cursor);
+    Ok(render(&InboxPage { csrf: &op.csrf, rows: page.items, only_rejected, older }))
 }
 
 #[derive(Template)]
@@ -397,6 +408,7 @@ struct AlertsPage<'a> {
     csrf: &'a str,
     rows: Vec<AlertRow>,
     all: bool,
+    older: Option<String>,
 }
 
 async fn alerts_page(
@@ -405,7 +417,9 @@ async fn alerts_page(
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
     let all = query.get("all").is_some_and(|v| v == "1");
-    Ok(render(&AlertsPage { csrf: &op.csrf, rows: admin::alerts(&state.db, all).await?, all }))
+    let page = admin::alerts(&state.db, all, page_cursor(&query)?.as_ref()).await?;
+    let older = older_link("/admin/alerts", &[("all", if all { "1" } else { "" })], page.next_cursor);
+    Ok(render(&AlertsPage { csrf: &op.csrf, rows: page.items, all, older }))
 }
 
 /// A limit field of the console's form: empty for none, else a whole number.

@@ -4,6 +4,7 @@ use crate::clock::{Millis, rfc3339};
 use crate::domain::ids;
 use crate::error::Result;
 use crate::store::catalog::{SkuView, list_skus, token_hash};
+use crate::store::listing::{self, Cursor, Page};
 use crate::store::sql;
 use crate::store::{Db, col, new_id};
 
@@ -237,6 +238,8 @@ pub async fn list_orders(db: &Db, status: Option<&str>, query: Option<&str>) -> 
 
 #[derive(Debug, Clone)]
 pub struct NotificationRow {
+    pub id: String,
+    pub received_at_ms: Millis,
     pub received_at: String,
     pub gateway: String,
     pub event_id: String,
@@ -245,20 +248,34 @@ pub struct NotificationRow {
     pub reason: String,
 }
 
-pub async fn notifications(db: &Db, order_no: Option<&str>, only_rejected: bool) -> Result<Vec<NotificationRow>> {
+/// Stored notifications, newest first, a page of [`LIST_LIMIT`] after `cursor`: of one order,
+/// and/or only the rejected ones.
+pub async fn notifications(
+    db: &Db,
+    order_no: Option<&str>,
+    only_rejected: bool,
+    cursor: Option<&Cursor>,
+) -> Result<Page<NotificationRow>> {
+    let (at, key) = cursor.map_or((Millis::MAX, String::new()), |c| (c.at, c.key.clone()));
     let rows = sql::query(
-        "SELECT n.received_at, n.gateway, n.claimed_event_id, n.attempt_ref, n.status, n.reason FROM notifications n \
+        "SELECT n.id, n.received_at, n.gateway, n.claimed_event_id, n.attempt_ref, n.status, n.reason FROM notifications n \
          WHERE ($1 = '' OR n.order_no = $1 OR n.attempt_ref IN (SELECT attempt_ref FROM payment_attempts WHERE order_no = $1)) \
-         AND ($2 = 0 OR n.status = 'rejected') ORDER BY n.received_at DESC, n.id LIMIT $3",
+         AND ($2 = 0 OR n.status = 'rejected') AND (n.received_at < $3 OR (n.received_at = $3 AND n.id < $4)) \
+         ORDER BY n.received_at DESC, n.id DESC LIMIT $5",
     )
     .bind(order_no.unwrap_or_default())
     .bind(i64::from(only_rejected))
-    .bind(LIST_LIMIT)
+    .bind(at)
+    .bind(key)
+    .bind(LIST_LIMIT + 1)
     .fetch_all(db.read_pool())
     .await?;
-    rows.iter()
+    let items = rows
+        .iter()
         .map(|r| {
             Ok(NotificationRow {
+                id: col(r, "id")?,
+                received_at_ms: col(r, "received_at")?,
                 received_at: rfc3339(col(r, "received_at")?),
                 gateway: col(r, "gateway")?,
                 event_id: col::<Option<String>>(r, "claimed_event_id")?.unwrap_or_default(),
@@ -267,11 +284,13 @@ pub async fn notifications(db: &Db, order_no: Option<&str>, only_rejected: bool)
                 reason: col::<Option<String>>(r, "reason")?.unwrap_or_default(),
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(listing::page(items, LIST_LIMIT, |n| Cursor { at: n.received_at_ms, key: n.id.clone() }))
 }
 
 #[derive(Debug, Clone)]
 pub struct AlertRow {
+    pub last_seen_ms: Millis,
     pub id: String,
     pub kind: String,
     pub severity: String,
@@ -283,18 +302,26 @@ pub struct AlertRow {
     pub acknowledged: bool,
 }
 
-pub async fn alerts(db: &Db, include_acknowledged: bool) -> Result<Vec<AlertRow>> {
+/// Alerts, most recently seen first, a page of [`LIST_LIMIT`] after `cursor` (an alert seen again
+/// meanwhile moves to the top, and is not shown twice on later pages).
+pub async fn alerts(db: &Db, include_acknowledged: bool, cursor: Option<&Cursor>) -> Result<Page<AlertRow>> {
+    let (at, key) = cursor.map_or((Millis::MAX, String::new()), |c| (c.at, c.key.clone()));
     let rows = sql::query(
         "SELECT id, kind, severity, order_no, details, first_seen, last_seen, count, acknowledged FROM alerts \
-         WHERE ($1 = 1 OR acknowledged = 0) ORDER BY last_seen DESC, id LIMIT $2",
+         WHERE ($1 = 1 OR acknowledged = 0) AND (last_seen < $2 OR (last_seen = $2 AND id < $3)) \
+         ORDER BY last_seen DESC, id DESC LIMIT $4",
     )
     .bind(i64::from(include_acknowledged))
-    .bind(LIST_LIMIT)
+    .bind(at)
+    .bind(key)
+    .bind(LIST_LIMIT + 1)
     .fetch_all(db.read_pool())
     .await?;
-    rows.iter()
+    let items = rows
+        .iter()
         .map(|r| {
             Ok(AlertRow {
+                last_seen_ms: col(r, "last_seen")?,
                 id: col(r, "id")?,
                 kind: col(r, "kind")?,
                 severity: col(r, "severity")?,
@@ -306,7 +333,8 @@ pub async fn alerts(db: &Db, include_acknowledged: bool) -> Result<Vec<AlertRow>
                 acknowledged: col::<i64>(r, "acknowledged")? != 0,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(listing::page(items, LIST_LIMIT, |a| Cursor { at: a.last_seen_ms, key: a.id.clone() }))
 }
 
 pub async fn acknowledge_alert(db: &Db, id: &str) -> Result<()> {

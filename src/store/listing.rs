@@ -52,7 +52,7 @@ pub struct Page<T> {
 
 /// The rows fetched with one more than `limit`: a page, and the cursor of the next if that extra
 /// row came.
-fn page<T>(mut items: Vec<T>, limit: i64, cursor_of: impl Fn(&T) -> Cursor) -> Page<T> {
+pub(crate) fn page<T>(mut items: Vec<T>, limit: i64, cursor_of: impl Fn(&T) -> Cursor) -> Page<T> {
     let limit = usize::try_from(limit).unwrap_or(0);
     let more = items.len() > limit;
     items.truncate(limit);

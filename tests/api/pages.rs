@@ -459,3 +459,49 @@ async fn closed_pay_page(backend: Backend) {
     assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
     assert_eq!(t.status(&order_no).await, "cancelled");
 }
+
+/// The console's lists go past their first 200 rows, page by page, each row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn console_lists_page_past_two_hundred_rows() {
+    let t = std::sync::Arc::new(TestApp::spawn(Backend::Sqlite).await);
+    t.create_sku("MUG", "Mug", 100, 1_000).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..205 {
+        let t = t.clone();
+        tasks.spawn(async move {
+            let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+            t.complete(&attempt_ref, "succeeded", 1).await;
+            order_no
+        });
+    }
+    let mut placed = std::collections::BTreeSet::new();
+    while let Some(o) = tasks.join_next().await {
+        placed.insert(o.unwrap());
+    }
+    t.settle().await;
+    let (browser, cookie, _) = console(&t).await;
+    for (first, row_marker) in
+        [("/admin/orders", "href=\"/admin/orders/KS"), ("/admin/notifications", "<tr class=\"applied\">")]
+    {
+        let (mut path, mut rows, mut pages) = (first.to_string(), 0, 0);
+        let mut seen = std::collections::BTreeSet::new();
+        loop {
+            let page = browser.get(t.url(&path)).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+            pages += 1;
+            rows += page.matches(row_marker).count();
+            if first == "/admin/orders" {
+                for part in page.split("href=\"/admin/orders/").skip(1) {
+                    assert!(seen.insert(part.split('"').next().unwrap().to_string()), "an order shown twice");
+                }
+            }
+            match page.split("id=\"older\" href=\"").nth(1) {
+                Some(next) => path = html_unescape(next.split('"').next().unwrap()),
+                None => break,
+            }
+        }
+        assert_eq!((rows, pages), (205, 2), "{first}");
+        if first == "/admin/orders" {
+            assert_eq!(seen, placed);
+        }
+    }
+}
