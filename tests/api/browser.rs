@@ -47,16 +47,18 @@ fn chromedriver() -> Option<Driver> {
     panic!("chromedriver did not start");
 }
 
-async fn browser(driver: &Driver, javascript: bool, profile: &std::path::Path) -> Client {
-    let mut chrome = json!({
+/// Chromium's options: headless on loopback only, a profile of its own.
+fn chrome_options(profile: &std::path::Path) -> serde_json::Value {
+    json!({
         "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string()),
         "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1100,900",
                  format!("--user-data-dir={}", profile.display())],
-    });
-    if !javascript {
-        chrome["prefs"] = json!({"profile.managed_default_content_settings.javascript": 2});
-    }
+    })
+}
+
+/// A Chromium session with `chrome` as its options.
+async fn session(driver: &Driver, chrome: serde_json::Value) -> Client {
     let mut caps = serde_json::Map::new();
     caps.insert("goog:chromeOptions".to_string(), chrome);
     // chromedriver speaks plain HTTP on loopback: no TLS stack needed.
@@ -67,22 +69,21 @@ async fn browser(driver: &Driver, javascript: bool, profile: &std::path::Path) -
         .expect("start a Chromium session")
 }
 
+async fn browser(driver: &Driver, javascript: bool, profile: &std::path::Path) -> Client {
+    let mut chrome = chrome_options(profile);
+    if !javascript {
+        chrome["prefs"] = json!({"profile.managed_default_content_settings.javascript": 2});
+    }
+    session(driver, chrome).await
+}
+
 /// A browser whose viewport is a phone's (`width` × `height` CSS pixels, as Chromium's device
 /// emulation sets it) or a desktop's.
 async fn browser_sized(driver: &Driver, profile: &std::path::Path, width: u32, height: u32) -> Client {
-    let chrome = json!({
-        "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string()),
-        "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", format!("--user-data-dir={}", profile.display())],
-        "mobileEmulation": {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 2, "touch": width < 600}},
-    });
-    let mut caps = serde_json::Map::new();
-    caps.insert("goog:chromeOptions".to_string(), chrome);
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{}", driver.port))
-        .await
-        .expect("start a Chromium session")
+    let mut chrome = chrome_options(profile);
+    chrome["mobileEmulation"] =
+        json!({"deviceMetrics": {"width": width, "height": height, "pixelRatio": 2, "touch": width < 600}});
+    session(driver, chrome).await
 }
 
 /// Whether the page is wider than the viewport (the buyer would scroll sideways).
