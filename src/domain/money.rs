@@ -158,6 +158,15 @@ impl Money {
     }
 }
 
+/// Stored minor units of a stored currency code in major units without the currency (`12.34`), as
+/// forms and exports take them; a row that no longer parses is shown raw rather than hidden.
+pub fn decimal_minor(amount_minor: i64, currency: &str) -> String {
+    Currency::parse(currency)
+        .ok()
+        .and_then(|c| Money::new(amount_minor, c).ok())
+        .map_or_else(|| amount_minor.to_string(), Money::decimal)
+}
+
 /// Renders stored minor units and a stored currency code for people (`12.34 CNY`); a row that no
 /// longer parses is shown raw rather than hidden.
 pub fn format_minor(amount_minor: i64, currency: &str) -> String {

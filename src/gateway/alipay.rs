@@ -104,15 +104,7 @@ impl Alipay {
     /// also names where its "back" link goes (`quit_url`: the shop's cancel URL, else the return
     /// page).
     fn cashier_form(&self, req: &HandoffRequest, method: &str, product_code: &str) -> Handed {
-        let subject: String = req.subject.chars().take(256).collect();
-        let mut biz = json!({
-            "out_trade_no": req.attempt_ref,
-            "total_amount": req.amount.decimal(),
-            "subject": subject,
-            "product_code": product_code,
-            // The cashier stops taking payment when the hold ends.
-            "time_expire": format_at_offset(req.expires_at, 8, false),
-        });
+        let mut biz = trade_fields(req, product_code);
         if method == "alipay.trade.wap.pay" {
             biz["quit_url"] = json!(req.cancel_url.as_deref().unwrap_or(&req.return_url));
         }
@@ -131,14 +123,7 @@ impl Alipay {
     /// Face-to-face: Alipay answers a `qr_code` (in its signed response) for the buyer to scan with
     /// the Alipay app, payable until the hold ends.
     async fn precreate(&self, req: &HandoffRequest) -> Result<Handed, GatewayError> {
-        let subject: String = req.subject.chars().take(256).collect();
-        let biz = json!({
-            "out_trade_no": req.attempt_ref,
-            "total_amount": req.amount.decimal(),
-            "subject": subject,
-            "product_code": "FACE_TO_FACE_PAYMENT",
-            "time_expire": format_at_offset(req.expires_at, 8, false),
-        });
+        let biz = trade_fields(req, "FACE_TO_FACE_PAYMENT");
         let r = self.call_with("alipay.trade.precreate", biz, &[("notify_url", &self.notify_url)]).await?;
         if !is_ok(&r) {
             let why = format!("alipay precreate: {}", describe(&r));
@@ -176,6 +161,19 @@ impl Alipay {
             raw_body: raw,
         })
     }
+}
+
+/// The business fields every way of paying an attempt names: the trade, its amount and subject, the
+/// product, and the end of the hold, after which Alipay stops taking payment.
+fn trade_fields(req: &HandoffRequest, product_code: &str) -> Value {
+    let subject: String = req.subject.chars().take(256).collect();
+    json!({
+        "out_trade_no": req.attempt_ref,
+        "total_amount": req.amount.decimal(),
+        "subject": subject,
+        "product_code": product_code,
+        "time_expire": format_at_offset(req.expires_at, 8, false),
+    })
 }
 
 /// Checks the `sign` of an API response over the exact JSON text of its `*_response` node and

@@ -13,7 +13,9 @@ use serde_json::json;
 
 use super::{Admin, AppState};
 use crate::clock::{Millis, rfc3339};
-use crate::domain::{Currency, Money, OrderStatus};
+use crate::domain::OrderStatus;
+// A money column of an export: major units, plain (`306.00`).
+use crate::domain::money::decimal_minor as major;
 use crate::error::{Error, Result};
 use crate::store::catalog;
 use crate::store::listing::{self, Cursor, OrderFilter};
@@ -125,14 +127,6 @@ pub(super) async fn list_orders(
     let filter = order_filter(&query)?;
     let page = listing::orders(&state.db, &filter, cursor(&query)?.as_ref(), page_limit(&query)?).await?;
     Ok(axum::Json(page).into_response())
-}
-
-/// A money column of an export: major units, plain (`306.00`).
-fn major(amount_minor: i64, currency: &str) -> String {
-    Currency::parse(currency)
-        .ok()
-        .and_then(|c| Money::new(amount_minor, c).ok())
-        .map_or_else(|| amount_minor.to_string(), Money::decimal)
 }
 
 /// A text cell a person's spreadsheet will open: one starting like a formula is quoted with `'`

@@ -354,10 +354,7 @@ pub struct SkuRow {
 impl SkuRow {
     /// The price in major units without the currency (`12.50`), as the edit form takes it.
     pub fn price_decimal(&self) -> String {
-        crate::domain::Currency::parse(&self.sku.currency)
-            .ok()
-            .and_then(|c| crate::domain::Money::new(self.sku.price_minor, c).ok())
-            .map_or_else(|| self.sku.price_minor.to_string(), crate::domain::Money::decimal)
+        crate::domain::money::decimal_minor(self.sku.price_minor, &self.sku.currency)
     }
 }
 

@@ -82,10 +82,7 @@ impl OrderView {
 
     /// An amount of this order's currency in major units without it (`12.34`), as a form takes it.
     pub fn decimal(&self, amount_minor: &i64) -> String {
-        crate::domain::Currency::parse(&self.currency)
-            .ok()
-            .and_then(|c| crate::domain::Money::new(*amount_minor, c).ok())
-            .map_or_else(|| amount_minor.to_string(), crate::domain::Money::decimal)
+        crate::domain::money::decimal_minor(*amount_minor, &self.currency)
     }
 }
 

@@ -106,6 +106,15 @@ async fn shop_reference(backend: Backend) {
     t.assert_clean().await;
 }
 
+/// Where the sandbox gateway was told to send the buyer back to after paying `attempt_ref`.
+async fn sandbox_return_url(t: &TestApp, attempt_ref: &str) -> String {
+    kassa::store::sql::query_scalar("SELECT return_url FROM sandbox_payments WHERE attempt_ref = $1")
+        .bind(attempt_ref)
+        .fetch_one(t.sandbox_records().read_pool())
+        .await
+        .unwrap()
+}
+
 on_both!(return_and_cancel_urls_are_held_to_the_allowed_origins, return_urls);
 async fn return_urls(backend: Backend) {
     let body = json!({
@@ -137,12 +146,7 @@ async fn return_urls(backend: Backend) {
     assert_eq!(status, StatusCode::CREATED, "{placed}");
     let order_no = s(&placed["order_no"]);
     // The gateway was told to send the buyer back to the shop's page for this order.
-    let return_url: String =
-        kassa::store::sql::query_scalar("SELECT return_url FROM sandbox_payments WHERE attempt_ref = $1")
-            .bind(s(&placed["attempt_ref"]))
-            .fetch_one(t.sandbox_records().read_pool())
-            .await
-            .unwrap();
+    let return_url = sandbox_return_url(&t, &s(&placed["attempt_ref"])).await;
     assert_eq!(return_url, format!("https://shop.example/orders/{order_no}/thanks"));
     // Another origin, or one dressed up as it, is refused.
     for bad in ["https://shop.example.evil.test/", "https://shop.example@evil.test/", "javascript:alert(1)"] {
@@ -153,12 +157,7 @@ async fn return_urls(backend: Backend) {
     }
     // Without one, kassa's own return page remains the default.
     let (_, placed, _) = checkout_with(&t, &buyer, &[("MUG", 1)], json!({"gateway": "sandbox"})).await;
-    let return_url: String =
-        kassa::store::sql::query_scalar("SELECT return_url FROM sandbox_payments WHERE attempt_ref = $1")
-            .bind(s(&placed["attempt_ref"]))
-            .fetch_one(t.sandbox_records().read_pool())
-            .await
-            .unwrap();
+    let return_url = sandbox_return_url(&t, &s(&placed["attempt_ref"])).await;
     assert!(return_url.ends_with(&format!("/checkout/return/{}", s(&placed["attempt_ref"]))), "{return_url}");
 }
 
