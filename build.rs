@@ -3,16 +3,23 @@
 //!   the PostgreSQL variants run; without it they are compiled as ignored, and the test summary
 //!   counts them as such, with the reason, rather than as passed;
 //! - with `KASSA_PREVIOUS_BIN` set (the previous release's binary, `scripts/previous-release.sh`),
-//!   the `kassa_test_previous` cfg is on and the rolling-upgrade tests run; without it, the same.
+//!   the `kassa_test_previous` cfg is on and the rolling-upgrade tests run; without it, the same;
+//! - with `KASSA_SCHEMATHESIS` set (the path of Schemathesis' `st`), the `kassa_test_schemathesis`
+//!   cfg is on and the contract tests run it against a served kassa; without it, the same.
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(kassa_test_pg)");
     println!("cargo::rustc-check-cfg=cfg(kassa_test_previous)");
     println!("cargo::rerun-if-env-changed=KASSA_TEST_DATABASE_URL");
+    println!("cargo::rustc-check-cfg=cfg(kassa_test_schemathesis)");
     println!("cargo::rerun-if-env-changed=KASSA_PREVIOUS_BIN");
+    println!("cargo::rerun-if-env-changed=KASSA_SCHEMATHESIS");
     if std::env::var("KASSA_TEST_DATABASE_URL").is_ok_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=kassa_test_pg");
     }
     if std::env::var("KASSA_PREVIOUS_BIN").is_ok_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=kassa_test_previous");
+    }
+    if std::env::var("KASSA_SCHEMATHESIS").is_ok_and(|v| !v.is_empty()) {
+        println!("cargo::rustc-cfg=kassa_test_schemathesis");
     }
 }

@@ -73,7 +73,7 @@ impl AttemptKey {
 }
 
 /// How the buyer reaches the gateway (the checkout answer's `payment`, `/openapi.json`).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Handoff {
     /// An auto-submitting form: every field generated and signed server-side.

@@ -12,7 +12,7 @@ use axum::routing::{MethodRouter, get, post};
 
 use super::flows::{cancel_flow, refund_flow};
 use super::guard::Client;
-use super::{AppState, Auth, FormBody, RouteDoc, cookie, render};
+use super::{AppState, Content, FormBody, RouteDoc, cookie, render};
 use crate::clock::Millis;
 use crate::domain::ids::{self, OrderNo, RefundNo, Sku};
 use crate::domain::signin::LockoutPolicy;
@@ -26,14 +26,8 @@ use crate::store::{fulfilment, orders};
 const ADMIN_COOKIE: &str = "kassa_admin";
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
-    let doc = |method, path, summary| RouteDoc {
-        method,
-        path,
-        summary,
-        tag: "admin console",
-        auth: Auth::None,
-        body: None,
-        responses: &[(200, "HTML page")],
+    let doc = |method, path, summary| {
+        RouteDoc::page(method, path, summary, "admin console").answer(200, "HTML page", Content::Other("text/html"))
     };
     vec![
         (doc("get", "/admin/login", "Admin console: sign in with the admin token (POST)"), get(login_page).post(login)),

@@ -13,7 +13,7 @@ use axum::routing::{MethodRouter, post};
 
 use super::admin::Operator;
 use super::flows::{SkuDraft, create_sku_flow, edit_sku_flow, import_keys_flow};
-use super::{AppState, Auth, FormBody, RouteDoc};
+use super::{AppState, Content, FormBody, RouteDoc};
 use crate::domain::checkout::SkuLimits;
 use crate::domain::ids::Sku;
 use crate::domain::{Currency, Money};
@@ -21,14 +21,8 @@ use crate::error::{Error, Result};
 use crate::store::catalog::{self, LimitsPatch};
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
-    let doc = |method, path, summary| RouteDoc {
-        method,
-        path,
-        summary,
-        tag: "admin console",
-        auth: Auth::None,
-        body: None,
-        responses: &[(303, "back to the SKUs page")],
+    let doc = |method, path, summary| {
+        RouteDoc::page(method, path, summary, "admin console").answer(200, "HTML page", Content::Other("text/html"))
     };
     vec![
         (doc("post", "/admin/skus", "Admin console: create a SKU (price in major units)"), post(create)),

@@ -5,7 +5,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+use super::schema::{
+    self, AdminOrderBody, Health, OrderBody, OrderStatusBody, PlacedOrder, Readiness, SessionCreated, SkuList,
+};
+
+/// Reconciliation findings shown on the admin's view of one order.
+const FINDINGS_SHOWN_MAX: i64 = 100;
 
 use super::flows::{
     CheckoutBody, RetryBody, SkuDraft, cancel_flow, create_sku_flow, edit_sku_flow, import_keys_flow, place_order,
@@ -26,26 +33,26 @@ use crate::store::{fulfilment, orders, refunds};
 
 /// Liveness: the process serves requests (whatever the database does).
 pub(super) async fn healthz() -> Response {
-    axum::Json(json!({"status": "ok"})).into_response()
+    axum::Json(Health { status: "ok" }).into_response()
 }
 
 /// Readiness: the database answers and every migration this binary knows is applied, so a load
 /// balancer may send traffic here.
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
-    let unavailable = |body: Value| (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    let unavailable =
+        |status, pending| (StatusCode::SERVICE_UNAVAILABLE, axum::Json(Readiness { status, pending })).into_response();
     if let Err(e) = sql::query_scalar::<i64>("SELECT 1").fetch_one(state.db.read_pool()).await {
         tracing::error!(error = %e, "readiness check: the database does not answer");
-        return unavailable(json!({"status": "database_unavailable"}));
+        return unavailable("database_unavailable", Vec::new());
     }
     match state.db.pending_migrations().await {
-        Ok(pending) if pending.is_empty() => axum::Json(json!({"status": "ready"})).into_response(),
-        Ok(pending) => {
-            let names: Vec<&str> = pending.iter().map(|(_, name, _)| *name).collect();
-            unavailable(json!({"status": "migrations_pending", "pending": names}))
+        Ok(pending) if pending.is_empty() => {
+            axum::Json(Readiness { status: "ready", pending: Vec::new() }).into_response()
         }
+        Ok(pending) => unavailable("migrations_pending", pending.iter().map(|(_, name, _)| *name).collect()),
         Err(e) => {
             tracing::error!(error = %e, "readiness check: migrations could not be read");
-            unavailable(json!({"status": "database_unavailable"}))
+            unavailable("database_unavailable", Vec::new())
         }
     }
 }
@@ -57,18 +64,23 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
 
 pub(super) async fn create_session(State(state): State<AppState>) -> Result<Response> {
     let (token, _) = catalog::create_session(&state.db, state.now_ms()).await?;
-    Ok((StatusCode::CREATED, axum::Json(json!({"token": token}))).into_response())
+    Ok((StatusCode::CREATED, axum::Json(SessionCreated { token })).into_response())
 }
 
-#[derive(Deserialize, Default)]
-pub(super) struct NewBasketBody {
+/// A new basket: empty, or with its lines (all of them or nothing).
+#[derive(Deserialize, Default, ToSchema)]
+pub struct NewBasketBody {
     #[serde(default)]
+    #[schema(schema_with = schema::basket_lines)]
     lines: Vec<NewLine>,
 }
 
-#[derive(Deserialize)]
-pub(super) struct NewLine {
+/// One line of a new basket.
+#[derive(Deserialize, ToSchema)]
+pub struct NewLine {
+    #[schema(schema_with = schema::sku_code)]
     sku: String,
+    #[schema(schema_with = schema::line_quantity)]
     quantity: i64,
 }
 
@@ -82,8 +94,10 @@ pub(super) async fn create_basket(
     Ok((StatusCode::CREATED, axum::Json(basket)).into_response())
 }
 
-#[derive(Deserialize)]
-pub(super) struct LineBody {
+/// A basket line's new quantity.
+#[derive(Deserialize, ToSchema)]
+pub struct LineBody {
+    #[schema(schema_with = schema::set_quantity)]
     quantity: i64,
 }
 
@@ -119,7 +133,7 @@ pub(super) async fn retry_payment(
     let order_no = OrderNo::parse(&order_no)?;
     let session = owner(&caller)?;
     let (placed, handoff) = retry_flow(&state, session, &order_no, &body, device(&headers)).await?;
-    Ok((StatusCode::CREATED, axum::Json(placed_json(&placed, Some(&handoff)))).into_response())
+    Ok((StatusCode::CREATED, axum::Json(placed_body(&placed, Some(&handoff)))).into_response())
 }
 
 /// The buyer's session id, or `None` for the admin (who may act on any order).
@@ -131,9 +145,10 @@ fn owner(caller: &Caller) -> Result<Option<&str>> {
     }
 }
 
-#[derive(Deserialize, Default)]
+/// How to cancel: with `rebasket`, the order's lines come back in a new editable basket.
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct CancelBody {
+pub struct CancelBody {
     #[serde(default)]
     rebasket: bool,
 }
@@ -149,19 +164,24 @@ pub(super) async fn cancel_order(
     let current = views::get_order(&state.db, &order_no, false).await?;
     crate::domain::decide::may_act_on(session, &current.session_id)?;
     let basket_id = cancel_flow(&state, session, &current, body.rebasket).await?;
-    let mut answer = json!({"order_no": order_no, "status": OrderStatus::Cancelled.as_str()});
-    if let Some(id) = basket_id {
-        answer["basket_id"] = json!(id);
-    }
+    let answer = OrderStatusBody {
+        order_no: order_no.to_string(),
+        status: OrderStatus::Cancelled.as_str().to_string(),
+        basket_id: basket_id.map(|id| id.to_string()),
+    };
     Ok(axum::Json(answer).into_response())
 }
 
-#[derive(Deserialize)]
+/// A refund: the shop's number for it (its idempotency key) and the amount.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RefundBody {
+pub struct RefundBody {
+    #[schema(schema_with = schema::refund_no)]
     refund_no: String,
+    #[schema(schema_with = schema::refund_amount)]
     amount_minor: i64,
     #[serde(default)]
+    #[schema(schema_with = schema::refund_reason)]
     reason: String,
 }
 
@@ -185,7 +205,8 @@ pub(super) async fn mark_delivered(
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
     fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?;
-    Ok(axum::Json(json!({"order_no": order_no, "status": "delivered"})).into_response())
+    let status = OrderStatus::Delivered.as_str().to_string();
+    Ok(axum::Json(OrderStatusBody { order_no: order_no.to_string(), status, basket_id: None }).into_response())
 }
 
 pub(super) async fn accept_late(
@@ -196,12 +217,15 @@ pub(super) async fn accept_late(
     let order_no = OrderNo::parse(&order_no)?;
     orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?;
     let order = views::get_order(&state.db, &order_no, false).await?;
-    Ok(axum::Json(json!({"order_no": order_no, "status": order.status})).into_response())
+    Ok(axum::Json(OrderStatusBody { order_no: order_no.to_string(), status: order.status, basket_id: None })
+        .into_response())
 }
 
-#[derive(Deserialize)]
+/// Card keys to import, one per item (surrounding spaces trimmed).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct KeysBody {
+pub struct KeysBody {
+    #[schema(schema_with = schema::card_keys)]
     keys: Vec<String>,
 }
 
@@ -215,41 +239,32 @@ pub(super) async fn import_keys(
     Ok(axum::Json(import_keys_flow(&state, &sku, &body.keys).await?).into_response())
 }
 
-/// The order as JSON, with the card keys of delivered digital lines (for its buyer and admins).
-pub(super) async fn order_json(state: &AppState, order_no: &OrderNo, admin: bool) -> Result<Value> {
-    let order = views::get_order(&state.db, order_no, admin).await?;
+/// The order as its buyer (and admins) read it, with the card keys of delivered digital lines.
+pub(super) async fn order_body(state: &AppState, order_no: &OrderNo, admin: bool) -> Result<OrderBody> {
+    let mut order = views::get_order(&state.db, order_no, admin).await?;
     let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), order_no, state.now_ms()).await?;
-    let mut value = serde_json::to_value(&order).map_err(|e| Error::internal(e.to_string()))?;
-    if let Some(lines) = value["lines"].as_array_mut() {
-        for (i, line) in lines.iter_mut().enumerate() {
-            let line_no = i64::try_from(i).unwrap_or(i64::MAX) + 1;
-            let line_keys: Vec<&String> = keys.keys.iter().filter(|(n, _)| *n == line_no).map(|(_, k)| k).collect();
-            if !line_keys.is_empty() {
-                line["keys"] = json!(line_keys);
-            }
-            let unreadable = keys.unreadable_on(line_no);
-            if unreadable > 0 {
-                line["keys_unavailable"] = json!(unreadable);
-            }
-        }
+    for (i, line) in order.lines.iter_mut().enumerate() {
+        let line_no = i64::try_from(i).unwrap_or(i64::MAX) + 1;
+        line.keys = keys.keys.iter().filter(|(n, _)| *n == line_no).map(|(_, k)| k.clone()).collect();
+        let unreadable = keys.unreadable_on(line_no);
+        line.keys_unavailable = (unreadable > 0).then_some(unreadable);
     }
-    value["refunds"] = serde_json::to_value(refunds::list_for_order(&state.db, order_no).await?)
-        .map_err(|e| Error::internal(e.to_string()))?;
-    Ok(value)
+    let refunds = refunds::list_for_order(&state.db, order_no).await?;
+    Ok(OrderBody { order, refunds })
 }
 
-pub fn placed_json(placed: &Placed, handoff: Option<&Handoff>) -> Value {
-    json!({
-        "order_no": placed.order_no,
-        "attempt_ref": placed.attempt_ref,
-        "status": placed.status.as_str(),
-        "total_minor": placed.total.amount_minor(),
-        "currency": placed.total.currency().code(),
-        "expires_at": rfc3339(placed.expires_at),
-        "merchant_reference": placed.shop.merchant_reference,
-        "metadata": placed.shop.metadata,
-        "payment": handoff,
-    })
+pub fn placed_body(placed: &Placed, handoff: Option<&Handoff>) -> PlacedOrder {
+    PlacedOrder {
+        order_no: placed.order_no.to_string(),
+        attempt_ref: placed.attempt_ref.to_string(),
+        status: placed.status.as_str(),
+        total_minor: placed.total.amount_minor(),
+        currency: placed.total.currency().code().to_string(),
+        expires_at: rfc3339(placed.expires_at),
+        merchant_reference: placed.shop.merchant_reference.as_ref().map(|r| r.as_str().to_string()),
+        metadata: placed.shop.metadata.clone(),
+        payment: handoff.cloned(),
+    }
 }
 
 /// The buyer's device, from the request's `User-Agent` (chooses a channel when none is named).
@@ -281,16 +296,17 @@ pub(super) async fn checkout_json(
     if wants_html(&headers) {
         return Ok(super::pages::handoff_page(&placed, handoff.as_ref()));
     }
-    let mut response = (StatusCode::CREATED, axum::Json(placed_json(&placed, handoff.as_ref()))).into_response();
+    let mut response = (StatusCode::CREATED, axum::Json(placed_body(&placed, handoff.as_ref()))).into_response();
     if !placed.created {
         response.headers_mut().insert("idempotent-replayed", header::HeaderValue::from_static("true"));
     }
     Ok(response)
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, IntoParams)]
 #[serde(deny_unknown_fields)]
-pub(super) struct OrderQuery {
+#[into_params(parameter_in = Query)]
+pub struct OrderQuery {
     /// Ask the gateway now if the order is still pending (after `wx.requestPayment` succeeded,
     /// or a redirect back): at most once per [`BUYER_QUERY_GAP_MS`] per attempt.
     #[serde(default)]
@@ -319,23 +335,33 @@ pub(super) async fn get_order(
     if query.refresh {
         query_for_buyer(&state, &order).await;
     }
-    Ok(axum::Json(order_json(&state, &order_no, false).await?).into_response())
+    Ok(axum::Json(order_body(&state, &order_no, false).await?).into_response())
 }
 
-#[derive(Deserialize)]
+/// A new SKU.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct SkuBody {
+pub struct SkuBody {
+    #[schema(schema_with = schema::sku_code)]
     sku: String,
+    #[schema(schema_with = schema::sku_name)]
     name: String,
+    #[schema(schema_with = schema::amount_minor)]
     price_minor: i64,
+    #[schema(schema_with = schema::currency)]
     currency: String,
+    /// Units on hand (a digital SKU's stock is its keys: ignored).
     #[serde(default)]
+    #[schema(schema_with = schema::stock)]
     stock: i64,
     #[serde(default)]
+    #[schema(schema_with = schema::sku_kind)]
     kind: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = schema::max_per_order)]
     max_per_order: Option<i64>,
     #[serde(default)]
+    #[schema(schema_with = schema::hold_seconds)]
     hold_seconds: Option<i64>,
 }
 
@@ -357,7 +383,7 @@ pub(super) async fn create_sku(
 }
 
 pub(super) async fn list_skus(State(state): State<AppState>, _admin: Admin) -> Result<Response> {
-    Ok(axum::Json(json!({"skus": catalog::list_skus(&state.db).await?})).into_response())
+    Ok(axum::Json(SkuList { skus: catalog::list_skus(&state.db).await? }).into_response())
 }
 
 pub(super) async fn get_sku(State(state): State<AppState>, _admin: Admin, Path(sku): Path<String>) -> Result<Response> {
@@ -365,17 +391,22 @@ pub(super) async fn get_sku(State(state): State<AppState>, _admin: Admin, Path(s
     Ok(axum::Json(catalog::get_sku(&state.db, &sku).await?).into_response())
 }
 
-#[derive(Deserialize)]
+/// Changes to a SKU: each field present is changed; a limit set to `null` is removed.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct SkuPatch {
+pub struct SkuPatch {
     #[serde(default)]
+    #[schema(schema_with = schema::sku_name_change)]
     name: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = schema::amount_change)]
     price_minor: Option<i64>,
     /// Absent: unchanged; `null`: removed.
     #[serde(default, deserialize_with = "present")]
+    #[schema(schema_with = schema::max_per_order)]
     max_per_order: Option<Option<i64>>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(schema_with = schema::hold_seconds)]
     hold_seconds: Option<Option<i64>>,
 }
 
@@ -398,8 +429,10 @@ pub(super) async fn update_sku(
     Ok(axum::Json(view).into_response())
 }
 
-#[derive(Deserialize)]
-pub(super) struct StockBody {
+/// A stock movement.
+#[derive(Deserialize, ToSchema)]
+pub struct StockBody {
+    #[schema(schema_with = schema::stock_delta)]
     delta: i64,
 }
 
@@ -419,10 +452,9 @@ pub(super) async fn admin_order(
     Path(order_no): Path<String>,
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
-    let mut value = order_json(&state, &order_no, true).await?;
-    let findings = crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?;
-    value["reconciliation"] = serde_json::to_value(findings).map_err(|e| Error::internal(e.to_string()))?;
-    Ok(axum::Json(value).into_response())
+    let order = order_body(&state, &order_no, true).await?;
+    let reconciliation = crate::store::reconcile::list_findings(&state.db, Some(&order_no), FINDINGS_SHOWN_MAX).await?;
+    Ok(axum::Json(AdminOrderBody { order, reconciliation }).into_response())
 }
 
 /// Gateway notifications: verify, store, apply once, and answer in the gateway's own words.

@@ -2,15 +2,16 @@
 //! orders and refunds of a date range as CSV (streamed: a year of orders is never held in
 //! memory), and the shop's webhook messages with a resend.
 
-use std::collections::BTreeMap;
-
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+use utoipa::IntoParams;
 
+use super::schema::{self, Catalog, MessagePage, OrderPage};
 use super::{Admin, AppState};
 use crate::clock::{Millis, rfc3339};
 use crate::domain::OrderStatus;
@@ -23,10 +24,10 @@ use crate::store::listing::{self, Cursor, OrderFilter};
 /// Rows one query of an export reads (and one chunk of the response carries).
 pub const EXPORT_BATCH: i64 = 500;
 /// Longest text filter accepted.
-const FILTER_LEN_MAX: usize = 128;
+pub const FILTER_LEN_MAX: usize = 128;
 
 /// A SKU as the public catalog shows it: what a buyer may order, at what price, and how many.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CatalogItem {
     sku: String,
     name: String,
@@ -53,24 +54,96 @@ pub(super) async fn catalog_json(State(state): State<AppState>) -> Result<Respon
             max_per_order: s.max_per_order,
         })
         .collect();
-    Ok(axum::Json(json!({"items": items})).into_response())
+    Ok(axum::Json(Catalog { items }).into_response())
+}
+
+/// The filters of the order list and its CSV export.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OrderFilterQuery {
+    /// Orders in this status.
+    #[param(schema_with = schema::order_status_filter)]
+    status: Option<String>,
+    /// Orders with a payment attempt on this gateway.
+    #[param(schema_with = schema::filter_text)]
+    gateway: Option<String>,
+    /// Created at or after: a date (its day starts at midnight UTC) or an RFC 3339 time.
+    #[param(schema_with = schema::time_bound)]
+    from: Option<String>,
+    /// Created before: a date (included whole, UTC) or an RFC 3339 time.
+    #[param(schema_with = schema::time_bound)]
+    to: Option<String>,
+    /// Orders with a line of this SKU.
+    #[param(schema_with = schema::filter_text)]
+    sku: Option<String>,
+    /// An order number, attempt reference, gateway transaction id or merchant reference (exactly).
+    #[param(schema_with = schema::filter_text)]
+    q: Option<String>,
+}
+
+/// A page of the order list: its filters (documented by [`OrderFilterQuery`]), how many rows and
+/// after which.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OrdersQuery {
+    #[serde(flatten)]
+    #[param(ignore)]
+    filter: OrderFilterQuery,
+    #[param(schema_with = schema::page_limit)]
+    limit: Option<String>,
+    #[param(schema_with = schema::page_cursor)]
+    cursor: Option<String>,
+}
+
+/// The date range of the refunds export.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RangeQuery {
+    /// Requested at or after: a date (UTC) or an RFC 3339 time.
+    #[param(schema_with = schema::time_bound)]
+    from: Option<String>,
+    /// Requested before: a date (included whole, UTC) or an RFC 3339 time.
+    #[param(schema_with = schema::time_bound)]
+    to: Option<String>,
+}
+
+/// The filters of the webhook message list.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WebhooksQuery {
+    /// Messages in this state.
+    #[param(schema_with = schema::message_status)]
+    status: Option<String>,
+    /// Messages about this order.
+    #[param(schema_with = schema::filter_text)]
+    order_no: Option<String>,
+    #[param(schema_with = schema::page_limit)]
+    limit: Option<String>,
+    #[param(schema_with = schema::page_cursor)]
+    cursor: Option<String>,
+}
+
+/// A query string read into `T`; one that cannot be is `invalid_filter`.
+fn read_query<T>(query: std::result::Result<Query<T>, QueryRejection>) -> Result<T> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|e| Error::invalid("invalid_filter", format!("the query string: {}", e.body_text())))
 }
 
 /// A query parameter that is text, bounded.
-fn text(query: &BTreeMap<String, String>, name: &str) -> Result<Option<String>> {
-    match query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+fn text(value: Option<&String>, name: &str) -> Result<Option<String>> {
+    let refused = || Error::invalid("invalid_filter", format!("{name}: at most {FILTER_LEN_MAX} printable characters"));
+    match value {
+        Some(v) if v.chars().count() > FILTER_LEN_MAX || v.chars().any(char::is_control) => Err(refused()),
+        Some(v) => Ok(Some(v.trim().to_string()).filter(|v| !v.is_empty())),
         None => Ok(None),
-        Some(v) if v.chars().count() <= FILTER_LEN_MAX && !v.chars().any(char::is_control) => Ok(Some(v.to_string())),
-        Some(_) => {
-            Err(Error::invalid("invalid_filter", format!("{name}: at most {FILTER_LEN_MAX} printable characters")))
-        }
     }
 }
 
 /// A time bound: an RFC 3339 time, or a date (UTC) — `from`'s day starts at its midnight, `to`'s
 /// day is included whole.
-fn time_bound(query: &BTreeMap<String, String>, name: &str, end: bool) -> Result<Option<Millis>> {
-    let Some(v) = text(query, name)? else { return Ok(None) };
+fn time_bound(value: Option<&String>, name: &str, end: bool) -> Result<Option<Millis>> {
+    let Some(v) = text(value, name)? else { return Ok(None) };
     let invalid = || Error::invalid("invalid_filter", format!("{name}: a date (2026-12-01) or an RFC 3339 time"));
     let at = match time::Date::parse(&v, time::macros::format_description!("[year]-[month]-[day]")) {
         Ok(date) => {
@@ -84,8 +157,8 @@ fn time_bound(query: &BTreeMap<String, String>, name: &str, end: bool) -> Result
     Ok(Some(i64::try_from(at.unix_timestamp_nanos() / 1_000_000).map_err(|_| invalid())?))
 }
 
-fn order_filter(query: &BTreeMap<String, String>) -> Result<OrderFilter> {
-    let status = text(query, "status")?
+fn order_filter(query: &OrderFilterQuery) -> Result<OrderFilter> {
+    let status = text(query.status.as_ref(), "status")?
         .map(|s| {
             OrderStatus::parse(&s).ok_or_else(|| {
                 let all: Vec<&str> = OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
@@ -95,25 +168,34 @@ fn order_filter(query: &BTreeMap<String, String>) -> Result<OrderFilter> {
         .transpose()?;
     Ok(OrderFilter {
         status,
-        gateway: text(query, "gateway")?,
-        created_from: time_bound(query, "from", false)?,
-        created_to: time_bound(query, "to", true)?,
-        sku: text(query, "sku")?,
-        q: text(query, "q")?,
+        gateway: text(query.gateway.as_ref(), "gateway")?,
+        created_from: time_bound(query.from.as_ref(), "from", false)?,
+        created_to: time_bound(query.to.as_ref(), "to", true)?,
+        sku: text(query.sku.as_ref(), "sku")?,
+        q: text(query.q.as_ref(), "q")?,
     })
 }
 
-fn cursor(query: &BTreeMap<String, String>) -> Result<Option<Cursor>> {
-    query.get("cursor").filter(|c| !c.is_empty()).map(|c| Cursor::parse(c)).transpose()
+fn cursor(value: Option<&String>) -> Result<Option<Cursor>> {
+    value.filter(|c| !c.is_empty()).map(|c| Cursor::parse(c)).transpose()
 }
 
-fn page_limit(query: &BTreeMap<String, String>) -> Result<i64> {
-    let asked = query
-        .get("limit")
+fn page_limit(value: Option<&String>) -> Result<i64> {
+    let asked = value
         .map(|l| {
-            l.parse::<i64>().map_err(|_| {
-                Error::invalid("invalid_filter", format!("limit: a whole number from 1 to {}", listing::PAGE_MAX))
-            })
+            let l = l.trim();
+            let digits = l.strip_prefix('-').unwrap_or(l);
+            match l.parse::<i64>() {
+                Ok(n) => Ok(n),
+                // A whole number too large for any page is held to the largest.
+                Err(_) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok(if l.starts_with('-') { i64::MIN } else { i64::MAX })
+                }
+                Err(_) => Err(Error::invalid(
+                    "invalid_filter",
+                    format!("limit: a whole number from 1 to {}", listing::PAGE_MAX),
+                )),
+            }
         })
         .transpose()?;
     Ok(listing::limit(asked))
@@ -122,11 +204,14 @@ fn page_limit(query: &BTreeMap<String, String>) -> Result<i64> {
 pub(super) async fn list_orders(
     State(state): State<AppState>,
     _admin: Admin,
-    Query(query): Query<BTreeMap<String, String>>,
+    query: std::result::Result<Query<OrdersQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let filter = order_filter(&query)?;
-    let page = listing::orders(&state.db, &filter, cursor(&query)?.as_ref(), page_limit(&query)?).await?;
-    Ok(axum::Json(page).into_response())
+    let query = read_query(query)?;
+    let filter = order_filter(&query.filter)?;
+    let page =
+        listing::orders(&state.db, &filter, cursor(query.cursor.as_ref())?.as_ref(), page_limit(query.limit.as_ref())?)
+            .await?;
+    Ok(axum::Json(OrderPage::from(page)).into_response())
 }
 
 /// A text cell a person's spreadsheet will open: one starting like a formula is quoted with `'`
@@ -207,9 +292,9 @@ const ORDERS_CSV_HEADER: &[&str] = &[
 pub(super) async fn orders_csv(
     State(state): State<AppState>,
     _admin: Admin,
-    Query(query): Query<BTreeMap<String, String>>,
+    query: std::result::Result<Query<OrderFilterQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let filter = order_filter(&query)?;
+    let filter = order_filter(&read_query(query)?)?;
     let db = state.db.clone();
     Ok(csv_stream("orders.csv", ORDERS_CSV_HEADER, move |after| {
         let (db, filter) = (db.clone(), filter.clone());
@@ -262,9 +347,10 @@ const REFUNDS_CSV_HEADER: &[&str] = &[
 pub(super) async fn refunds_csv(
     State(state): State<AppState>,
     _admin: Admin,
-    Query(query): Query<BTreeMap<String, String>>,
+    query: std::result::Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let (from, to) = (time_bound(&query, "from", false)?, time_bound(&query, "to", true)?);
+    let query = read_query(query)?;
+    let (from, to) = (time_bound(query.from.as_ref(), "from", false)?, time_bound(query.to.as_ref(), "to", true)?);
     let db = state.db.clone();
     Ok(csv_stream("refunds.csv", REFUNDS_CSV_HEADER, move |after| {
         let db = db.clone();
@@ -299,24 +385,25 @@ pub(super) async fn refunds_csv(
 pub(super) async fn list_webhooks(
     State(state): State<AppState>,
     _admin: Admin,
-    Query(query): Query<BTreeMap<String, String>>,
+    query: std::result::Result<Query<WebhooksQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let status = text(&query, "status")?;
+    let query = read_query(query)?;
+    let status = text(query.status.as_ref(), "status")?;
     if let Some(s) = &status
         && !matches!(s.as_str(), "pending" | "delivered" | "dead")
     {
         return Err(Error::invalid("invalid_filter", "status: one of pending, delivered, dead"));
     }
-    let order_no = text(&query, "order_no")?;
+    let order_no = text(query.order_no.as_ref(), "order_no")?;
     let page = listing::messages(
         &state.db,
         status.as_deref(),
         order_no.as_deref(),
-        cursor(&query)?.as_ref(),
-        page_limit(&query)?,
+        cursor(query.cursor.as_ref())?.as_ref(),
+        page_limit(query.limit.as_ref())?,
     )
     .await?;
-    Ok(axum::Json(page).into_response())
+    Ok(axum::Json(MessagePage::from(page)).into_response())
 }
 
 pub(super) async fn resend_webhook(
@@ -335,28 +422,32 @@ pub(super) async fn resend_webhook(
 mod tests {
     use super::*;
 
-    fn q(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+    fn q(pairs: &[(&str, &str)]) -> OrdersQuery {
+        serde_urlencoded::from_str(&serde_urlencoded::to_string(pairs).unwrap()).unwrap()
     }
 
     #[test]
     fn a_date_bound_covers_its_whole_day() {
         let day = 1_764_547_200_000; // 2025-12-01T00:00:00Z
-        assert_eq!(time_bound(&q(&[("from", "2025-12-01")]), "from", false).unwrap(), Some(day));
-        assert_eq!(time_bound(&q(&[("to", "2025-12-01")]), "to", true).unwrap(), Some(day + 86_400_000));
-        let exact = time_bound(&q(&[("to", "2025-12-01T08:00:00+08:00")]), "to", true).unwrap();
+        let v = |s: &str| Some(s.to_string());
+        assert_eq!(time_bound(v("2025-12-01").as_ref(), "from", false).unwrap(), Some(day));
+        assert_eq!(time_bound(v("2025-12-01").as_ref(), "to", true).unwrap(), Some(day + 86_400_000));
+        let exact = time_bound(v("2025-12-01T08:00:00+08:00").as_ref(), "to", true).unwrap();
         assert_eq!(exact, Some(day), "a time is taken as given");
-        assert_eq!(time_bound(&q(&[("from", "yesterday")]), "from", false).unwrap_err().code(), "invalid_filter");
-        assert_eq!(time_bound(&q(&[]), "from", false).unwrap(), None);
+        assert_eq!(time_bound(v("yesterday").as_ref(), "from", false).unwrap_err().code(), "invalid_filter");
+        assert_eq!(time_bound(None, "from", false).unwrap(), None);
     }
 
     #[test]
     fn filters_refuse_what_they_cannot_mean() {
-        assert_eq!(order_filter(&q(&[("status", "lost")])).unwrap_err().code(), "invalid_filter");
-        assert_eq!(order_filter(&q(&[("q", &"x".repeat(129))])).unwrap_err().code(), "invalid_filter");
-        assert_eq!(page_limit(&q(&[("limit", "ten")])).unwrap_err().code(), "invalid_filter");
-        assert_eq!(page_limit(&q(&[("limit", "100000")])).unwrap(), listing::PAGE_MAX);
-        let f = order_filter(&q(&[("status", "paid"), ("sku", "MUG"), ("q", " PO-1 ")])).unwrap();
+        assert_eq!(order_filter(&q(&[("status", "lost")]).filter).unwrap_err().code(), "invalid_filter");
+        assert_eq!(order_filter(&q(&[("q", &"x".repeat(129))]).filter).unwrap_err().code(), "invalid_filter");
+        assert_eq!(order_filter(&q(&[("q", "\rK")]).filter).unwrap_err().code(), "invalid_filter");
+        assert_eq!(page_limit(q(&[("limit", "ten")]).limit.as_ref()).unwrap_err().code(), "invalid_filter");
+        assert_eq!(page_limit(q(&[("limit", "100000")]).limit.as_ref()).unwrap(), listing::PAGE_MAX);
+        assert_eq!(page_limit(q(&[("limit", "42995530787960897536")]).limit.as_ref()).unwrap(), listing::PAGE_MAX);
+        assert_eq!(page_limit(q(&[("limit", "-42995530787960897536")]).limit.as_ref()).unwrap(), 1);
+        let f = order_filter(&q(&[("status", "paid"), ("sku", "MUG"), ("q", " PO-1 ")]).filter).unwrap();
         assert_eq!((f.status, f.sku.as_deref(), f.q.as_deref()), (Some(OrderStatus::Paid), Some("MUG"), Some("PO-1")));
     }
 

@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::AppState;
 use crate::domain::OrderStatus;
@@ -18,42 +19,56 @@ use crate::store::payments;
 use crate::store::views;
 use crate::store::{catalog, orders, refunds};
 
-#[derive(Deserialize, Default)]
+/// A checkout: how to pay (each field may be left out: the configured default gateway, and the
+/// channel that suits the buyer's device) and the shop's own data for the order.
+#[derive(Deserialize, Default, ToSchema)]
 pub struct CheckoutBody {
     #[serde(default)]
+    #[schema(schema_with = super::schema::gateway_name)]
     pub gateway: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = super::schema::channel_name)]
     pub channel: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = super::schema::payer)]
     pub payer: Option<Value>,
     /// The bot check's response token, when the server requires one.
     #[serde(default)]
+    #[schema(schema_with = super::schema::captcha_token)]
     pub captcha_token: Option<String>,
     /// The shop's own reference for the order (unique; a repeat answers the first order).
     #[serde(default)]
+    #[schema(schema_with = super::schema::merchant_reference)]
     pub merchant_reference: Option<String>,
     /// The shop's string pairs, kept on the order and sent in every webhook about it.
     #[serde(default)]
+    #[schema(schema_with = super::schema::metadata)]
     pub metadata: Option<serde_json::Map<String, Value>>,
     /// Where the buyer goes after paying; under `--allowed-return-origins`.
     #[serde(default)]
+    #[schema(schema_with = super::schema::return_url)]
     pub return_url: Option<String>,
     /// Where a buyer who gives up goes; under `--allowed-return-origins`.
     #[serde(default)]
+    #[schema(schema_with = super::schema::return_url)]
     pub cancel_url: Option<String>,
 }
 
 /// What a payment retry may choose: the gateway, its channel and the payer.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 pub struct RetryBody {
     #[serde(default)]
+    #[schema(schema_with = super::schema::gateway_name)]
     pub gateway: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = super::schema::channel_name)]
     pub channel: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = super::schema::payer)]
     pub payer: Option<Value>,
     /// Accepted and not needed: a retry creates no order.
     #[serde(default)]
+    #[schema(schema_with = super::schema::captcha_token)]
     pub captcha_token: Option<String>,
 }
 
@@ -95,6 +110,7 @@ pub async fn place_order(
     client: std::net::IpAddr,
     device: Device,
 ) -> Result<(Placed, Option<Handoff>)> {
+    super::guard::token_fits(body.captcha_token.as_deref())?;
     if state.guard.captcha_required() && catalog::get_basket(&state.db, session_id, basket_id).await?.status == "open" {
         state.guard.verify_captcha(body.captcha_token.as_deref(), client).await?;
     }
@@ -160,6 +176,9 @@ fn checked_channel<'a>(
 }
 
 /// The optional `payer` object of a checkout: `openid` (WeChat JSAPI), `client_ip` (WeChat H5).
+/// Longest payer field (an openid, an address), in characters.
+pub const PAYER_FIELD_LEN_MAX: usize = 128;
+
 fn parse_payer(value: Option<&Value>) -> Result<Payer> {
     let invalid = |m: &str| Error::unprocessable("invalid_payer", m.to_string());
     let Some(value) = value.filter(|v| !v.is_null()) else {
@@ -168,7 +187,9 @@ fn parse_payer(value: Option<&Value>) -> Result<Payer> {
     let object = value.as_object().ok_or_else(|| invalid("payer must be an object"))?;
     let mut payer = Payer::default();
     for (key, v) in object {
-        let text = v.as_str().filter(|t| !t.is_empty() && t.len() <= 128 && !t.chars().any(char::is_control));
+        let text = v
+            .as_str()
+            .filter(|t| !t.is_empty() && t.chars().count() <= PAYER_FIELD_LEN_MAX && !t.chars().any(char::is_control));
         let text = text.ok_or_else(|| invalid("payer fields are non-empty strings of at most 128 characters"))?;
         match key.as_str() {
             "openid" => payer.openid = Some(text.to_string()),
@@ -261,6 +282,7 @@ pub async fn retry_flow(
     body: &RetryBody,
     device: Device,
 ) -> Result<(Placed, Handoff)> {
+    super::guard::token_fits(body.captcha_token.as_deref())?;
     let current = views::get_order(&state.db, order_no, false).await?;
     crate::domain::decide::may_act_on(session, &current.session_id)?;
     let name = body.gateway.clone().or_else(|| current.attempts.last().map(|a| a.gateway.clone())).unwrap_or_default();

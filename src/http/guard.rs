@@ -25,6 +25,15 @@ pub const BUYER_IP_HEADER: &str = "kassa-buyer-ip";
 pub const TRACKED_ADDRESSES_MAX: usize = 100_000;
 /// Longest bot-check token passed on to the verifier.
 pub const CAPTCHA_TOKEN_LEN_MAX: usize = 4096;
+/// A bot-check token is at most [`CAPTCHA_TOKEN_LEN_MAX`] characters, whether or not a check is
+/// configured (`captcha_failed` otherwise).
+pub fn token_fits(token: Option<&str>) -> Result<(), Error> {
+    if token.is_some_and(|t| t.chars().count() > CAPTCHA_TOKEN_LEN_MAX) {
+        return Err(Error::unprocessable("captcha_failed", "the bot check token is too long"));
+    }
+    Ok(())
+}
+
 /// Form fields a page's confirm may carry the bot check's token in: kassa's own, and those the
 /// Turnstile, hCaptcha and reCAPTCHA widgets fill in.
 pub const CAPTCHA_FORM_FIELDS: [&str; 4] =
@@ -85,6 +94,11 @@ pub fn bucket_of(method: &Method, path: &str) -> Option<Bucket> {
         "/admin/login" if post => Some(Bucket::Signins),
         _ => None,
     }
+}
+
+/// Whether the operation `method path` (as documented) is rate limited per address.
+pub fn bucket_of_documented(method: &str, path: &str) -> bool {
+    Method::from_bytes(method.to_ascii_uppercase().as_bytes()).is_ok_and(|m| bucket_of(&m, path).is_some())
 }
 
 /// The bucket of a request: its route's, or — for the storefront visited without a buyer cookie,
@@ -283,9 +297,7 @@ impl Guard {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| failed("the bot check is missing: send captcha_token"))?;
-        if token.len() > CAPTCHA_TOKEN_LEN_MAX {
-            return Err(failed("the bot check token is too long"));
-        }
+        token_fits(Some(token))?;
         let remote = remote.to_string();
         let form = [("secret", captcha.secret.as_str()), ("response", token), ("remoteip", remote.as_str())];
         let answer = http.post(&captcha.verify_url).form(&form).send().await;

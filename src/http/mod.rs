@@ -11,7 +11,10 @@ pub mod guard;
 pub mod openapi;
 pub mod pages;
 pub mod qr;
+pub mod schema;
 pub mod server;
+
+pub use openapi::{Content, RouteDoc};
 
 use std::sync::Arc;
 
@@ -23,7 +26,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use crate::clock::SharedClock;
 use crate::error::Error;
@@ -86,44 +88,61 @@ pub fn status_of(kind: crate::error::RefusalKind) -> StatusCode {
     }
 }
 
+/// Every refusal's body: `{"error": {"code", "message", "details"?}}`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// A refusal: its stable code, a message for people, and what else helps (the limit that was
+/// hit, when to retry).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    pub code: &'static str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<serde_json::Value>,
+}
+
+fn error_body(code: &'static str, message: String, details: Option<serde_json::Value>) -> axum::Json<ErrorBody> {
+    axum::Json(ErrorBody { error: ErrorDetail { code, message, details } })
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let (status, body) = match &self {
+        match &self {
             Error::Refused(r) => {
-                let mut err = json!({"code": r.code, "message": r.message});
-                if let Some(d) = &r.details {
-                    err["details"] = d.clone();
-                }
                 let retry_after = r.details.as_ref().and_then(|d| d.get("retry_after_s")).and_then(|v| v.as_u64());
-                let mut response = (status_of(r.kind), axum::Json(json!({"error": err}))).into_response();
+                let mut response =
+                    (status_of(r.kind), error_body(r.code, r.message.clone(), r.details.clone())).into_response();
                 if let Some(seconds) = retry_after {
                     response.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
                 }
-                return response;
+                response
             }
             Error::Db(_) | Error::Internal(_) if self.is_unavailable() => {
                 tracing::warn!(error = %self, "database unavailable");
-                let body = json!({"error": {
-                    "code": "database_unavailable",
-                    "message": "the database cannot be reached right now; try again shortly",
-                }});
-                let mut response = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+                let body = error_body(
+                    "database_unavailable",
+                    "the database cannot be reached right now; try again shortly".into(),
+                    None,
+                );
+                let mut response = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
                 response.headers_mut().insert(
                     axum::http::header::RETRY_AFTER,
                     axum::http::HeaderValue::from(crate::error::DB_UNAVAILABLE_RETRY_AFTER_S),
                 );
-                return response;
+                response
             }
             Error::Db(_) | Error::Internal(_) => {
                 // Logged in full here, shown to nobody.
                 tracing::error!(error = %self, "internal error");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({"error": {"code": "internal", "message": "internal error; it has been logged"}}),
-                )
+                let body = error_body("internal", "internal error; it has been logged".into(), None);
+                (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
             }
-        };
-        (status, axum::Json(body)).into_response()
+        }
     }
 }
 
@@ -156,10 +175,56 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = Error;
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
         let RawBody(bytes) = RawBody::from_request(req, state).await?;
-        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
-        serde_json::from_slice(bytes)
-            .map(ApiJson)
-            .map_err(|e| Error::invalid("invalid_json", format!("invalid JSON body: {e}")))
+        read_json_object(&bytes).map(ApiJson)
+    }
+}
+
+/// A JSON body that is an object (every body of the API is one; serde alone would also take an
+/// array for a struct). A whole number written with a fraction (`250.0`, `2e2`) is an integer, as
+/// JSON Schema counts it; such bodies take a second, slower read.
+fn read_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    let invalid = |e: &dyn std::fmt::Display| Error::invalid("invalid_json", format!("invalid JSON body: {e}"));
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { bytes };
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid(&"the body must be a JSON object"));
+    }
+    match serde_json::from_slice(bytes) {
+        Ok(value) => Ok(value),
+        Err(first) if first.is_data() => {
+            let mut value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| invalid(&e))?;
+            if !integral_floats_to_integers(&mut value) {
+                return Err(invalid(&first));
+            }
+            serde_json::from_value(value).map_err(|_| invalid(&first))
+        }
+        Err(e) => Err(invalid(&e)),
+    }
+}
+
+/// Writes every whole number that `value` holds as a float (`250.0`) as an integer; whether there
+/// was one.
+fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let whole = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15);
+            // Within ±9e15 a float is an exact integer and the cast below cannot truncate.
+            #[allow(clippy::cast_possible_truncation)]
+            let whole = whole.map(|f| f as i64);
+            match whole {
+                Some(i) => {
+                    *value = Value::from(i);
+                    true
+                }
+                None => false,
+            }
+        }
+        // Every member is visited (no short cut): each whole float is rewritten.
+        Value::Array(items) => items.iter_mut().map(integral_floats_to_integers).filter(|changed| *changed).count() > 0,
+        Value::Object(members) => {
+            members.values_mut().map(integral_floats_to_integers).filter(|changed| *changed).count() > 0
+        }
+        _ => false,
     }
 }
 
@@ -269,22 +334,14 @@ impl Inner {
     }
 }
 
-/// One documented route: the single source of both the router and the OpenAPI document.
-pub struct RouteDoc {
-    pub method: &'static str,
-    pub path: &'static str,
-    pub summary: &'static str,
-    pub tag: &'static str,
-    pub auth: Auth,
-    pub body: Option<serde_json::Value>,
-    pub responses: &'static [(u16, &'static str)],
-}
-
+/// Who may call an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
     None,
     Buyer,
     Admin,
+    /// The order's buyer, or an admin.
+    BuyerOrAdmin,
 }
 
 /// All routes. Sandbox routes are included only when the sandbox is mounted.
@@ -360,5 +417,31 @@ pub fn render(t: &impl askama::Template) -> Response {
     match t.render() {
         Ok(html) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
         Err(e) => Error::internal(format!("template: {e}")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Body {
+        quantity: i64,
+        #[serde(default)]
+        lines: Vec<i64>,
+    }
+
+    #[test]
+    fn a_body_is_an_object_and_whole_floats_are_integers() {
+        let read = |text: &str| read_json_object::<Body>(text.as_bytes());
+        assert_eq!(read(r#"{"quantity": 3}"#).unwrap(), Body { quantity: 3, lines: vec![] });
+        assert_eq!(
+            read(r#"{"quantity": 250.0, "lines": [1, 2e2]}"#).unwrap(),
+            Body { quantity: 250, lines: vec![1, 200] }
+        );
+        for refused in [r#"[3]"#, r#"{"quantity": 2.5}"#, r#"{"quantity": 1e300}"#, r#"{"quantity": "3"}"#, "3", "{"] {
+            assert_eq!(read(refused).unwrap_err().code(), "invalid_json", "{refused}");
+        }
+        assert_eq!(read_json_object::<std::collections::BTreeMap<String, i64>>(b"  ").unwrap().len(), 0);
     }
 }

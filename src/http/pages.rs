@@ -9,7 +9,7 @@ use axum::routing::{MethodRouter, get, post};
 use std::collections::BTreeMap;
 
 use super::flows::{CheckoutBody, place_order};
-use super::{AppState, Auth, Caller, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
+use super::{AppState, Caller, Content, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
 use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
@@ -19,14 +19,8 @@ use crate::store::checkout::Placed;
 use crate::store::views;
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
-    let doc = |method, path, summary| RouteDoc {
-        method,
-        path,
-        summary,
-        tag: "pages",
-        auth: Auth::None,
-        body: None,
-        responses: &[(200, "HTML page")],
+    let doc = |method, path, summary| {
+        RouteDoc::page(method, path, summary, "pages").answer(200, "HTML page", Content::Other("text/html"))
     };
     vec![
         (doc("get", "/", "Demo storefront (HTML, --demo only)"), get(storefront)),

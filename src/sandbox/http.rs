@@ -13,53 +13,41 @@ use serde_json::json;
 use super::{Sandbox, SandboxOutcome};
 use crate::domain::ids;
 use crate::error::{Error, Result};
-use crate::http::{ApiJson, AppState, Auth, FormBody, RouteDoc, render};
+use crate::http::schema::schema_of;
+use crate::http::{ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render};
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
-    let doc = |method, path, summary, body, responses| RouteDoc {
-        method,
-        path,
-        summary,
-        tag: "sandbox",
-        auth: Auth::None,
-        body,
-        responses,
-    };
+    let page = |method, path, summary| RouteDoc::page(method, path, summary, "sandbox");
     vec![
         (
-            doc(
-                "post",
-                "/sandbox/pay",
-                "Sandbox pay page: target of the auto-submitting form (signed fields)",
-                None,
-                &[(200, "HTML pay page"), (400, "invalid_signature")],
-            ),
+            page("post", "/sandbox/pay", "Sandbox pay page: target of the auto-submitting form (signed fields)")
+                .answer(200, "HTML pay page", Content::Other("text/html"))
+                .answer(400, "invalid_signature", Content::Other("text/html")),
             post(pay_page),
         ),
         (
-            doc(
+            page(
                 "post",
                 "/sandbox/pay/{attempt_ref}",
                 "Sandbox pay page action: outcome=succeeded|failed|cancelled, then back to the return URL",
-                None,
-                &[(303, "to the merchant's return URL"), (409, "payment_closed")],
-            ),
+            )
+            .answer(303, "to the merchant's return URL", Content::Empty)
+            .answer(409, "payment_closed", Content::Other("text/html")),
             post(pay_decide),
         ),
         (
-            doc(
+            RouteDoc::new(
                 "post",
                 "/sandbox/api/payments/{attempt_ref}/complete",
                 "Act as the buyer finishing at the gateway; the sandbox then sends `copies` signed notifications after `delay_ms`",
-                Some(
-                    json!({"type": "object", "required": ["outcome"], "properties": {"outcome": {"type": "string", "enum": ["succeeded", "failed", "cancelled"]}, "copies": {"type": "integer", "minimum": 1, "maximum": super::COPIES_MAX, "default": 1}, "delay_ms": {"type": "integer", "minimum": 0, "default": 0}}}),
-                ),
-                &[
-                    (200, "{attempt_ref, status, event_id, copies}"),
-                    (404, "not_found"),
-                    (409, "payment_closed / payment_final"),
-                ],
-            ),
+                "sandbox",
+                Auth::None,
+            )
+            .body::<CompleteBody>("the outcome")
+            .ok::<super::Completed>(200, "the payment's outcome and the notification's event id")
+            .errors(404, &["not_found"])
+            .errors(409, &["payment_closed", "payment_final"])
+            .errors(422, &["invalid_request"]),
             post(complete),
         ),
     ]
@@ -133,14 +121,32 @@ async fn pay_decide(
     }
 }
 
-#[derive(Deserialize)]
+/// How the buyer finishes at the sandbox, and how its notifications arrive.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CompleteBody {
+pub struct CompleteBody {
+    #[schema(schema_with = outcome_schema)]
     outcome: String,
+    /// Copies of the notification to send (duplicates test de-duplication).
     #[serde(default = "one")]
+    #[schema(schema_with = copies_schema)]
     copies: u32,
+    /// Wait before sending, in milliseconds.
     #[serde(default)]
+    #[schema(schema_with = delay_schema)]
     delay_ms: u64,
+}
+
+fn outcome_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    schema_of(json!({"type": "string", "enum": ["succeeded", "failed", "cancelled"]}))
+}
+
+fn copies_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    schema_of(json!({"type": "integer", "minimum": 1, "maximum": super::COPIES_MAX, "default": 1}))
+}
+
+fn delay_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    schema_of(json!({"type": "integer", "minimum": 0, "maximum": super::DELAY_MS_MAX, "default": 0}))
 }
 
 fn one() -> u32 {

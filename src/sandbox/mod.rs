@@ -117,7 +117,8 @@ pub struct SandboxPayment {
     pub closed: bool,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+/// The sandbox payment's outcome after the buyer finished.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Completed {
     pub attempt_ref: String,
     pub status: String,

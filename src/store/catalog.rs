@@ -47,7 +47,7 @@ pub struct NewSku {
     pub limits: SkuLimits,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SkuView {
     pub sku: String,
     pub name: String,
@@ -545,7 +545,7 @@ fn basket_view(
     Ok(BasketView { basket_id: basket_id.to_string(), status, lines, total_minor: total, currency, order_no })
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BasketLineView {
     pub sku: String,
     pub name: String,
@@ -557,7 +557,7 @@ pub struct BasketLineView {
     pub price_changed: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BasketView {
     pub basket_id: String,
     pub status: String,

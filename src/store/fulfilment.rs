@@ -16,7 +16,7 @@ pub const IMPORT_BATCH_MAX: usize = 500;
 /// Keys accepted in one admin API call.
 pub const IMPORT_API_MAX: usize = 10_000;
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ImportCount {
     pub imported: i64,
     pub duplicates: i64,
@@ -118,8 +118,11 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &Sku, keys: &[String], now
     let mut count = ImportCount::default();
     for key in keys {
         let key = key.trim();
-        if key.is_empty() || key.len() > KEY_LEN_MAX || key.chars().any(char::is_control) {
-            return Err(Error::unprocessable("invalid_key", format!("keys must be 1-{KEY_LEN_MAX} printable bytes")));
+        if key.is_empty() || key.chars().count() > KEY_LEN_MAX || key.chars().any(char::is_control) {
+            return Err(Error::unprocessable(
+                "invalid_key",
+                format!("keys must be 1-{KEY_LEN_MAX} printable characters"),
+            ));
         }
         let fp = vault.fingerprint(sku, key);
         if !seen.insert(fp.clone()) {

@@ -82,7 +82,7 @@ pub struct OrderFilter {
 }
 
 /// An order as a list shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OrderSummary {
     pub order_no: String,
     pub status: String,
@@ -92,6 +92,7 @@ pub struct OrderSummary {
     pub refunded_minor: i64,
     pub gateway: String,
     pub merchant_reference: Option<String>,
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub metadata: Metadata,
     pub created_at: String,
     #[serde(skip)]
@@ -288,7 +289,7 @@ pub async fn export_refunds(
 }
 
 /// A webhook message as the console and the admin API show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct MessageView {
     pub id: String,
     pub order_no: String,

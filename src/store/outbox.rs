@@ -3,7 +3,7 @@
 
 use crate::store::Conn;
 use crate::store::sql;
-use serde_json::json;
+use serde::Serialize;
 
 use crate::args;
 use crate::clock::{Millis, rfc3339};
@@ -80,14 +80,125 @@ pub struct OrderContext<'a> {
 }
 
 impl OrderContext<'_> {
-    /// Its members, added to a message's `data`.
-    fn add_to(&self, data: &mut serde_json::Value) {
-        data["merchant_reference"] = json!(self.merchant_reference);
-        data["metadata"] = json!(Metadata::from_stored(self.metadata));
-        data["attempt_ref"] = json!(self.attempt_ref);
-        data["gateway"] = json!(self.gateway);
-        data["gateway_txn_id"] = json!(self.gateway_txn_id);
+    /// As a message carries it.
+    fn message(&self) -> MessageContext<'_> {
+        MessageContext {
+            merchant_reference: self.merchant_reference,
+            metadata: Metadata::from_stored(self.metadata),
+            attempt_ref: self.attempt_ref,
+            gateway: self.gateway,
+            gateway_txn_id: self.gateway_txn_id,
+        }
     }
+}
+
+/// Every webhook message: its id (`Kassa-Event-Id`, kept on retries and resends), its topic, the
+/// order it is about, and the topic's `data`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct WebhookMessage<'a> {
+    pub id: &'a str,
+    pub topic: &'a str,
+    pub order_no: &'a str,
+    /// When the change happened (RFC 3339).
+    pub created_at: String,
+    /// The topic's facts: `OrderChanged`, `FulfilmentRequested` or `RefundChanged`.
+    #[schema(value_type = Object)]
+    pub data: &'a serde_json::value::RawValue,
+}
+
+/// What every message about an order carries: the shop's reference and metadata (`null` and `{}`
+/// when its checkout named none), and the payment concerned — the attempt that captured, before a
+/// capture the newest, for a refund the payment it returns.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MessageContext<'a> {
+    pub merchant_reference: Option<&'a str>,
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
+    pub metadata: Metadata,
+    pub attempt_ref: Option<&'a str>,
+    pub gateway: Option<&'a str>,
+    pub gateway_txn_id: Option<&'a str>,
+}
+
+/// `order.<status>`: the order reached `status`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct OrderChanged<'a> {
+    pub order_no: &'a str,
+    #[schema(schema_with = crate::http::schema::order_status)]
+    pub status: &'a str,
+    pub total_minor: i64,
+    pub currency: &'a str,
+    /// What the gateway captured (`null` before a payment).
+    pub captured_minor: Option<i64>,
+    /// What the order's refunds that went through add up to.
+    pub refunded_minor: i64,
+    /// When (RFC 3339).
+    pub at: String,
+    #[serde(flatten)]
+    pub context: MessageContext<'a>,
+}
+
+/// `fulfilment.requested`: a paid order's physical goods are to be shipped.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct FulfilmentRequested<'a> {
+    pub order_no: &'a str,
+    pub lines: Vec<ShipLine<'a>>,
+    pub at: String,
+    #[serde(flatten)]
+    pub context: MessageContext<'a>,
+}
+
+/// A line to ship.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ShipLine<'a> {
+    pub sku: &'a str,
+    pub name: &'a str,
+    pub quantity: i64,
+}
+
+/// `refund.<status>`: a refund was requested, went through or failed.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RefundChanged<'a> {
+    pub refund_no: &'a str,
+    pub order_no: &'a str,
+    /// `requested`, `succeeded` or `failed`.
+    pub status: &'a str,
+    pub amount_minor: i64,
+    pub currency: &'a str,
+    /// `merchant`, `late_payment` or `duplicate_payment`.
+    pub kind: &'a str,
+    /// What the order's refunds that went through add up to, this one included.
+    pub refunded_minor: i64,
+    pub captured_minor: Option<i64>,
+    pub at: String,
+    #[serde(flatten)]
+    pub context: MessageContext<'a>,
+}
+
+/// Every topic the outbox sends, what it means, and which `data` it carries.
+pub const TOPICS: &[(&str, &str, DataKind)] = &[
+    ("order.paid", "the order is paid (once, ever)", DataKind::Order),
+    ("order.delivered", "card keys handed out, or the admin marked it shipped", DataKind::Order),
+    ("order.expired", "never paid in time: stock released", DataKind::Order),
+    ("order.cancelled", "cancelled before payment: stock released", DataKind::Order),
+    ("order.paid_after_expiry", "a payment arrived after the order expired", DataKind::Order),
+    ("order.refunding", "refunds in flight cover everything captured", DataKind::Order),
+    ("order.refunded", "refunds went through for everything captured", DataKind::Order),
+    ("fulfilment.requested", "a paid order has physical goods to ship", DataKind::Fulfilment),
+    ("refund.requested", "a refund was asked of the gateway", DataKind::Refund),
+    ("refund.succeeded", "a refund went through", DataKind::Refund),
+    ("refund.failed", "a refund was refused for good", DataKind::Refund),
+];
+
+/// Which payload type a topic's `data` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataKind {
+    Order,
+    Fulfilment,
+    Refund,
+}
+
+fn payload<T: Serialize>(data: &T) -> String {
+    serde_json::to_string(data).unwrap_or_default()
 }
 
 /// What an order's messages carry, when the caller has read it already.
@@ -117,32 +228,31 @@ pub fn add_order_event_with(
         add_status_message(batch, order_no, status, facts, now);
     }
     if messages.fulfilment {
-        let lines: Vec<serde_json::Value> = facts
+        let lines: Vec<ShipLine<'_>> = facts
             .lines
             .iter()
             .filter(|l| l.kind == "physical")
-            .map(|l| json!({"sku": l.sku, "name": l.name, "quantity": l.quantity}))
+            .map(|l| ShipLine { sku: &l.sku, name: &l.name, quantity: l.quantity })
             .collect();
         if !lines.is_empty() {
-            let mut data = json!({"order_no": order_no, "lines": lines, "at": rfc3339(now)});
-            facts.context.add_to(&mut data);
-            add(batch, order_no, "fulfilment.requested", &data.to_string(), now);
+            let data = FulfilmentRequested { order_no, lines, at: rfc3339(now), context: facts.context.message() };
+            add(batch, order_no, "fulfilment.requested", &payload(&data), now);
         }
     }
 }
 
 fn add_status_message(batch: &mut Batch, order_no: &str, status: OrderStatus, facts: &OrderFacts<'_>, now: Millis) {
-    let mut data = json!({
-        "order_no": order_no,
-        "status": status.as_str(),
-        "total_minor": facts.total_minor,
-        "currency": facts.currency,
-        "captured_minor": facts.captured_minor,
-        "refunded_minor": facts.refunded_minor,
-        "at": rfc3339(now),
-    });
-    facts.context.add_to(&mut data);
-    add(batch, order_no, &format!("order.{}", status.as_str()), &data.to_string(), now);
+    let data = OrderChanged {
+        order_no,
+        status: status.as_str(),
+        total_minor: facts.total_minor,
+        currency: facts.currency,
+        captured_minor: facts.captured_minor,
+        refunded_minor: facts.refunded_minor,
+        at: rfc3339(now),
+        context: facts.context.message(),
+    };
+    add(batch, order_no, &format!("order.{}", status.as_str()), &payload(&data), now);
 }
 
 /// A refund's change, as the shop hears of it: `refund.requested`, `refund.succeeded` or
@@ -180,19 +290,19 @@ pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &Refund
         gateway: gateway.as_deref(),
         gateway_txn_id: gateway_txn_id.as_deref(),
     };
-    let mut data = json!({
-        "refund_no": facts.refund_no,
-        "order_no": facts.order_no,
-        "status": facts.status.as_str(),
-        "amount_minor": facts.amount_minor,
-        "currency": facts.currency,
-        "kind": facts.kind,
-        "refunded_minor": facts.refunded_minor,
-        "captured_minor": col::<Option<i64>>(&row, "captured_minor")?,
-        "at": rfc3339(now),
-    });
-    context.add_to(&mut data);
-    add(batch, facts.order_no, &format!("refund.{}", facts.status.as_str()), &data.to_string(), now);
+    let data = RefundChanged {
+        refund_no: facts.refund_no,
+        order_no: facts.order_no,
+        status: facts.status.as_str(),
+        amount_minor: facts.amount_minor,
+        currency: facts.currency,
+        kind: facts.kind,
+        refunded_minor: facts.refunded_minor,
+        captured_minor: col::<Option<i64>>(&row, "captured_minor")?,
+        at: rfc3339(now),
+        context: context.message(),
+    };
+    add(batch, facts.order_no, &format!("refund.{}", facts.status.as_str()), &payload(&data), now);
     Ok(())
 }
 

@@ -230,7 +230,7 @@ pub async fn record_finding(db: &Db, f: &Finding, severity: Severity, now: Milli
 }
 
 /// A stored finding, newest first, for the operator.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct FindingView {
     pub kind: String,
     pub gateway: String,

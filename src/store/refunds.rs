@@ -20,7 +20,7 @@ use crate::domain::refund::RefundKind;
 /// Send tries before a refund is given up as failed (and alerted).
 pub const REFUND_TRIES_MAX: i64 = 10;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct RefundView {
     pub refund_no: String,
     pub order_no: String,

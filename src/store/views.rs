@@ -9,13 +9,19 @@ use crate::domain::ids::{AttemptRef, OrderNo};
 use crate::error::{Error, Result};
 use crate::store::{Db, col};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OrderLineView {
     pub sku: String,
     pub name: String,
     pub quantity: i64,
     pub unit_price_minor: i64,
     pub line_total_minor: i64,
+    /// The card keys delivered for this line (a digital SKU's, to its buyer and admins).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// Delivered keys that cannot be read with the server's keys secret.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys_unavailable: Option<i64>,
 }
 
 impl AttemptView {
@@ -24,7 +30,7 @@ impl AttemptView {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     pub attempt_ref: String,
     pub status: String,
@@ -37,7 +43,7 @@ pub struct AttemptView {
     pub created_at: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EventView {
     pub entity: String,
     pub entity_id: String,
@@ -47,9 +53,11 @@ pub struct EventView {
     pub at: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
+    #[schema(value_type = String)]
     pub order_no: OrderNo,
+    #[schema(schema_with = crate::http::schema::order_status)]
     pub status: String,
     pub total_minor: i64,
     pub currency: String,
@@ -61,6 +69,7 @@ pub struct OrderView {
     /// The shop's own reference, if its checkout named one.
     pub merchant_reference: Option<String>,
     /// The shop's string pairs (an empty object when none).
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub metadata: crate::domain::shop::Metadata,
     pub lines: Vec<OrderLineView>,
     pub attempts: Vec<AttemptView>,
@@ -121,6 +130,8 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
                 quantity: col(r, "quantity")?,
                 unit_price_minor: col(r, "unit_price_minor")?,
                 line_total_minor: col(r, "line_total_minor")?,
+                keys: Vec::new(),
+                keys_unavailable: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;

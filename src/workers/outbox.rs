@@ -11,8 +11,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::clock::{SharedClock, rfc3339};
 use crate::error::Result;
 use crate::store::events::{self, Severity};
@@ -53,14 +51,20 @@ impl Relay {
     pub async fn step(&self) -> Result<usize> {
         let messages = outbox::claim(&self.db, self.clock.now_ms(), OUTBOX_LEASE_MS, OUTBOX_BATCH_MAX).await?;
         for m in &messages {
-            let body = json!({
-                "id": m.id,
-                "topic": m.topic,
-                "order_no": m.order_no,
-                "created_at": rfc3339(m.created_at),
-                "data": serde_json::from_str::<serde_json::Value>(&m.payload).unwrap_or_default(),
-            })
-            .to_string();
+            let data = serde_json::value::RawValue::from_string(m.payload.clone())
+                .or_else(|e| {
+                    tracing::error!(id = %m.id, error = %e, "an outbox message's payload is not JSON; sending {{}}");
+                    serde_json::value::RawValue::from_string("{}".to_string())
+                })
+                .map_err(|e| crate::error::Error::internal(e.to_string()))?;
+            let message = outbox::WebhookMessage {
+                id: &m.id,
+                topic: &m.topic,
+                order_no: &m.order_no,
+                created_at: rfc3339(m.created_at),
+                data: &data,
+            };
+            let body = serde_json::to_string(&message).map_err(|e| crate::error::Error::internal(e.to_string()))?;
             let t = self.clock.now_ms() / 1000;
             let result = self
                 .http

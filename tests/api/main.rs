@@ -7,6 +7,7 @@ mod common;
 mod abuse;
 mod browser;
 mod checkout;
+mod contract;
 mod crash;
 mod edges;
 mod expiry;

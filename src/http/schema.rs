@@ -1,0 +1,457 @@
+//! The JSON API's own answer types (those the store does not already define), and the schemas of
+//! the fields whose limits live in constants: `/openapi.json` states the limits the code enforces,
+//! taken from the same constants ([`super::openapi`]).
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::Schema;
+
+use crate::domain::{basket, checkout, ids, refund, shop};
+use crate::store::{catalog, fulfilment, reconcile, refunds, views};
+
+/// A schema written as JSON Schema (for limits that are constants, which the derive cannot read).
+pub fn schema_of(v: Value) -> RefOr<Schema> {
+    let schema = serde_json::from_value(v.clone()).unwrap_or_else(|_| RefOr::T(Schema::default()));
+    // utoipa's model holds a subset of JSON Schema: the tests call every schema written here, and
+    // one it cannot hold whole fails them.
+    #[cfg(test)]
+    assert_eq!(serde_json::to_value(&schema).ok().as_ref(), Some(&v), "utoipa cannot hold this schema");
+    schema
+}
+
+/// Characters the API refuses in text: Unicode's control characters (`char::is_control`).
+const CONTROL: &str = "\\u0000-\\u001f\\u007f-\\u009f";
+
+/// Text of printable characters, with something in it that is not a space.
+fn printable_pattern(trimmed: bool) -> String {
+    if trimmed {
+        // No surrounding spaces at all.
+        format!("^[^\\s{CONTROL}]([^{CONTROL}]*[^\\s{CONTROL}])?$")
+    } else {
+        format!("^[^{CONTROL}]*[^\\s{CONTROL}][^{CONTROL}]*$")
+    }
+}
+
+/// `schema` that may also be `null` (a field serde reads as absent when null).
+fn nullable(mut schema: Value) -> Value {
+    if let Some(kind) = schema.get("type").and_then(Value::as_str).map(str::to_string) {
+        schema["type"] = json!([kind, "null"]);
+    }
+    if let Some(values) = schema.get_mut("enum").and_then(Value::as_array_mut) {
+        values.push(Value::Null);
+    }
+    schema
+}
+
+/// A plain identifier: what URLs and references accept (`domain::ids::is_plain_id`).
+pub fn plain_id_json() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": ids::MAX_ID_LEN, "pattern": "^[A-Za-z0-9_.-]+$"})
+}
+
+pub fn sku_code() -> RefOr<Schema> {
+    schema_of(plain_id_json())
+}
+
+pub fn refund_no() -> RefOr<Schema> {
+    schema_of(
+        json!({"type": "string", "minLength": 1, "maxLength": ids::REFUND_NO_LEN_MAX, "pattern": "^[A-Za-z0-9_.-]+$"}),
+    )
+}
+
+fn sku_name_json() -> Value {
+    json!({
+        "type": "string", "minLength": 1, "maxLength": super::flows::SKU_NAME_LEN_MAX, "pattern": printable_pattern(false),
+        "description": "printable characters"
+    })
+}
+
+pub fn sku_name() -> RefOr<Schema> {
+    schema_of(sku_name_json())
+}
+
+/// A new name; `null` leaves it as it is.
+pub fn sku_name_change() -> RefOr<Schema> {
+    schema_of(nullable(sku_name_json()))
+}
+
+pub fn sku_kind() -> RefOr<Schema> {
+    schema_of(json!({"type": ["string", "null"], "enum": ["physical", "digital", null], "default": "physical"}))
+}
+
+pub fn currency() -> RefOr<Schema> {
+    let known: Vec<&str> = crate::domain::Currency::known().collect();
+    schema_of(json!({"type": "string", "enum": known, "description": "ISO 4217 code"}))
+}
+
+fn amount_json() -> Value {
+    json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": i64::MAX, "description": "minor units (12.34 CNY is 1234)"})
+}
+
+/// An amount of money in minor units (`12.34 CNY` is 1234).
+pub fn amount_minor() -> RefOr<Schema> {
+    schema_of(amount_json())
+}
+
+/// A new price; `null` leaves it as it is.
+pub fn amount_change() -> RefOr<Schema> {
+    schema_of(nullable(amount_json()))
+}
+
+pub fn line_quantity() -> RefOr<Schema> {
+    schema_of(json!({"type": "integer", "minimum": 1, "maximum": basket::LINE_QUANTITY_MAX}))
+}
+
+pub fn set_quantity() -> RefOr<Schema> {
+    schema_of(
+        json!({"type": "integer", "minimum": 0, "maximum": basket::LINE_QUANTITY_MAX, "description": "0 removes the line"}),
+    )
+}
+
+pub fn basket_lines() -> RefOr<Schema> {
+    let line = serde_json::to_value(<super::api::NewLine as utoipa::PartialSchema>::schema()).unwrap_or_default();
+    schema_of(json!({"type": "array", "maxItems": basket::BASKET_LINES_MAX, "items": line}))
+}
+
+pub fn stock() -> RefOr<Schema> {
+    schema_of(json!({"type": "integer", "minimum": 0, "maximum": catalog::STOCK_DELTA_MAX, "default": 0}))
+}
+
+pub fn stock_delta() -> RefOr<Schema> {
+    schema_of(json!({
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": catalog::STOCK_DELTA_MAX, "description": "restock"},
+            {"type": "integer", "minimum": -catalog::STOCK_DELTA_MAX, "maximum": -1, "description": "write off"}
+        ]
+    }))
+}
+
+pub fn max_per_order() -> RefOr<Schema> {
+    schema_of(
+        json!({"type": ["integer", "null"], "minimum": 1, "maximum": basket::LINE_QUANTITY_MAX, "description": "most units in one order; null: no limit of its own"}),
+    )
+}
+
+pub fn hold_seconds() -> RefOr<Schema> {
+    schema_of(
+        json!({"type": ["integer", "null"], "minimum": 1, "maximum": checkout::HOLD_SECONDS_MAX, "description": "how long an order holds this SKU's stock; null: the server's --hold-minutes"}),
+    )
+}
+
+pub fn refund_amount() -> RefOr<Schema> {
+    schema_of(json!({"type": "integer", "format": "int64", "minimum": 1, "maximum": i64::MAX}))
+}
+
+pub fn refund_reason() -> RefOr<Schema> {
+    schema_of(json!({"type": "string", "maxLength": refund::REASON_LEN_MAX, "default": ""}))
+}
+
+pub fn card_keys() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": "array", "maxItems": fulfilment::IMPORT_API_MAX,
+        "items": {"type": "string", "minLength": 1, "maxLength": crate::vault::KEY_LEN_MAX, "pattern": printable_pattern(false),
+                  "description": "printable characters; surrounding spaces are trimmed"}
+    }))
+}
+
+pub fn merchant_reference() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "minLength": 1, "maxLength": shop::MERCHANT_REFERENCE_LEN_MAX, "pattern": printable_pattern(true),
+        "description": "the shop's own reference, unique: a checkout naming one that an order of the same buyer has answers that order (merchant_reference_taken for another buyer's)"
+    }))
+}
+
+pub fn metadata() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["object", "null"], "maxProperties": shop::METADATA_PAIRS_MAX,
+        "additionalProperties": {"type": "string", "maxLength": shop::METADATA_VALUE_LEN_MAX, "pattern": format!("^[^{CONTROL}]*$")},
+        "description": format!("the shop's string pairs, returned on the order and in every webhook about it; keys of 1-{} printable characters (else invalid_metadata)", shop::METADATA_KEY_LEN_MAX)
+    }))
+}
+
+pub fn return_url() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "maxLength": shop::RETURN_URL_LEN_MAX, "pattern": format!("^https?://[^\\s\"{CONTROL}]+$"),
+        "description": "under --allowed-return-origins (else return_url_not_allowed); {order_no} is replaced by the order number"
+    }))
+}
+
+pub fn captcha_token() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "maxLength": super::guard::CAPTCHA_TOKEN_LEN_MAX,
+        "description": "the bot check's response token; required when the server is started with --captcha-verify-url"
+    }))
+}
+
+pub fn order_status() -> RefOr<Schema> {
+    let all: Vec<&str> = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
+    schema_of(json!({"type": "string", "enum": all}))
+}
+
+/// `GET /healthz`.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok`: the process serves requests.
+    pub status: &'static str,
+}
+
+/// `GET /readyz`.
+#[derive(Serialize, ToSchema)]
+pub struct Readiness {
+    /// `ready`, `database_unavailable` or `migrations_pending`.
+    pub status: &'static str,
+    /// The migrations this binary would still apply.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<&'static str>,
+}
+
+/// `POST /api/v1/sessions`: a new anonymous buyer.
+#[derive(Serialize, ToSchema)]
+pub struct SessionCreated {
+    /// The buyer's bearer token.
+    pub token: String,
+}
+
+/// A checkout's or a retry's answer: the order, its new payment attempt and the hand-off.
+#[derive(Serialize, ToSchema)]
+pub struct PlacedOrder {
+    pub order_no: String,
+    pub attempt_ref: String,
+    #[schema(schema_with = order_status)]
+    pub status: &'static str,
+    pub total_minor: i64,
+    pub currency: String,
+    /// When the stock hold ends (RFC 3339).
+    pub expires_at: String,
+    pub merchant_reference: Option<String>,
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
+    pub metadata: shop::Metadata,
+    /// How the buyer pays; `null` for an order whose total is zero (paid at once).
+    pub payment: Option<crate::gateway::Handoff>,
+}
+
+/// An order as its buyer (and the admin) reads it: its lines with any delivered card keys, its
+/// payment attempts and its refunds.
+#[derive(Serialize, ToSchema)]
+pub struct OrderBody {
+    #[serde(flatten)]
+    pub order: views::OrderView,
+    pub refunds: Vec<refunds::RefundView>,
+}
+
+/// The admin's view of an order: the buyer's, with its event log (`events`) and what
+/// reconciliation found about it.
+#[derive(Serialize, ToSchema)]
+pub struct AdminOrderBody {
+    #[serde(flatten)]
+    pub order: OrderBody,
+    pub reconciliation: Vec<reconcile::FindingView>,
+}
+
+/// An order's status after an admin's or buyer's action.
+#[derive(Serialize, ToSchema)]
+pub struct OrderStatusBody {
+    pub order_no: String,
+    #[schema(schema_with = order_status)]
+    pub status: String,
+    /// After a cancel with `rebasket`: the new basket holding the order's lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub basket_id: Option<String>,
+}
+
+/// `GET /api/v1/admin/skus`.
+#[derive(Serialize, ToSchema)]
+pub struct SkuList {
+    pub skus: Vec<catalog::SkuView>,
+}
+
+/// `GET /api/v1/catalog`.
+#[derive(Serialize, ToSchema)]
+pub struct Catalog {
+    pub items: Vec<super::api_lists::CatalogItem>,
+}
+
+/// One page of orders, newest first.
+#[derive(Serialize, ToSchema)]
+pub struct OrderPage {
+    pub items: Vec<crate::store::listing::OrderSummary>,
+    /// Pass as `cursor` for the next page; `null` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// One page of webhook messages, newest first.
+#[derive(Serialize, ToSchema)]
+pub struct MessagePage {
+    pub items: Vec<crate::store::listing::MessageView>,
+    /// Pass as `cursor` for the next page; `null` on the last.
+    pub next_cursor: Option<String>,
+}
+
+impl From<crate::store::listing::Page<crate::store::listing::OrderSummary>> for OrderPage {
+    fn from(p: crate::store::listing::Page<crate::store::listing::OrderSummary>) -> Self {
+        OrderPage { items: p.items, next_cursor: p.next_cursor }
+    }
+}
+
+impl From<crate::store::listing::Page<crate::store::listing::MessageView>> for MessagePage {
+    fn from(p: crate::store::listing::Page<crate::store::listing::MessageView>) -> Self {
+        MessagePage { items: p.items, next_cursor: p.next_cursor }
+    }
+}
+
+/// What a key import did.
+pub type KeysImported = fulfilment::ImportCount;
+
+pub fn gateway_name() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "enum": ["sandbox", "alipay", "wechatpay", "stripe", null],
+        "description": "one this server is configured with (the document lists them; else unknown_gateway); default: the configured default gateway"
+    }))
+}
+
+pub fn channel_name() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "enum": ["form", "page", "wap", "qr", "jsapi", "h5", "native", "checkout", null],
+        "description": "sandbox: form; alipay: page, wap or qr; wechatpay: jsapi, h5 or native (a QR code); stripe: checkout. Default: by the payer, then the buyer's device (User-Agent)"
+    }))
+}
+
+pub fn payer() -> RefOr<Schema> {
+    let field = |what: &str| json!({"type": "string", "minLength": 1, "maxLength": super::flows::PAYER_FIELD_LEN_MAX, "pattern": format!("^[^{CONTROL}]+$"), "description": what});
+    schema_of(json!({
+        "type": ["object", "null"], "additionalProperties": false,
+        "properties": {
+            "openid": field("WeChat JSAPI: the payer's openid"),
+            "client_ip": {"anyOf": [
+                {"type": "string", "format": "ipv4", "description": "WeChat H5: the buyer's IP address"},
+                {"type": "string", "format": "ipv6", "description": "WeChat H5: the buyer's IP address"}
+            ]}
+        },
+        "description": "who pays, where a channel needs it"
+    }))
+}
+
+/// A status filter; empty: any.
+pub fn order_status_filter() -> RefOr<Schema> {
+    let mut all: Vec<&str> = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
+    all.push("");
+    schema_of(json!({"type": "string", "enum": all, "description": "empty: any"}))
+}
+
+/// A text filter of the lists: matched exactly, surrounding spaces ignored.
+pub fn filter_text() -> RefOr<Schema> {
+    schema_of(
+        json!({"type": "string", "maxLength": super::api_lists::FILTER_LEN_MAX, "pattern": format!("^[^{CONTROL}]*$")}),
+    )
+}
+
+pub fn time_bound() -> RefOr<Schema> {
+    schema_of(json!({"anyOf": [
+        {"type": "string", "format": "date", "examples": ["2026-12-01"]},
+        {"type": "string", "format": "date-time", "examples": ["2026-12-01T08:00:00+08:00"]},
+        {"type": "string", "maxLength": 0, "description": "empty: no bound"}
+    ]}))
+}
+
+pub fn page_limit() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": "integer", "default": crate::store::listing::PAGE_DEFAULT,
+        "description": format!("rows per page; held to 1-{}", crate::store::listing::PAGE_MAX)
+    }))
+}
+
+pub fn page_cursor() -> RefOr<Schema> {
+    schema_of(json!({"type": "string", "description": "the previous page's next_cursor (invalid_cursor otherwise)"}))
+}
+
+pub fn message_status() -> RefOr<Schema> {
+    schema_of(json!({"type": "string", "enum": ["pending", "delivered", "dead", ""], "description": "empty: any"}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_written_schema_survives_whole() {
+        for f in [
+            sku_code,
+            refund_no,
+            sku_name,
+            sku_name_change,
+            sku_kind,
+            currency,
+            amount_minor,
+            amount_change,
+            line_quantity,
+            set_quantity,
+            basket_lines,
+            stock,
+            stock_delta,
+            max_per_order,
+            hold_seconds,
+            refund_amount,
+            refund_reason,
+            card_keys,
+            merchant_reference,
+            metadata,
+            return_url,
+            captcha_token,
+            order_status,
+            gateway_name,
+            channel_name,
+            payer,
+            order_status_filter,
+            filter_text,
+            time_bound,
+            page_limit,
+            page_cursor,
+            message_status,
+        ] {
+            f();
+        }
+    }
+
+    #[test]
+    fn the_document_is_generated_whole() {
+        let served = crate::http::openapi::Served { sandbox: true, gateways: vec![("sandbox", &["form"])] };
+        let doc = crate::http::openapi::document(&served);
+        let gateway = &doc["components"]["schemas"]["CheckoutBody"]["properties"]["gateway"]["enum"];
+        assert_eq!(gateway, &serde_json::json!(["sandbox", null]), "only the gateways served");
+        for schema in ["PlacedOrder", "OrderBody", "Error", "WebhookMessage", "OrderChanged", "RefundChanged"] {
+            assert!(doc["components"]["schemas"][schema].is_object(), "{schema} missing");
+        }
+        // Every $ref names a schema that is there.
+        let text = doc.to_string();
+        for part in text.split("\"#/components/schemas/").skip(1) {
+            let name = part.split('"').next().unwrap_or_default();
+            assert!(doc["components"]["schemas"][name].is_object(), "{name} is referenced and missing");
+        }
+        assert_eq!(doc["webhooks"].as_object().map(|w| w.len()), Some(crate::store::outbox::TOPICS.len()));
+        // Every link leads to an operation that is there, and fills one of its parameters.
+        let operations: Vec<&serde_json::Value> = doc["paths"]
+            .as_object()
+            .into_iter()
+            .flat_map(|paths| paths.values())
+            .filter_map(|item| item.as_object())
+            .flat_map(|item| item.values())
+            .collect();
+        let mut links = 0;
+        for op in &operations {
+            for response in op["responses"].as_object().into_iter().flat_map(|r| r.values()) {
+                for link in response["links"].as_object().into_iter().flat_map(|l| l.values()) {
+                    let target = operations.iter().find(|o| o["operationId"] == link["operationId"]);
+                    let target = target.unwrap_or_else(|| panic!("link to a missing operation: {link}"));
+                    let parameter =
+                        link["parameters"].as_object().and_then(|p| p.keys().next()).cloned().unwrap_or_default();
+                    let named =
+                        target["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["name"] == parameter));
+                    assert!(named, "{link} fills no parameter of its operation");
+                    links += 1;
+                }
+            }
+        }
+        assert!(links >= 7, "{links} links");
+    }
+}
