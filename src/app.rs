@@ -19,6 +19,7 @@ use crate::sandbox::Sandbox;
 use crate::store::Db;
 use crate::store::catalog::{self, NewSku, SkuKind};
 use crate::vault::Vault;
+use crate::workers::keys::KeyKeeper;
 use crate::workers::monitor::Monitor;
 use crate::workers::outbox::Relay;
 use crate::workers::reconciler::Reconciler;
@@ -32,6 +33,8 @@ const MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 /// Interval of the refund sender.
 const REFUND_INTERVAL: Duration = Duration::from_millis(1_000);
 /// Interval of the outbox relay.
+/// How often the gateways' keys are looked after (WeChat Pay's certificates downloaded).
+const KEYS_INTERVAL: Duration = Duration::from_millis(crate::gateway::wechat_keys::REFRESH_EVERY_MS.unsigned_abs());
 const OUTBOX_INTERVAL: Duration = Duration::from_millis(500);
 /// Interval of the retention worker.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
@@ -46,6 +49,8 @@ pub struct App {
     pub refunder: Arc<Refunder>,
     pub monitor: Arc<Monitor>,
     pub retainer: Arc<Retainer>,
+    /// The gateways' keys kept current (WeChat Pay's platform certificates).
+    pub keeper: Arc<KeyKeeper>,
     /// The outbox relay, when a merchant webhook is configured.
     pub relay: Option<Arc<Relay>>,
     pub sandbox: Option<Arc<Sandbox>>,
@@ -293,6 +298,7 @@ impl App {
             clock: clock.clone(),
         });
         let monitor = Arc::new(Monitor::new(db.clone(), clock.clone(), settings.alert_webhook_url.clone()));
+        let keeper = Arc::new(KeyKeeper::new(db.clone(), clock.clone(), state.gateways.clone()));
         let relay = match (&settings.webhook_url, &settings.webhook_secret) {
             (Some(url), Some(secret)) => Some(Arc::new(Relay::new(db.clone(), clock.clone(), url.clone(), secret)?)),
             _ => None,
@@ -361,6 +367,16 @@ impl App {
                     }
                 }
             })));
+            let keeper =
+                Arc::new(crate::workers::keys::KeyKeeper::new(db.clone(), clock.clone(), state.gateways.clone()));
+            tasks.push(tokio::spawn(run_every("gateway-keys", KEYS_INTERVAL, shutdown_rx.clone(), move || {
+                let keeper = keeper.clone();
+                async move {
+                    if let Err(e) = keeper.step().await {
+                        tracing::error!(error = %e, "gateway key upkeep failed");
+                    }
+                }
+            })));
             if let Some(relay) = relay.clone() {
                 tasks.push(tokio::spawn(run_every("outbox", OUTBOX_INTERVAL, shutdown_rx.clone(), move || {
                     let relay = relay.clone();
@@ -395,6 +411,7 @@ impl App {
             relay,
             monitor,
             retainer,
+            keeper,
             sandbox,
             addr,
             public_url,

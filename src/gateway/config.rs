@@ -56,11 +56,20 @@ pub struct WechatPayConfig {
     pub platform_public_key_file: Option<PathBuf>,
     /// … or a platform certificate.
     pub platform_cert_file: Option<PathBuf>,
-    /// The `Wechatpay-Serial` WeChat signs with; read from the certificate when absent.
+    /// The `Wechatpay-Serial` WeChat signs with: the public key's `PUB_KEY_ID_…`; with a
+    /// certificate alone, read from it when absent.
     pub platform_serial: Option<String>,
+    /// Download the platform certificates (`/v3/certificates`) hourly and when a notification is
+    /// signed under an unknown certificate serial, so a rotation needs nothing done by hand.
+    #[serde(default = "yes")]
+    pub download_certificates: bool,
     pub api_v3_key: Secret,
     #[serde(default = "wechat_default_url")]
     pub api_base_url: String,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn wechat_default_url() -> String {

@@ -8,6 +8,7 @@ pub mod keys;
 pub mod sandbox;
 pub mod stripe;
 pub mod timed;
+pub mod wechat_keys;
 pub mod wechatpay;
 
 use std::collections::{BTreeMap, HashMap};
@@ -104,6 +105,9 @@ pub struct Rejection {
     pub detail: String,
     /// The event id the body claims, when it could be read; kept for the operator only.
     pub claimed_event_id: Option<String>,
+    /// Signed under a key serial this gateway has not seen: worth one [`Gateway::refresh_keys`]
+    /// and a second look.
+    pub unknown_key: Option<String>,
 }
 
 /// The exact HTTP answer a gateway expects.
@@ -181,6 +185,18 @@ pub trait Gateway: Send + Sync {
     fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>>;
     /// Verifies a notification's signature and parses it. Pure: no I/O, never panics.
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection>;
+    /// A notification came signed under key `serial`, unknown here: fetch the gateway's keys (at
+    /// most once a minute, one fetch at a time). Whether `serial` is known now.
+    fn refresh_keys<'a>(&'a self, serial: &'a str) -> BoxFuture<'a, bool> {
+        let _ = serial;
+        Box::pin(async { false })
+    }
+    /// The scheduled upkeep of the gateway's keys (a download of rotating certificates); an error
+    /// names what an operator must look at (a failed download, keys about to expire).
+    fn maintain_keys(&self, now: Millis) -> BoxFuture<'_, Result<(), String>> {
+        let _ = now;
+        Box::pin(async { Ok(()) })
+    }
     /// The reply for an accepted or duplicate notification.
     fn ack(&self) -> Reply;
     /// The reply for a refused notification.
@@ -271,5 +287,5 @@ pub fn format_at_offset(ms: Millis, offset_hours: i8, rfc3339: bool) -> String {
 
 /// A refusal with a stable code; `claimed` is the event id the body claims, if it could be read.
 pub fn reject(code: &'static str, detail: impl Into<String>, claimed: Option<String>) -> Rejection {
-    Rejection { code, detail: detail.into(), claimed_event_id: claimed }
+    Rejection { code, detail: detail.into(), claimed_event_id: claimed, unknown_key: None }
 }

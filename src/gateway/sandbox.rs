@@ -63,7 +63,7 @@ impl SandboxGateway {
 }
 
 fn reject(code: &'static str, detail: impl Into<String>, claimed: Option<String>) -> Rejection {
-    Rejection { code, detail: detail.into(), claimed_event_id: claimed }
+    Rejection { code, detail: detail.into(), claimed_event_id: claimed, unknown_key: None }
 }
 
 /// Verifies the signature header over the raw body. Public so the fuzz and unit tests reach it.

@@ -63,6 +63,12 @@ impl Gateway for Timed {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection> {
         self.0.verify(headers, body, now)
     }
+    fn refresh_keys<'a>(&'a self, serial: &'a str) -> BoxFuture<'a, bool> {
+        self.0.refresh_keys(serial)
+    }
+    fn maintain_keys(&self, now: Millis) -> BoxFuture<'_, Result<(), String>> {
+        self.0.maintain_keys(now)
+    }
     fn ack(&self) -> Reply {
         self.0.ack()
     }

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::config::WechatPayConfig;
 use super::keys::{RsaSigner, RsaVerifier, aes_gcm_open, nonce};
+use super::wechat_keys::{self, KeyRing, PlatformKey, Source};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, Payer, PaymentState,
     RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, format_at_offset, http_client, reject,
@@ -36,8 +37,13 @@ pub struct WechatPay {
     appid: String,
     serial_no: String,
     signer: RsaSigner,
-    platform_key: RsaVerifier,
-    platform_serial: String,
+    /// The platform keys by serial (GATEWAYS-2.md E), read by every verification.
+    keys: std::sync::RwLock<KeyRing>,
+    /// Platform certificates are downloaded (`/v3/certificates`) and refreshed.
+    download: bool,
+    /// When certificates were last downloaded for an unknown serial; held for the length of any
+    /// download (single flight).
+    last_download: tokio::sync::Mutex<Option<Millis>>,
     api_v3_key: Vec<u8>,
     base_url: String,
     notify_url: String,
@@ -54,36 +60,48 @@ pub fn pay_sign_message(appid: &str, timestamp: &str, nonce: &str, package: &str
     format!("{appid}\n{timestamp}\n{nonce}\n{package}\n")
 }
 
-/// Checks a WeChat signature header set over `body`: serial, probe prefix, timestamp window, RSA.
+/// Why a WeChat signature was refused; `unknown_serial` when only the key was missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureRefused {
+    pub why: &'static str,
+    pub unknown_serial: Option<String>,
+}
+
+fn refused(why: &'static str) -> SignatureRefused {
+    SignatureRefused { why, unknown_serial: None }
+}
+
+/// Checks a WeChat signature header set over `body`: probe prefix, timestamp window, the key of its
+/// serial, RSA.
 pub fn verify_wechat_signature(
-    key: &RsaVerifier,
-    expected_serial: &str,
+    keys: &KeyRing,
     headers: &HeaderMap,
     body: &[u8],
     now: Millis,
-) -> Result<(), &'static str> {
+) -> Result<(), SignatureRefused> {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let (timestamp, nonce, signature, serial) =
         (h("Wechatpay-Timestamp"), h("Wechatpay-Nonce"), h("Wechatpay-Signature"), h("Wechatpay-Serial"));
     if timestamp.is_empty() || nonce.is_empty() || signature.is_empty() {
-        return Err("missing Wechatpay-* signature headers");
+        return Err(refused("missing Wechatpay-* signature headers"));
     }
     if signature.starts_with(SIGNTEST_PREFIX) {
-        return Err("signature probe");
-    }
-    if serial != expected_serial {
-        return Err("unknown Wechatpay-Serial");
+        return Err(refused("signature probe"));
     }
     let Ok(ts) = timestamp.parse::<i64>() else {
-        return Err("unreadable Wechatpay-Timestamp");
+        return Err(refused("unreadable Wechatpay-Timestamp"));
     };
     if (unix_seconds(now) - ts).abs() > TIMESTAMP_TOLERANCE_S {
-        return Err("Wechatpay-Timestamp outside the tolerance");
+        return Err(refused("Wechatpay-Timestamp outside the tolerance"));
     }
+    let Some(key) = keys.get(serial, now) else {
+        let unknown_serial = wechat_keys::worth_downloading(serial).then(|| serial.to_string());
+        return Err(SignatureRefused { why: "unknown Wechatpay-Serial", unknown_serial });
+    };
     let mut message = format!("{timestamp}\n{nonce}\n").into_bytes();
     message.extend_from_slice(body);
     message.push(b'\n');
-    if key.verify_base64(&message, signature) { Ok(()) } else { Err("signature does not verify") }
+    if key.verify_base64(&message, signature) { Ok(()) } else { Err(refused("signature does not verify")) }
 }
 
 #[derive(Deserialize)]
@@ -128,21 +146,42 @@ impl Answer {
 
 impl WechatPay {
     pub fn new(c: &WechatPayConfig, notify_url: String) -> anyhow::Result<Self> {
-        let (platform_key, serial) = match (&c.platform_public_key_file, &c.platform_cert_file) {
-            (Some(path), None) => (RsaVerifier::from_file(path)?, c.platform_serial.clone()),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-                let cert_serial = super::keys::pem_blocks(&text)?
-                    .into_iter()
-                    .find(|(label, _)| label == "CERTIFICATE")
-                    .and_then(|(_, der)| super::keys::certificate_serial_hex(&der));
-                (RsaVerifier::from_pem(&text)?, c.platform_serial.clone().or(cert_serial))
-            }
-            _ => anyhow::bail!("set exactly one of platform_public_key_file and platform_cert_file"),
-        };
-        let platform_serial =
-            serial.ok_or_else(|| anyhow::anyhow!("platform_serial is required with platform_public_key_file"))?;
+        let mut keys = KeyRing::default();
+        if let Some(path) = &c.platform_public_key_file {
+            let id = c.platform_serial.clone().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "platform_serial (the public key's PUB_KEY_ID_…) is required with platform_public_key_file"
+                )
+            })?;
+            keys.insert(
+                &id,
+                PlatformKey { verifier: RsaVerifier::from_file(path)?, source: Source::PublicKey, expires_at: None },
+            );
+        }
+        if let Some(path) = &c.platform_cert_file {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            let cert_serial = super::keys::pem_blocks(&text)?
+                .into_iter()
+                .find(|(label, _)| label == "CERTIFICATE")
+                .and_then(|(_, der)| super::keys::certificate_serial_hex(&der));
+            // With a public key too, platform_serial names the public key; the certificate names itself.
+            let serial = if c.platform_public_key_file.is_some() {
+                cert_serial
+            } else {
+                c.platform_serial.clone().or(cert_serial)
+            };
+            let serial = serial.ok_or_else(|| {
+                anyhow::anyhow!("the platform certificate's serial cannot be read; set platform_serial")
+            })?;
+            keys.insert(
+                &serial,
+                PlatformKey { verifier: RsaVerifier::from_pem(&text)?, source: Source::Certificate, expires_at: None },
+            );
+        }
+        if keys.serials().is_empty() && !c.download_certificates {
+            anyhow::bail!("set platform_public_key_file, platform_cert_file, or download_certificates = true");
+        }
         if c.api_v3_key.0.len() != 32 {
             anyhow::bail!("api_v3_key must be 32 characters");
         }
@@ -151,13 +190,48 @@ impl WechatPay {
             appid: c.appid.clone(),
             serial_no: c.merchant_serial_no.clone(),
             signer: RsaSigner::from_file(&c.merchant_private_key_file)?,
-            platform_key,
-            platform_serial,
+            keys: std::sync::RwLock::new(keys),
+            download: c.download_certificates,
+            last_download: tokio::sync::Mutex::new(None),
             api_v3_key: c.api_v3_key.0.as_bytes().to_vec(),
             base_url: c.api_base_url.trim_end_matches('/').to_string(),
             notify_url,
             http: http_client()?,
         })
+    }
+
+    /// Verifies a signature with the keys known now.
+    fn check_signature(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<(), SignatureRefused> {
+        let keys = self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        verify_wechat_signature(&keys, headers, body, now)
+    }
+
+    /// Downloads the platform certificates (`GET /v3/certificates`), decrypts them with the APIv3
+    /// key, checks the answer's own signature with them (or a key known already) and adds them to
+    /// the ring. A merchant without certificates (public-key mode) gets 404 or an empty list: none
+    /// added. Returns how many certificates were new.
+    pub async fn download_certificates(&self, now: Millis) -> Result<usize, String> {
+        let path = "/v3/certificates?algorithm_type=RSA";
+        let (status, headers, bytes) =
+            self.send("GET", path, None).await.map_err(|e| format!("downloading the platform certificates: {e}"))?;
+        if status == 404
+            || (status >= 500 && self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner).has_public_key())
+        {
+            return Ok(0);
+        }
+        if !(200..300).contains(&status) {
+            return Err(format!("downloading the platform certificates: wechatpay answered {status}"));
+        }
+        let certificates = wechat_keys::read_certificates(&bytes, &self.api_v3_key, now)?;
+        // The answer is signed like any other: by a key known already, or by one it carries.
+        let mut candidate = self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        candidate.merge_certificates(certificates.clone(), now);
+        verify_wechat_signature(&candidate, &headers, &bytes, now)
+            .map_err(|r| format!("the platform certificate list: {}", r.why))?;
+        let mut keys = self.keys.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let added = keys.merge_certificates(certificates, now);
+        tracing::info!(added, serials = ?keys.serials(), "wechatpay platform keys");
+        Ok(added)
     }
 
     fn authorization(&self, method: &str, path: &str, body: &str) -> String {
@@ -170,9 +244,13 @@ impl WechatPay {
         )
     }
 
-    /// Sends a signed request. A 2xx answer must carry a valid platform signature; error answers
-    /// are read for their code only.
-    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Answer, GatewayError> {
+    /// Sends a signed request; the answer as it came.
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, reqwest::header::HeaderMap, bytes::Bytes), GatewayError> {
         let body_text = body.map(Value::to_string).unwrap_or_default();
         let url = format!("{}{path}", self.base_url);
         let request = match method {
@@ -188,12 +266,26 @@ impl WechatPay {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let bytes = response.bytes().await.map_err(|e| transport_error(&e))?;
+        Ok((status, headers, bytes))
+    }
+
+    /// Sends a signed request. A 2xx answer must carry a valid platform signature (signed under a
+    /// certificate not seen yet: one download, then again); error answers are read for their code
+    /// only.
+    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Answer, GatewayError> {
+        let (status, headers, bytes) = self.send(method, path, body).await?;
         if status >= 500 {
             return Err(GatewayError::unavailable(format!("wechatpay answered {status}")));
         }
         if (200..300).contains(&status) {
-            verify_wechat_signature(&self.platform_key, &self.platform_serial, &headers, &bytes, SystemClock.now_ms())
-                .map_err(|why| GatewayError::unavailable(format!("wechatpay response: {why}")))?;
+            let now = SystemClock.now_ms();
+            let mut checked = self.check_signature(&headers, &bytes, now);
+            if let Err(SignatureRefused { unknown_serial: Some(serial), .. }) = &checked
+                && self.refresh_keys(serial).await
+            {
+                checked = self.check_signature(&headers, &bytes, now);
+            }
+            checked.map_err(|r| GatewayError::unavailable(format!("wechatpay response: {}", r.why)))?;
         }
         let body = if bytes.is_empty() {
             Value::Null
@@ -346,9 +438,61 @@ impl Gateway for WechatPay {
         })
     }
 
+    fn refresh_keys<'a>(&'a self, serial: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            if !self.download || !wechat_keys::worth_downloading(serial) {
+                return false;
+            }
+            let known = |me: &Self| {
+                me.keys
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get(serial, SystemClock.now_ms())
+                    .is_some()
+            };
+            // One download at a time; whoever waited may find the key there already.
+            let mut last = self.last_download.lock().await;
+            if known(self) {
+                return true;
+            }
+            let now = SystemClock.now_ms();
+            if last.is_some_and(|at| now - at < wechat_keys::ON_DEMAND_GAP_MS) {
+                return false;
+            }
+            *last = Some(now);
+            if let Err(e) = self.download_certificates(now).await {
+                tracing::warn!(error = %e, serial, "wechatpay: downloading platform certificates for an unknown serial failed");
+            }
+            known(self)
+        })
+    }
+
+    fn maintain_keys(&self, now: Millis) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            if self.download {
+                // One download at a time; the on-demand gap counts on-demand downloads only.
+                let single_flight = self.last_download.lock().await;
+                let downloaded = self.download_certificates(now).await;
+                drop(single_flight);
+                downloaded?;
+            }
+            let keys = self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match keys.certificates_end() {
+                Some(end) if !keys.has_public_key() && end - now < wechat_keys::EXPIRY_WARNING_MS => Err(format!(
+                    "the last WeChat Pay platform certificate expires at {}; download its successor or configure the WeChat Pay public key",
+                    crate::clock::rfc3339(end)
+                )),
+                _ => Ok(()),
+            }
+        })
+    }
+
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection> {
-        verify_wechat_signature(&self.platform_key, &self.platform_serial, headers, body, now)
-            .map_err(|why| reject("invalid_signature", why, None))?;
+        self.check_signature(headers, body, now).map_err(|r| {
+            let mut rejection = reject("invalid_signature", r.why, None);
+            rejection.unknown_key = r.unknown_serial;
+            rejection
+        })?;
         let envelope: Envelope =
             serde_json::from_slice(body).map_err(|_| reject("malformed_body", "unreadable notification", None))?;
         let claimed = is_plain_id(&envelope.id).then(|| envelope.id.clone());

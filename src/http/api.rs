@@ -24,7 +24,7 @@ use crate::domain::checkout::SkuLimits;
 use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo, RefundNo, Sku};
 use crate::domain::{Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
-use crate::gateway::Handoff;
+use crate::gateway::{Handoff, Rejection};
 use crate::store::catalog::{self, LimitsPatch};
 use crate::store::checkout::Placed;
 use crate::store::payments::{self, Applied};
@@ -485,7 +485,14 @@ pub(super) async fn notify(
         }
     };
     let now = state.now_ms();
-    match gateway.verify(&headers, &body, now) {
+    let mut verified = gateway.verify(&headers, &body, now);
+    // Signed under a key not seen yet (a rotated certificate): fetch the keys once and look again.
+    if let Err(Rejection { unknown_key: Some(serial), .. }) = &verified
+        && gateway.refresh_keys(serial).await
+    {
+        verified = gateway.verify(&headers, &body, now);
+    }
+    match verified {
         Err(rejection) if rejection.code == crate::gateway::IGNORED_EVENT => {
             // Genuine, but nothing kassa acts on (another event type): acknowledged, not stored.
             tracing::info!(gateway = %name, detail = %rejection.detail, "notification acknowledged and ignored");

@@ -1,6 +1,7 @@
 //! Background workers, each a `step()` function plus a loop that only decides how long to sleep, so
 //! tests drive a step directly.
 
+pub mod keys;
 pub mod monitor;
 pub mod outbox;
 pub mod reconciler;

@@ -26,6 +26,10 @@ pub const WECHAT_APPID: &str = "wx8888888888888888";
 pub const WECHAT_MERCHANT_SERIAL: &str = "3775B6A45ACD588826D15E583A95F5DD0AAAAAAA";
 pub const WECHAT_PLATFORM_SERIAL: &str = "PUB_KEY_ID_0119000000000000000000000000";
 pub const WECHAT_API_V3_KEY: &str = "0123456789abcdefghijklmnopqrstuv";
+/// The serial of `provider_cert.pem` (WeChat's platform certificate before a rotation) …
+pub const WECHAT_CERT_SERIAL: &str = "5157F09EFDC096DE15EBE9A3F4A0A1B2C3D4E5F6";
+/// … and of `platform2_cert.pem` (after it), whose key is `platform2_private.pem`.
+pub const WECHAT_ROTATED_SERIAL: &str = "6A3E2F0B77C1D4E5F60718293A4B5C6D7E8F9012";
 pub const STRIPE_SECRET_KEY: &str = "sk_test_kassa_fake";
 pub const STRIPE_WEBHOOK_SECRET: &str = "whsec_kassa_fake";
 
@@ -42,6 +46,10 @@ fn pem_der(name: &str) -> Vec<u8> {
 /// The provider's private key (signs notifications and answers).
 fn provider_key() -> RsaKeyPair {
     RsaKeyPair::from_pkcs8(&pem_der("provider_private.pem")).expect("provider key")
+}
+
+fn key_from(file: &str) -> RsaKeyPair {
+    RsaKeyPair::from_pkcs8(&pem_der(file)).expect("provider key")
 }
 
 fn rsa_sign(key: &RsaKeyPair, message: &[u8]) -> String {
@@ -95,6 +103,14 @@ pub struct Ledger {
     pub calls: Vec<String>,
     /// When set, refund calls answer "processing" and their notification is withheld.
     pub refunds_pending: bool,
+    /// WeChat: the platform key notifications are signed with after a rotation (its private key
+    /// file and certificate serial); `None`: the configured one.
+    pub wechat_rotated: Option<(&'static str, &'static str)>,
+    /// WeChat: `/v3/certificates` downloads served.
+    pub certificate_downloads: usize,
+    /// WeChat: the platform certificates published (certificate file, serial, private key file),
+    /// oldest first; none: `/v3/certificates` answers 404, as for a merchant in public-key mode.
+    pub wechat_certificates: Vec<(&'static str, &'static str, &'static str)>,
 }
 
 pub type Shared = Arc<Mutex<Ledger>>;
@@ -460,6 +476,55 @@ fn wechat_trade_json(t: &Trade) -> Value {
            "amount": {"total": t.amount_minor, "payer_total": t.amount_minor, "currency": "CNY", "payer_currency": "CNY"}})
 }
 
+/// `GET /v3/certificates`: the platform certificates, each sealed with the APIv3 key (AAD
+/// `certificate`), the answer signed with the newest one's key.
+async fn wechat_certificates(State(ledger): State<Shared>, headers: HeaderMap) -> Response {
+    if !wechat_authorized(&headers, "GET", "/v3/certificates?algorithm_type=RSA", "") {
+        lock(&ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let published = {
+        let mut l = lock(&ledger);
+        l.certificate_downloads += 1;
+        l.wechat_certificates.clone()
+    };
+    let Some(&(_, newest_serial, newest_key)) = published.last() else {
+        return wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS");
+    };
+    let key = aws_lc_rs::aead::LessSafeKey::new(
+        aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, WECHAT_API_V3_KEY.as_bytes()).expect("key"),
+    );
+    let entry = |(file, serial, _): &(&str, &str, &str)| {
+        let nonce = &serial[..12];
+        let mut buf = std::fs::read(fixture(file)).expect("certificate");
+        key.seal_in_place_append_tag(
+            aws_lc_rs::aead::Nonce::try_assume_unique_for_key(nonce.as_bytes()).expect("nonce"),
+            aws_lc_rs::aead::Aad::from(b"certificate"),
+            &mut buf,
+        )
+        .expect("seal");
+        json!({"serial_no": serial, "effective_time": "2026-01-01T08:00:00+08:00", "expire_time": "2035-12-30T08:00:00+08:00",
+               "encrypt_certificate": {"algorithm": "AEAD_AES_256_GCM", "nonce": nonce, "associated_data": "certificate",
+                                       "ciphertext": B64.encode(&buf)}})
+    };
+    let body = json!({"data": published.iter().map(entry).collect::<Vec<_>>()}).to_string();
+    let ts = now_s().to_string();
+    let nonce = format!("{:032x}", uuid::Uuid::now_v7().as_u128());
+    let sig = rsa_sign(&key_from(newest_key), format!("{ts}\n{nonce}\n{body}\n").as_bytes());
+    (
+        StatusCode::OK,
+        [
+            ("content-type", "application/json".to_string()),
+            ("Wechatpay-Timestamp", ts),
+            ("Wechatpay-Nonce", nonce),
+            ("Wechatpay-Signature", sig),
+            ("Wechatpay-Serial", newest_serial.to_string()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 async fn wechat_query(
     State(ledger): State<Shared>,
     UrlPath(no): UrlPath<String>,
@@ -575,6 +640,7 @@ impl FakeWechat {
             .route("/v3/pay/transactions/out-trade-no/{no}/close", post(wechat_close))
             .route("/v3/refund/domestic/refunds", post(wechat_refund))
             .route("/v3/refund/domestic/refunds/{no}", get(wechat_refund_query))
+            .route("/v3/certificates", get(wechat_certificates))
             .with_state(ledger.clone());
         FakeWechat { url: serve(router).await, ledger }
     }
@@ -590,6 +656,7 @@ impl FakeWechat {
             platform_serial: Some(WECHAT_PLATFORM_SERIAL.to_string()),
             api_v3_key: Secret(WECHAT_API_V3_KEY.to_string()),
             api_base_url: self.url.clone(),
+            download_certificates: true,
         }
     }
 
@@ -624,14 +691,19 @@ impl FakeWechat {
     }
 
     pub fn sign_headers(&self, body: &str) -> HeaderMap {
+        let rotated = lock(&self.ledger).wechat_rotated;
+        let (key, serial) = match rotated {
+            Some((file, serial)) => (key_from(file), serial),
+            None => (provider_key(), WECHAT_PLATFORM_SERIAL),
+        };
         let ts = now_s().to_string();
         let nonce = "n0nce0123456789";
-        let sig = rsa_sign(&provider_key(), format!("{ts}\n{nonce}\n{body}\n").as_bytes());
+        let sig = rsa_sign(&key, format!("{ts}\n{nonce}\n{body}\n").as_bytes());
         let mut h = HeaderMap::new();
         h.insert("Wechatpay-Timestamp", ts.parse().expect("header"));
         h.insert("Wechatpay-Nonce", nonce.parse().expect("header"));
         h.insert("Wechatpay-Signature", sig.parse().expect("header"));
-        h.insert("Wechatpay-Serial", WECHAT_PLATFORM_SERIAL.parse().expect("header"));
+        h.insert("Wechatpay-Serial", serial.parse().expect("header"));
         h.insert("content-type", "application/json".parse().expect("header"));
         h
     }

@@ -41,6 +41,7 @@ fn wechat_config(platform_cert: bool) -> WechatPayConfig {
         platform_serial: Some(s(&vectors()["wechat_notify"]["serial"])),
         api_v3_key: kassa::gateway::config::Secret(s(&vectors()["wechat_notify"]["api_v3_key"])),
         api_base_url: "http://127.0.0.1:9".into(),
+        download_certificates: false,
     };
     if platform_cert {
         c.platform_public_key_file = None;
@@ -479,6 +480,70 @@ async fn wechat_native(backend: Backend) {
     w.t.assert_clean().await;
 }
 on_both!(wechat_native_flow, wechat_native);
+
+/// WeChat rotates its platform certificate: kassa (the public key and the old certificate
+/// configured, as during a move between them) downloads the certificates once when a notification
+/// comes signed under the new serial, and applies it; an unknown serial soon after costs no second
+/// download, and an unknown public key id none at all.
+async fn wechat_certificate_rotation(backend: Backend) {
+    let wechat = FakeWechat::start().await;
+    let old = ("provider_cert.pem", fakes::WECHAT_CERT_SERIAL, "provider_private.pem");
+    lock_ledger(&wechat).wechat_certificates = vec![old];
+    let mut config = wechat.config();
+    config.platform_cert_file = Some(fixture("provider_cert.pem"));
+    let gateways = GatewaysFile { alipay: None, wechatpay: Some(config), stripe: None };
+    let t = TestApp::spawn_with(backend, Opts { gateways, ..Default::default() }).await;
+    t.create_sku("TEA", "Longjing tea", 8_888, 10).await;
+    // The scheduled upkeep downloads the list (hourly, and at start).
+    assert_eq!(t.app.keeper.step().await.unwrap(), 0, "nothing for an operator");
+    assert_eq!(lock_ledger(&wechat).certificate_downloads, 1);
+    let buyer = t.buyer().await;
+    let basket = t.basket(&buyer, &[("TEA", 1)]).await;
+    let r = t
+        .http
+        .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+        .bearer_auth(&buyer)
+        .json(&json!({"gateway": "wechatpay", "channel": "native"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let placed: Value = r.json().await.unwrap();
+    let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
+    // The new certificate is published and signs from now on.
+    {
+        let mut l = lock_ledger(&wechat);
+        l.wechat_certificates.push(("platform2_cert.pem", fakes::WECHAT_ROTATED_SERIAL, "platform2_private.pem"));
+        l.wechat_rotated = Some(("platform2_private.pem", fakes::WECHAT_ROTATED_SERIAL));
+    }
+    let reply = wechat.pay(&attempt_ref, true).await.unwrap();
+    assert_eq!(reply.0, 204, "{reply:?}");
+    assert_eq!(t.status(&order_no).await, "paid");
+    assert_eq!(lock_ledger(&wechat).certificate_downloads, 2, "one download for the new serial");
+    // A serial nobody published, within a minute of that download: refused without another.
+    let notify = t.url("/notify/wechatpay");
+    let (mut headers, body) =
+        wechat.notification("TRANSACTION.SUCCESS", "transaction", &json!({"mchid": fakes::WECHAT_MCHID}));
+    for serial in ["ABCDEF0123456789", "PUB_KEY_ID_0119999999999999999999999999"] {
+        headers.insert("Wechatpay-Serial", serial.parse().unwrap());
+        let r = t.http.post(&notify).headers(headers.clone()).body(body.clone()).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{serial}");
+    }
+    assert_eq!(lock_ledger(&wechat).certificate_downloads, 2, "no download for those");
+    // A list with an entry that holds no certificate is refused whole, and the operator told.
+    lock_ledger(&wechat).wechat_certificates.push(("vectors.json", "0123456789ABCDEF", "provider_private.pem"));
+    assert_eq!(t.app.keeper.step().await.unwrap(), 1);
+    // (The two refused notifications raised their own.)
+    let kinds: Vec<String> =
+        sql::query_scalar("SELECT kind FROM alerts ORDER BY kind").fetch_all(t.app.state.db.read_pool()).await.unwrap();
+    assert_eq!(kinds, vec!["gateway_keys".to_string(), "signature_failure".to_string()]);
+    t.assert_clean().await;
+}
+on_both!(wechat_platform_certificates_rotate, wechat_certificate_rotation);
+
+fn lock_ledger(w: &FakeWechat) -> std::sync::MutexGuard<'_, fakes::Ledger> {
+    w.ledger.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn common_admin() -> &'static str {
     crate::common::ADMIN
