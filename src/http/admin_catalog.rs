@@ -22,7 +22,7 @@ use crate::store::catalog::{self, LimitsPatch};
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let doc = |method, path, summary| {
-        RouteDoc::page(method, path, summary, "admin console").answer(200, "HTML page", Content::Other("text/html"))
+        RouteDoc::page(method, path, summary, "admin console").answer(303, "back to the SKUs page", Content::Empty)
     };
     vec![
         (doc("post", "/admin/skus", "Admin console: create a SKU (price in major units)"), post(create)),

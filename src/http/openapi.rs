@@ -335,6 +335,8 @@ fn documented(with_sandbox: bool) -> Vec<RouteDoc> {
 pub struct Served {
     pub sandbox: bool,
     pub gateways: Vec<(&'static str, &'static [&'static str])>,
+    /// `--allowed-return-origins`: what a checkout's return and cancel URLs may start with.
+    pub return_origins: Vec<String>,
 }
 
 impl Served {
@@ -345,8 +347,31 @@ impl Served {
             .into_iter()
             .filter_map(|name| state.gateways.get(name).map(|g| (name, g.channels())))
             .collect();
-        Served { sandbox: state.sandbox.is_some(), gateways }
+        let return_origins = state.allowed_return_origins.iter().map(|o| o.as_str().to_string()).collect();
+        Served { sandbox: state.sandbox.is_some(), gateways, return_origins }
     }
+}
+
+/// A pattern matching URLs under one of `origins` (scheme and host in any case, as
+/// `domain::shop::check_return_url` compares them), or `None` when there are none.
+fn origins_pattern(origins: &[String]) -> Option<String> {
+    if origins.is_empty() {
+        return None;
+    }
+    let alternatives: Vec<String> = origins
+        .iter()
+        .map(|origin| {
+            origin
+                .chars()
+                .map(|c| match c {
+                    c if c.is_ascii_alphabetic() => format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase()),
+                    c if "\\^$.|?*+()[]{}".contains(c) => format!("\\{c}"),
+                    c => c.to_string(),
+                })
+                .collect()
+        })
+        .collect();
+    Some(format!("^({})([/?#][^\\s\"\\u0000-\\u001f\\u007f-\\u009f]*)?$", alternatives.join("|")))
 }
 
 /// Narrows the gateway and channel of the bodies that name them to what this server serves.
@@ -362,6 +387,18 @@ fn narrow_to_served(components: &mut Map<String, Value>, served: &Served) {
         if let Some(properties) = components.get_mut(body).and_then(|b| b.get_mut("properties")) {
             properties["gateway"]["enum"] = Value::Array(gateways.clone());
             properties["channel"]["enum"] = Value::Array(channels.clone());
+        }
+    }
+    // Return and cancel URLs: under the allowed origins, or none at all when there are none.
+    if let Some(properties) = components.get_mut("CheckoutBody").and_then(|b| b.get_mut("properties")) {
+        for field in ["return_url", "cancel_url"] {
+            match origins_pattern(&served.return_origins) {
+                Some(pattern) => properties[field]["pattern"] = json!(pattern),
+                None => {
+                    properties[field] =
+                        json!({"type": "null", "description": "no --allowed-return-origins: kassa's own return page"});
+                }
+            }
         }
     }
 }

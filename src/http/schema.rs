@@ -185,8 +185,7 @@ pub fn captcha_token() -> RefOr<Schema> {
 }
 
 pub fn order_status() -> RefOr<Schema> {
-    let all: Vec<&str> = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
-    schema_of(json!({"type": "string", "enum": all}))
+    views::order_status_schema()
 }
 
 /// `GET /healthz`.
@@ -415,10 +414,22 @@ mod tests {
 
     #[test]
     fn the_document_is_generated_whole() {
-        let served = crate::http::openapi::Served { sandbox: true, gateways: vec![("sandbox", &["form"])] };
+        let served = crate::http::openapi::Served {
+            sandbox: true,
+            gateways: vec![("sandbox", &["form"])],
+            return_origins: vec!["https://shop.example".into()],
+        };
         let doc = crate::http::openapi::document(&served);
         let gateway = &doc["components"]["schemas"]["CheckoutBody"]["properties"]["gateway"]["enum"];
         assert_eq!(gateway, &serde_json::json!(["sandbox", null]), "only the gateways served");
+        let pattern = doc["components"]["schemas"]["CheckoutBody"]["properties"]["return_url"]["pattern"].as_str();
+        assert_eq!(
+            pattern,
+            Some(
+                "^([hH][tT][tT][pP][sS]://[sS][hH][oO][pP]\\.[eE][xX][aA][mM][pP][lL][eE])([/?#][^\\s\"\\u0000-\\u001f\\u007f-\\u009f]*)?$"
+            ),
+            "return URLs under the allowed origins"
+        );
         for schema in ["PlacedOrder", "OrderBody", "Error", "WebhookMessage", "OrderChanged", "RefundChanged"] {
             assert!(doc["components"]["schemas"][schema].is_object(), "{schema} missing");
         }

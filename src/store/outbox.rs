@@ -123,7 +123,7 @@ pub struct MessageContext<'a> {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrderChanged<'a> {
     pub order_no: &'a str,
-    #[schema(schema_with = crate::http::schema::order_status)]
+    #[schema(schema_with = super::views::order_status_schema)]
     pub status: &'a str,
     pub total_minor: i64,
     pub currency: &'a str,

@@ -9,6 +9,15 @@ use crate::domain::ids::{AttemptRef, OrderNo};
 use crate::error::{Error, Result};
 use crate::store::{Db, col};
 
+/// An order's status as the API and the webhooks write it: one of the transition table's.
+pub fn order_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    let all: Vec<&str> = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(all))
+        .into()
+}
+
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OrderLineView {
     pub sku: String,
@@ -57,7 +66,7 @@ pub struct EventView {
 pub struct OrderView {
     #[schema(value_type = String)]
     pub order_no: OrderNo,
-    #[schema(schema_with = crate::http::schema::order_status)]
+    #[schema(schema_with = order_status_schema)]
     pub status: String,
     pub total_minor: i64,
     pub currency: String,
