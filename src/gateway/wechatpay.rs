@@ -209,8 +209,8 @@ impl WechatPay {
     /// Downloads the platform certificates (`GET /v3/certificates`), decrypts them with the APIv3
     /// key, checks the answer's own signature with them (or a key known already) and adds them to
     /// the ring. A merchant without certificates (public-key mode) gets 404 or an empty list: none
-    /// added. Returns how many certificates were new.
-    pub async fn download_certificates(&self, now: Millis) -> Result<usize, String> {
+    /// added. Returns how many certificates were new. Callers hold `last_download`.
+    async fn download_certificates(&self, now: Millis) -> Result<usize, String> {
         let path = "/v3/certificates?algorithm_type=RSA";
         let (status, headers, bytes) =
             self.send("GET", path, None).await.map_err(|e| format!("downloading the platform certificates: {e}"))?;
@@ -223,14 +223,15 @@ impl WechatPay {
             return Err(format!("downloading the platform certificates: wechatpay answered {status}"));
         }
         let certificates = wechat_keys::read_certificates(&bytes, &self.api_v3_key, now)?;
-        // The answer is signed like any other: by a key known already, or by one it carries.
-        let mut candidate = self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        candidate.merge_certificates(certificates.clone(), now);
-        verify_wechat_signature(&candidate, &headers, &bytes, now)
+        // The answer is signed like any other: by a key known already, or by one it carries. The
+        // ring with them replaces the old one only once it verifies (downloads hold
+        // `last_download`, so nothing else changes the ring meanwhile).
+        let mut ring = self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let added = ring.merge_certificates(certificates, now);
+        verify_wechat_signature(&ring, &headers, &bytes, now)
             .map_err(|r| format!("the platform certificate list: {}", r.why))?;
-        let mut keys = self.keys.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let added = keys.merge_certificates(certificates, now);
-        tracing::info!(added, serials = ?keys.serials(), "wechatpay platform keys");
+        tracing::info!(added, serials = ?ring.serials(), "wechatpay platform keys");
+        *self.keys.write().unwrap_or_else(std::sync::PoisonError::into_inner) = ring;
         Ok(added)
     }
 

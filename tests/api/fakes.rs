@@ -398,9 +398,14 @@ fn wechat_authorized(headers: &HeaderMap, method: &str, path_and_query: &str, bo
 /// An answer signed the way WeChat signs: `timestamp\nnonce\nbody\n`.
 fn wechat_answer(status: StatusCode, body: Option<Value>) -> Response {
     let text = body.map(|b| b.to_string()).unwrap_or_default();
+    wechat_signed(status, text, &provider_key(), WECHAT_PLATFORM_SERIAL)
+}
+
+/// An answer `text` signed with `key` under `serial`.
+fn wechat_signed(status: StatusCode, text: String, key: &RsaKeyPair, serial: &str) -> Response {
     let ts = now_s().to_string();
     let nonce = format!("{:032x}", uuid::Uuid::now_v7().as_u128());
-    let sig = rsa_sign(&provider_key(), format!("{ts}\n{nonce}\n{text}\n").as_bytes());
+    let sig = rsa_sign(key, format!("{ts}\n{nonce}\n{text}\n").as_bytes());
     (
         status,
         [
@@ -408,7 +413,7 @@ fn wechat_answer(status: StatusCode, body: Option<Value>) -> Response {
             ("Wechatpay-Timestamp", ts),
             ("Wechatpay-Nonce", nonce),
             ("Wechatpay-Signature", sig),
-            ("Wechatpay-Serial", WECHAT_PLATFORM_SERIAL.to_string()),
+            ("Wechatpay-Serial", serial.to_string()),
         ],
         text,
     )
@@ -508,21 +513,7 @@ async fn wechat_certificates(State(ledger): State<Shared>, headers: HeaderMap) -
                                        "ciphertext": B64.encode(&buf)}})
     };
     let body = json!({"data": published.iter().map(entry).collect::<Vec<_>>()}).to_string();
-    let ts = now_s().to_string();
-    let nonce = format!("{:032x}", uuid::Uuid::now_v7().as_u128());
-    let sig = rsa_sign(&key_from(newest_key), format!("{ts}\n{nonce}\n{body}\n").as_bytes());
-    (
-        StatusCode::OK,
-        [
-            ("content-type", "application/json".to_string()),
-            ("Wechatpay-Timestamp", ts),
-            ("Wechatpay-Nonce", nonce),
-            ("Wechatpay-Signature", sig),
-            ("Wechatpay-Serial", newest_serial.to_string()),
-        ],
-        body,
-    )
-        .into_response()
+    wechat_signed(StatusCode::OK, body, &key_from(newest_key), newest_serial)
 }
 
 async fn wechat_query(
