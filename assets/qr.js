@@ -5,10 +5,13 @@
   var el = document.getElementById("status"), left = document.getElementById("left");
   var ends = Date.parse(document.getElementById("expires").getAttribute("datetime"));
   var poll = el.getAttribute("data-poll"), done = el.getAttribute("data-done");
+  var S = JSON.parse(document.documentElement.getAttribute("data-strings") || "{}");
   var tries = 0;
   function tick() {
     var s = Math.max(0, Math.round((ends - Date.now()) / 1000));
-    left.textContent = s > 0 ? Math.floor(s / 60) + " min " + (s % 60) + " s left" : "ended";
+    left.textContent = s > 0
+      ? (S["js.left"] || "{min} min {s} s left").replace("{min}", Math.floor(s / 60)).replace("{s}", s % 60)
+      : (S["js.ended"] || "ended");
     if (s > 0) { setTimeout(tick, 1000); }
   }
   function check() {

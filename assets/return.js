@@ -4,17 +4,17 @@
   var url = el.getAttribute("data-poll"), own = el.getAttribute("data-own") === "true";
   var settled = ["paid", "delivered", "expired", "cancelled", "paid_after_expiry", "refunding", "refunded"];
   var first = el.getAttribute("data-status");
+  var S = JSON.parse(document.documentElement.getAttribute("data-strings") || "{}");
   var tries = 0;
   function ended(a) { return a === "failed" || a === "cancelled"; }
   function show(o) {
     el.setAttribute("data-status", o.status); el.setAttribute("data-attempt", o.attempt_status || "");
     var failed = o.status === "pending_payment" && ended(o.attempt_status);
-    el.textContent = o.status !== "pending_payment" ? o.status
-      : o.attempt_status === "failed" ? "payment failed"
-      : o.attempt_status === "cancelled" ? "payment cancelled" : "confirming your payment…";
+    el.textContent = o.status !== "pending_payment" ? (S["status." + o.status] || o.status)
+      : o.attempt_status === "failed" ? S["js.payment_failed"]
+      : o.attempt_status === "cancelled" ? S["js.payment_cancelled"] : S["js.payment_confirming"];
     if (failed) {
-      reason.textContent = (o.attempt_status === "cancelled" ? "The payment was cancelled; nothing was charged."
-        : "The payment did not go through; nothing was charged.") + " Your order is kept until its hold runs out.";
+      reason.textContent = o.attempt_status === "cancelled" ? S["js.retry_cancelled"] : S["js.retry_failed"];
     }
     retry.hidden = !failed;
     // Paid now: the buyer's keys are on the page as the server renders it.

@@ -278,6 +278,7 @@ impl App {
             late_policy: settings.late_payment_policy,
             refund_policy: settings.refund_policy,
             allowed_return_origins: settings.allowed_return_origins.clone(),
+            time_zone: settings.time_zone,
             protection: settings.protection.clone(),
             guard: guard.clone(),
             vault,

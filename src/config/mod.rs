@@ -100,6 +100,10 @@ pub struct ServeArgs {
     /// (https://shop.example,https://m.shop.example) [default: none: kassa's own return page]
     #[arg(long, env = "KASSA_ALLOWED_RETURN_ORIGINS")]
     pub allowed_return_origins: Option<String>,
+    /// The shop's time zone as a UTC offset (UTC, +08:00): times on the buyer pages are shown in
+    /// it [default: UTC]
+    #[arg(long, env = "KASSA_TIME_ZONE")]
+    pub time_zone: Option<String>,
     #[command(flatten)]
     pub keys: KeysArgs,
     #[command(flatten)]
@@ -211,6 +215,7 @@ pub struct FileConfig {
     pub reconcile_after_seconds: Option<u64>,
     pub reconcile_interval_ms: Option<u64>,
     pub allowed_return_origins: Option<String>,
+    pub time_zone: Option<String>,
     /// Protection of a public storefront (the flags of the same names).
     pub max_open_orders_per_session: Option<u32>,
     pub rate_limits: Option<String>,
@@ -262,6 +267,8 @@ pub struct Settings {
     pub protection: Protection,
     /// Where checkouts may send their buyers back to (`--allowed-return-origins`).
     pub allowed_return_origins: Vec<Origin>,
+    /// The shop's time zone (`--time-zone`).
+    pub time_zone: time::UtcOffset,
     /// How the storage engine runs ([`EngineConfig::from_env`]: switches for measuring).
     pub engine: EngineConfig,
 }
@@ -376,8 +383,14 @@ impl Settings {
             .min(HOLD_SECONDS_MAX);
         let allowed_return_origins =
             parse_origins(args.allowed_return_origins.as_deref().or(file.allowed_return_origins.as_deref()))?;
+        let time_zone = match args.time_zone.as_deref().or(file.time_zone.as_deref()) {
+            None => time::UtcOffset::UTC,
+            Some(z) => crate::http::i18n::parse_zone(z)
+                .with_context(|| format!("--time-zone {z:?}: use UTC or an offset such as +08:00"))?,
+        };
         Ok(Settings {
             allowed_return_origins,
+            time_zone,
             engine: EngineConfig::from_env()?,
             protection,
             gateways: file.gateways.clone(),

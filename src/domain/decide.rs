@@ -92,7 +92,8 @@ pub fn may_cancel(order: OrderStatus) -> Result<(), Refusal> {
 /// stock.
 pub fn may_retry(order: OrderStatus, hold_expires_at_ms: i64, now_ms: i64) -> Result<(), Refusal> {
     if order != OrderStatus::PendingPayment {
-        return Err(Refusal::conflict("not_payable", format!("the order is {order}")));
+        return Err(Refusal::conflict("not_payable", format!("the order is {order}"))
+            .with_details(serde_json::json!({"status": order.as_str()})));
     }
     if hold_expires_at_ms <= now_ms {
         return Err(Refusal::conflict("order_expired", "the order's hold has run out"));

@@ -338,7 +338,7 @@ async fn order_action(
         Ok(Redirect::to(&format!("/admin/orders/{order_no}?done={action}")).into_response())
     }
     .await;
-    result.unwrap_or_else(|e| super::pages::error_page(&e, &format!("/admin/orders/{order_no}")))
+    result.unwrap_or_else(|e| super::pages::console_error_page(&e, &format!("/admin/orders/{order_no}")))
 }
 
 #[derive(Template)]
@@ -444,7 +444,7 @@ async fn set_sku_limits(
         Ok(Redirect::to("/admin/skus").into_response())
     }
     .await;
-    result.unwrap_or_else(|e| super::pages::error_page(&e, "/admin/skus"))
+    result.unwrap_or_else(|e| super::pages::console_error_page(&e, "/admin/skus"))
 }
 
 async fn ack_alert(
@@ -459,5 +459,5 @@ async fn ack_alert(
         Ok(Redirect::to("/admin/alerts").into_response())
     }
     .await;
-    result.unwrap_or_else(|e| super::pages::error_page(&e, "/admin/alerts"))
+    result.unwrap_or_else(|e| super::pages::console_error_page(&e, "/admin/alerts"))
 }

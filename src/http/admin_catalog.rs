@@ -83,7 +83,7 @@ where
     .await;
     match result {
         Ok(done) => Redirect::to(&format!("/admin/skus?done={done}")).into_response(),
-        Err(e) => super::pages::error_page(&e, "/admin/skus"),
+        Err(e) => super::pages::console_error_page(&e, "/admin/skus"),
     }
 }
 
@@ -181,7 +181,7 @@ async fn import_keys(
                 .into_response()
         }
         (Err(e), true) => e.into_response(),
-        (Err(e), false) => super::pages::error_page(&e, "/admin/skus"),
+        (Err(e), false) => super::pages::console_error_page(&e, "/admin/skus"),
     }
 }
 

@@ -272,13 +272,14 @@ pub(super) fn device(headers: &HeaderMap) -> crate::domain::channel::Device {
     crate::domain::channel::device_of(headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()))
 }
 
-fn wants_html(headers: &HeaderMap) -> bool {
+pub(super) fn wants_html(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
 }
 
 pub(super) async fn checkout_json(
     State(state): State<AppState>,
     Buyer(session): Buyer,
+    lang: super::i18n::Lang,
     Path(basket_id): Path<String>,
     headers: HeaderMap,
     axum::Extension(client): axum::Extension<super::guard::Client>,
@@ -294,7 +295,7 @@ pub(super) async fn checkout_json(
     let (placed, handoff) =
         place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device(&headers)).await?;
     if wants_html(&headers) {
-        return Ok(super::pages::handoff_page(&placed, handoff.as_ref()));
+        return Ok(super::pages::handoff_page(lang, state.time_zone, &placed, handoff.as_ref()));
     }
     let mut response = (StatusCode::CREATED, axum::Json(placed_body(&placed, handoff.as_ref()))).into_response();
     if !placed.created {

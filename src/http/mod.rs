@@ -8,6 +8,7 @@ pub mod api_lists;
 pub mod api_routes;
 pub mod flows;
 pub mod guard;
+pub mod i18n;
 pub mod openapi;
 pub mod pages;
 pub mod qr;
@@ -56,6 +57,8 @@ pub struct Inner {
     pub refund_policy: crate::domain::refund::RefundPolicy,
     /// Where a checkout may send its buyer back to (`--allowed-return-origins`).
     pub allowed_return_origins: Vec<crate::domain::shop::Origin>,
+    /// The shop's time zone: times on the buyer pages are shown in it.
+    pub time_zone: time::UtcOffset,
     pub protection: crate::config::Protection,
     /// Per-address rate limits and the client address of a request ([`guard`]).
     pub guard: Arc<guard::Guard>,
@@ -368,6 +371,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard_requests))
         .route_layer(axum::middleware::from_fn(track_requests))
+        .layer(axum::middleware::from_fn(pages::buyer_language))
         .layer(axum::middleware::from_fn_with_state(request_timeout, server::within_time))
         .layer(axum::middleware::from_fn(server::security_headers))
         .with_state(state)

@@ -9,6 +9,7 @@ use axum::routing::{MethodRouter, get, post};
 use std::collections::BTreeMap;
 
 use super::flows::{CheckoutBody, place_order};
+use super::i18n::{Lang, Next, Texts};
 use super::{AppState, Caller, Content, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
 use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
 use crate::domain::{AttemptStatus, OrderStatus};
@@ -76,6 +77,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
 #[derive(Template)]
 #[template(path = "handoff.html")]
 struct HandoffPage<'a> {
+    t: &'static Texts,
     order_no: &'a str,
     total: String,
     action: &'a str,
@@ -88,12 +90,16 @@ struct HandoffPage<'a> {
 #[derive(Template)]
 #[template(path = "qr.html")]
 struct QrPage<'a> {
-    app: &'static str,
+    t: &'static Texts,
+    /// The app's name in the buyer's language.
+    app: &'a str,
     order_no: &'a str,
     total: String,
     /// Inline SVG made by [`super::qr::svg`]: shapes only, no text of the buyer's or the gateway's.
     svg: String,
     expires_at: &'a str,
+    /// `expires_at` in the shop's time zone, as the buyer reads it.
+    expires_local: String,
     poll_url: String,
     return_url: String,
     /// The shop's cancel URL when its checkout named one, else the storefront.
@@ -103,16 +109,22 @@ struct QrPage<'a> {
 #[derive(Template)]
 #[template(path = "message.html")]
 struct MessagePage<'a> {
+    t: &'static Texts,
+    /// The other language's link, or empty on a page that offers none (the console's).
+    switch_href: String,
     title: &'a str,
     message: &'a str,
+    /// The next step.
     link: &'a str,
     link_text: &'a str,
 }
 
 /// The light page whose hidden-field form auto-submits to the gateway (with a `<noscript>` button).
-pub fn handoff_page(placed: &Placed, handoff: Option<&Handoff>) -> Response {
+pub fn handoff_page(lang: Lang, zone: time::UtcOffset, placed: &Placed, handoff: Option<&Handoff>) -> Response {
+    let t = lang.texts();
     match handoff {
         Some(Handoff::Form { action, method, fields }) => render(&HandoffPage {
+            t,
             order_no: &placed.order_no,
             total: placed.total.display_major(),
             action,
@@ -122,62 +134,139 @@ pub fn handoff_page(placed: &Placed, handoff: Option<&Handoff>) -> Response {
         Some(Handoff::Redirect { url }) => Redirect::to(url).into_response(),
         Some(Handoff::Qr { code_url, expires_at }) => match super::qr::svg(code_url) {
             Ok(svg) => render(&QrPage {
-                app: super::qr::app_of(&placed.gateway),
+                t,
+                app: t.t(super::qr::app_of(&placed.gateway)),
                 order_no: &placed.order_no,
                 total: placed.total.display_major(),
                 svg,
                 expires_at,
+                expires_local: t.time(expires_at, zone),
                 poll_url: format!("/checkout/return/{}/status", placed.attempt_ref),
                 return_url: format!("/checkout/return/{}", placed.attempt_ref),
                 back_url: placed.shop.cancel_url.clone().unwrap_or_else(|| "/".to_string()),
             }),
-            Err(e) => error_page(&e, &format!("/checkout/return/{}", placed.attempt_ref)),
+            Err(e) => error_page(lang, &e, &format!("/checkout/return/{}", placed.attempt_ref)),
         },
-        Some(Handoff::Client { .. }) => {
-            message(StatusCode::OK, "Pay in the app", "This payment continues in the app.", "/", "Back to the shop")
-        }
+        Some(Handoff::Client { .. }) => message(
+            StatusCode::OK,
+            &MessagePage {
+                t,
+                switch_href: String::new(),
+                title: t.t("handoff.in_app_title"),
+                message: t.t("handoff.in_app"),
+                link: "/",
+                link_text: t.t("common.back_to_shop"),
+            },
+        ),
         None => Redirect::to(&format!("/checkout/return/{}", placed.attempt_ref)).into_response(),
     }
 }
 
-fn message(status: StatusCode, title: &str, message: &str, link: &str, link_text: &str) -> Response {
-    let mut r = render(&MessagePage { title, message, link, link_text });
+fn message(status: StatusCode, page: &MessagePage<'_>) -> Response {
+    let mut r = render(page);
     *r.status_mut() = status;
     r
 }
 
-pub fn error_page(e: &Error, link: &str) -> Response {
+/// The page a buyer reaches when a request of theirs is refused or fails: in their language, what
+/// happened and the next step ([`super::i18n::explain`]): the storefront, or `back` (the page the
+/// handler came from).
+pub fn error_page(lang: Lang, e: &Error, back: &str) -> Response {
     let status = match e {
         Error::Refused(r) => super::status_of(r.kind),
         _ if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    let text = match e {
-        Error::Refused(_) => e.to_string(),
+    let code = match e {
+        // An order that cannot be paid because its time ran out is told as such.
+        Error::Refused(r)
+            if r.code == "not_payable"
+                && r.details.as_ref().is_some_and(|d| d["status"] == OrderStatus::Expired.as_str()) =>
+        {
+            "order_expired"
+        }
+        Error::Refused(r) => r.code,
         _ if e.is_unavailable() => {
             tracing::warn!(error = %e, "page failed: database unavailable");
-            let mut r = message(
-                status,
-                "One moment",
-                "The shop cannot reach its database right now. Please try again in a few seconds.",
-                link,
-                "Try again",
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, header::HeaderValue::from(crate::error::DB_UNAVAILABLE_RETRY_AFTER_S));
-            return r;
+            "db_unavailable"
         }
         _ => {
             tracing::error!(error = %e, "page failed");
-            "Something went wrong on our side; it has been logged.".to_string()
+            "internal"
         }
     };
-    message(status, "Sorry", &text, link, "Back")
+    let mut r = refusal_page(lang, status, code, back);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(crate::error::DB_UNAVAILABLE_RETRY_AFTER_S));
+    }
+    r
+}
+
+/// The buyer's page for a refusal with `code` and `status`.
+pub fn refusal_page(lang: Lang, status: StatusCode, code: &str, back: &str) -> Response {
+    let t = lang.texts();
+    let (text, next, to) = super::i18n::explain(code, status);
+    let link = match to {
+        Next::Shop => "/",
+        Next::Back => back,
+    };
+    let title = if status == StatusCode::SERVICE_UNAVAILABLE { "error.unavailable_title" } else { "error.title" };
+    message(
+        status,
+        &MessagePage {
+            t,
+            switch_href: t.switch_href(link),
+            title: t.t(title),
+            message: t.t(text),
+            link,
+            link_text: t.t(next),
+        },
+    )
+}
+
+/// The console's error page: English, what the refusal says, and a way back into the console.
+pub fn console_error_page(e: &Error, link: &str) -> Response {
+    let status = match e {
+        Error::Refused(r) => super::status_of(r.kind),
+        _ if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let t = Lang::En.texts();
+    let text = match e {
+        Error::Refused(_) => e.to_string(),
+        _ if e.is_unavailable() => {
+            tracing::warn!(error = %e, "console page failed: database unavailable");
+            t.t("error.unavailable").to_string()
+        }
+        _ => {
+            tracing::error!(error = %e, "console page failed");
+            t.t("error.internal").to_string()
+        }
+    };
+    let mut r = message(
+        status,
+        &MessagePage {
+            t,
+            switch_href: String::new(),
+            title: t.t("error.title"),
+            message: &text,
+            link,
+            link_text: t.t("error.back"),
+        },
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(crate::error::DB_UNAVAILABLE_RETRY_AFTER_S));
+    }
+    r
 }
 
 #[derive(Template)]
 #[template(path = "storefront.html")]
 struct Storefront<'a> {
+    t: &'static Texts,
+    switch_href: String,
     skus: &'a [SkuView],
     csrf: &'a str,
 }
@@ -211,17 +300,21 @@ fn with_cookie(mut response: Response, set_cookie: Option<String>) -> Response {
     response
 }
 
-async fn storefront(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn storefront(State(state): State<AppState>, lang: Lang, headers: HeaderMap) -> Response {
     if !state.demo {
         return Error::not_found("page").into_response();
     }
+    let t = lang.texts();
     let result = async {
         let (session, set_cookie) = page_session(&state, &headers).await?;
         let skus = catalog::list_skus(&state.db).await?;
-        Ok::<_, Error>(with_cookie(render(&Storefront { skus: &skus, csrf: &session.csrf_token }), set_cookie))
+        Ok::<_, Error>(with_cookie(
+            render(&Storefront { t, switch_href: t.switch_href("/"), skus: &skus, csrf: &session.csrf_token }),
+            set_cookie,
+        ))
     }
     .await;
-    result.unwrap_or_else(|e| error_page(&e, "/"))
+    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
 }
 
 /// A form post must carry the session's CSRF token (and the cookie is SameSite=Lax).
@@ -241,6 +334,7 @@ async fn form_session(state: &AppState, headers: &HeaderMap, form: &BTreeMap<Str
 
 async fn shop_basket(
     State(state): State<AppState>,
+    lang: Lang,
     headers: HeaderMap,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
@@ -266,34 +360,55 @@ async fn shop_basket(
         Ok(Redirect::to(&format!("/shop/basket/{basket_id}")).into_response())
     }
     .await;
-    result.unwrap_or_else(|e| error_page(&e, "/"))
+    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
 }
 
 #[derive(Template)]
 #[template(path = "basket.html")]
 struct BasketPage<'a> {
+    t: &'static Texts,
+    switch_href: String,
     basket: &'a BasketView,
     csrf: &'a str,
     idempotency_key: String,
-    /// Gateways a web page can hand off to (name, label), the default first.
-    gateways: Vec<(&'static str, &'static str)>,
+    /// Gateways a web page can hand off to, the default first.
+    gateways: Vec<&'static str>,
 }
 
-/// The configured gateways that work from a browser page: form or redirect hand-offs.
-fn web_gateways(state: &AppState) -> Vec<(&'static str, &'static str)> {
-    let label = |name: &str| match name {
-        "alipay" => "Alipay",
-        "stripe" => "Card (Stripe)",
-        "sandbox" => "Sandbox (no real money)",
-        _ => "",
-    };
-    let mut names: Vec<&'static str> =
-        state.gateways.names().into_iter().filter(|n| matches!(*n, "alipay" | "stripe" | "sandbox")).collect();
+impl BasketPage<'_> {
+    /// The catalog key of a gateway's name.
+    fn gateway_key(&self, name: &str) -> &'static str {
+        match name {
+            "alipay" => "gateway.alipay",
+            "wechatpay" => "gateway.wechatpay",
+            "stripe" => "gateway.stripe",
+            _ => "gateway.sandbox",
+        }
+    }
+
+    fn any_price_changed(&self) -> bool {
+        self.basket.lines.iter().any(|l| l.price_changed)
+    }
+}
+
+/// The configured gateways that work from a browser page: form, redirect and QR hand-offs.
+fn web_gateways(state: &AppState) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = state
+        .gateways
+        .names()
+        .into_iter()
+        .filter(|n| matches!(*n, "alipay" | "wechatpay" | "stripe" | "sandbox"))
+        .collect();
     names.sort_by_key(|n| Some(*n) != state.gateways.default);
-    names.into_iter().map(|n| (n, label(n))).collect()
+    names
 }
 
-async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(basket_id): Path<String>) -> Response {
+async fn shop_review(
+    State(state): State<AppState>,
+    lang: Lang,
+    headers: HeaderMap,
+    Path(basket_id): Path<String>,
+) -> Response {
     let result = async {
         let basket_id = BasketId::parse(&basket_id)?;
         let token = cookie(&headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
@@ -301,7 +416,10 @@ async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(bas
             catalog::session_by_token(&state.db, token, state.now_ms()).await?.ok_or_else(Error::unauthorized)?;
         let basket = catalog::get_basket(&state.db, &session.id, &basket_id).await?;
         // One key per rendered page: a double-clicked confirm sends the same key twice.
+        let t = lang.texts();
         Ok(render(&BasketPage {
+            t,
+            switch_href: t.switch_href(&format!("/shop/basket/{basket_id}")),
             basket: &basket,
             csrf: &session.csrf_token,
             idempotency_key: ids::new_secret_token(),
@@ -309,7 +427,7 @@ async fn shop_review(State(state): State<AppState>, headers: HeaderMap, Path(bas
         }))
     }
     .await;
-    result.unwrap_or_else(|e| error_page(&e, "/"))
+    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
 }
 
 /// The pages' scripts, served from kassa itself so the Content-Security-Policy needs no inline
@@ -336,6 +454,7 @@ async fn asset(Path(name): Path<String>) -> Response {
 
 async fn shop_confirm(
     State(state): State<AppState>,
+    lang: Lang,
     headers: HeaderMap,
     axum::Extension(client): axum::Extension<super::guard::Client>,
     Path(basket_id): Path<String>,
@@ -356,15 +475,17 @@ async fn shop_confirm(
         let device = super::api::device(&headers);
         let (placed, handoff) =
             place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device).await?;
-        Ok(handoff_page(&placed, handoff.as_ref()))
+        Ok(handoff_page(lang, state.time_zone, &placed, handoff.as_ref()))
     }
     .await;
-    result.unwrap_or_else(|e| error_page(&e, if ids::is_plain_id(&basket_id) { &back } else { "/" }))
+    result.unwrap_or_else(|e| error_page(lang, &e, if ids::is_plain_id(&basket_id) { &back } else { "/" }))
 }
 
 #[derive(Template)]
 #[template(path = "return.html")]
 struct ReturnPage<'a> {
+    t: &'static Texts,
+    switch_href: String,
     attempt_ref: &'a str,
     order_no: &'a str,
     status: &'a str,
@@ -378,6 +499,9 @@ struct ReturnPage<'a> {
     csrf: &'a str,
     keys: Vec<String>,
     keys_unavailable: i64,
+    lines: Vec<(String, i64, String)>,
+    placed_at: String,
+    pay_by: String,
 }
 
 /// Whether the buyer should be offered *Try again*: the order still waits for its payment, and
@@ -394,7 +518,13 @@ fn attempt_status_of<'a>(order: &'a views::OrderView, attempt_ref: &str) -> &'a 
 
 /// Shows what kassa knows. Query parameters are ignored: the browser coming back proves nothing
 /// about payment; for the order's own buyer a pending order is queried at its gateway first.
-async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt_ref): Path<String>) -> Response {
+async fn return_page(
+    State(state): State<AppState>,
+    lang: Lang,
+    caller: Caller,
+    Path(attempt_ref): Path<String>,
+) -> Response {
+    let t = lang.texts();
     let result = async {
         let attempt_ref = AttemptRef::parse(&attempt_ref)?;
         let order_no =
@@ -417,6 +547,11 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
             None => Default::default(),
         };
         Ok(render(&ReturnPage {
+            t,
+            switch_href: t.switch_href(&format!("/checkout/return/{attempt_ref}")),
+            lines: order_lines(&order),
+            placed_at: t.time(&order.created_at, state.time_zone),
+            pay_by: t.time(&order.expires_at, state.time_zone),
             keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
             keys_unavailable: keys.unreadable_total(),
             attempt_ref: &attempt_ref,
@@ -431,12 +566,19 @@ async fn return_page(State(state): State<AppState>, caller: Caller, Path(attempt
         }))
     }
     .await;
-    result.unwrap_or_else(|e| error_page(&e, "/"))
+    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
+}
+
+/// An order's lines as a page shows them: name, quantity, line total as money.
+fn order_lines(order: &views::OrderView) -> Vec<(String, i64, String)> {
+    order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect()
 }
 
 #[derive(Template)]
 #[template(path = "h5_order.html")]
 struct H5Order<'a> {
+    t: &'static Texts,
+    switch_href: String,
     order_no: &'a str,
     status: &'a str,
     /// The newest attempt's status: a failed or cancelled one is said so, with *Try again*.
@@ -448,9 +590,12 @@ struct H5Order<'a> {
     keys_unavailable: i64,
     /// The order's lines: name, quantity, line total as money.
     lines: Vec<(String, i64, String)>,
+    placed_at: String,
+    pay_by: String,
 }
 
-async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no): Path<String>) -> Response {
+async fn h5_order(State(state): State<AppState>, lang: Lang, caller: Caller, Path(order_no): Path<String>) -> Response {
+    let t = lang.texts();
     let result = async {
         let order_no = OrderNo::parse(&order_no)?;
         let order = views::get_order(&state.db, &order_no, false).await?;
@@ -462,6 +607,10 @@ async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no):
             crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
         let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
         Ok(render(&H5Order {
+            t,
+            switch_href: t.switch_href(&format!("/h5/orders/{order_no}")),
+            placed_at: t.time(&order.created_at, state.time_zone),
+            pay_by: t.time(&order.expires_at, state.time_zone),
             order_no: &order_no,
             status: status.as_str(),
             attempt_status: order.attempts.last().map_or("", |a| a.status.as_str()),
@@ -470,17 +619,18 @@ async fn h5_order(State(state): State<AppState>, caller: Caller, Path(order_no):
             csrf: &session.csrf_token,
             keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
             keys_unavailable: keys.unreadable_total(),
-            lines: order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect(),
+            lines: order_lines(&order),
         }))
     }
     .await;
-    result.unwrap_or_else(|e| error_page(&e, "/"))
+    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
 }
 
 /// *Try again* from the return or the H5 page: a new attempt on the same order, handed off as at
 /// confirm (the same flow as `POST /api/v1/orders/{order_no}/attempts`).
 async fn retry_page(
     State(state): State<AppState>,
+    lang: Lang,
     headers: HeaderMap,
     Path(order_no): Path<String>,
     FormBody(form): FormBody<BTreeMap<String, String>>,
@@ -491,11 +641,11 @@ async fn retry_page(
         let body = super::flows::RetryBody::default();
         let device = super::api::device(&headers);
         let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body, device).await?;
-        Ok(handoff_page(&placed, Some(&handoff)))
+        Ok(handoff_page(lang, state.time_zone, &placed, Some(&handoff)))
     }
     .await;
     let back = if ids::is_plain_id(&order_no) { format!("/h5/orders/{order_no}") } else { "/".to_string() };
-    result.unwrap_or_else(|e| error_page(&e, &back))
+    result.unwrap_or_else(|e| error_page(lang, &e, &back))
 }
 
 async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<String>) -> Result<Response> {
@@ -512,4 +662,53 @@ async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<St
         "can_retry": may_try_again(&order.status, attempt_status),
     }))
     .into_response())
+}
+
+/// Most bytes of a JSON error body read back to turn it into a page.
+const ERROR_BODY_READ_MAX: usize = 64 * 1024;
+
+/// Paths whose errors are never turned into pages: the API, the console, gateways' callbacks and
+/// the operations endpoints answer what their callers read.
+fn machine_path(path: &str) -> bool {
+    ["/api/", "/admin", "/notify", "/openapi", "/metrics", "/healthz", "/readyz", "/sandbox/api"]
+        .iter()
+        .any(|p| path.starts_with(p))
+}
+
+/// Around every request: the buyer's language for the handlers (`?lang=` is kept in a cookie),
+/// and, for a browser that asked for a page, any JSON refusal (a rate limit, an unreadable form,
+/// an unknown address) turned into the buyer's error page with its next step.
+pub async fn buyer_language(mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let asked = super::i18n::query_lang(req.uri().query());
+    let lang = super::i18n::of_request(req.uri().query(), req.headers());
+    let page_wanted = super::api::wants_html(req.headers()) && !machine_path(req.uri().path());
+    req.extensions_mut().insert(lang);
+    let mut response = next.run(req).await;
+    if page_wanted
+        && (response.status().is_client_error() || response.status().is_server_error())
+        && response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("application/json"))
+    {
+        let status = response.status();
+        let retry_after = response.headers().get(header::RETRY_AFTER).cloned();
+        let body = axum::body::to_bytes(std::mem::take(response.body_mut()), ERROR_BODY_READ_MAX).await;
+        let code = body
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        response = refusal_page(lang, status, &code, "/");
+        if let Some(v) = retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    if let Some(lang) = asked
+        && let Ok(v) = header::HeaderValue::from_str(&super::i18n::lang_cookie(lang))
+    {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
 }

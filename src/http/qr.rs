@@ -21,12 +21,12 @@ pub fn svg(text: &str) -> Result<String> {
     Ok(drawn[start..].to_string())
 }
 
-/// The app a buyer scans a gateway's code with, as the page names it.
+/// The catalog key of the app a buyer scans a gateway's code with.
 pub fn app_of(gateway: &str) -> &'static str {
     match gateway {
-        "wechatpay" => "WeChat",
-        "alipay" => "Alipay",
-        _ => "your payment app",
+        "wechatpay" => "app.wechatpay",
+        "alipay" => "app.alipay",
+        _ => "app.other",
     }
 }
 

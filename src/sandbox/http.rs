@@ -13,6 +13,7 @@ use serde_json::json;
 use super::{Sandbox, SandboxOutcome};
 use crate::domain::ids;
 use crate::error::{Error, Result};
+use crate::http::i18n::Lang;
 use crate::http::schema::schema_of;
 use crate::http::{ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render};
 
@@ -68,7 +69,11 @@ struct PayPage<'a> {
 
 /// The sandbox's pay page. A refusal (a form that does not verify) is a page too, never JSON: a
 /// buyer reads it.
-async fn pay_page(State(state): State<AppState>, FormBody(fields): FormBody<BTreeMap<String, String>>) -> Response {
+async fn pay_page(
+    State(state): State<AppState>,
+    lang: Lang,
+    FormBody(fields): FormBody<BTreeMap<String, String>>,
+) -> Response {
     let result = async {
         let sandbox = sandbox(&state)?;
         let attempt_ref = sandbox.register(&fields).await?;
@@ -82,7 +87,7 @@ async fn pay_page(State(state): State<AppState>, FormBody(fields): FormBody<BTre
         }))
     }
     .await;
-    result.unwrap_or_else(|e| crate::http::pages::error_page(&e, "/"))
+    result.unwrap_or_else(|e| crate::http::pages::error_page(lang, &e, "/"))
 }
 
 #[derive(Deserialize)]
@@ -95,11 +100,12 @@ struct Decision {
 /// page, where the order says what happened and what to do next.
 async fn pay_decide(
     State(state): State<AppState>,
+    lang: Lang,
     Path(attempt_ref): Path<String>,
     FormBody(form): FormBody<Decision>,
 ) -> Response {
     let Ok(sandbox) = sandbox(&state) else {
-        return crate::http::pages::error_page(&Error::not_found("route"), "/");
+        return crate::http::pages::error_page(lang, &Error::not_found("route"), "/");
     };
     let decided = async {
         if !ids::is_plain_id(&attempt_ref) {
@@ -117,7 +123,7 @@ async fn pay_decide(
     };
     match decided {
         Ok(_) => Redirect::to(&back).into_response(),
-        Err(e) => crate::http::pages::error_page(&e, &back),
+        Err(e) => crate::http::pages::error_page(lang, &e, &back),
     }
 }
 

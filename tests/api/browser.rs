@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::common::{ADMIN, Backend, Opts, TestApp};
 use kassa::domain::decide::LatePolicy;
+use kassa::http::i18n::Lang;
 
 struct Driver {
     child: Child,
@@ -305,38 +306,116 @@ async fn console_imports_keys_in_batches_with_progress() {
     t.assert_clean().await;
 }
 
-/// The buyer's pages fit a 360 px phone and a desktop: no sideways scrolling on the storefront, the
-/// basket, the return page, the order page and an error page, each with a way on.
+/// Checks the page in view: in `lang`, no sideways scrolling at this size; saved as
+/// `{lang}-{width}-{name}.png`.
+async fn check_page(c: &Client, lang: Lang, width: u32, name: &str) {
+    let tag = c.execute("return document.documentElement.lang;", vec![]).await.unwrap();
+    assert_eq!(tag.as_str().unwrap(), lang.texts().tag(), "{name} at {width}px speaks {lang:?}");
+    assert!(!overflows(c).await, "{name} ({lang:?}) scrolls sideways at {width}px");
+    screenshot(c, &format!("{}-{width}-{name}", lang.code())).await;
+}
+
+/// The error page in view: its next step says `label` and leads to `href`.
+async fn check_next_step(c: &Client, lang: Lang, label: &str, href: &str) {
+    let next = c.find(Locator::Id("next-step")).await.unwrap();
+    assert_eq!(next.text().await.unwrap(), lang.texts().t(label));
+    assert_eq!(next.attr("href").await.unwrap().as_deref(), Some(href));
+}
+
+/// From the storefront: `quantity` of `sku` in a new basket, on its review page.
+async fn review(t: &TestApp, c: &Client, sku: &str, quantity: u32) {
+    c.goto(&t.url("/")).await.unwrap();
+    let qty = c.find(Locator::Css(&format!("input[name='qty_{sku}']"))).await.unwrap();
+    qty.clear().await.unwrap();
+    qty.send_keys(&quantity.to_string()).await.unwrap();
+    c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("confirm")).await.unwrap();
+}
+
+/// The buyer's pages in English and in Chinese fit a 360 px phone and a desktop: no sideways
+/// scrolling on the storefront, the basket, the sandbox, the return page, the order page, the QR
+/// code and every error page a buyer reaches (an unknown order, a changed price, a payment whose
+/// time ran out), each with its next step in the buyer's language.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn buyer_pages_fit_a_phone_and_a_desktop() {
+async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
     let Some(driver) = chromedriver() else { return };
-    let t = TestApp::spawn_with(Backend::Sqlite, Opts { demo: true, ..Default::default() }).await;
-    for (width, height) in [(360, 740), (1280, 800)] {
-        let profile = tempfile::tempdir().unwrap();
-        let c = browser_sized(&driver, profile.path(), width, height).await;
-        let shot = |name: &str| format!("{width}-{name}");
-        buy_lamps(&t, &c).await;
-        assert!(!overflows(&c).await, "storefront at {width}px");
-        screenshot(&c, &shot("storefront")).await;
-        c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
-        c.wait().for_element(Locator::Id("confirm")).await.unwrap();
-        assert!(!overflows(&c).await, "basket at {width}px");
-        screenshot(&c, &shot("basket")).await;
-        c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
-        c.wait().for_element(Locator::Id("pay")).await.unwrap().click().await.unwrap();
-        c.wait().for_element(Locator::Id("status")).await.unwrap();
-        wait_status(&c, "paid", false).await;
-        assert!(!overflows(&c).await, "return page at {width}px");
-        screenshot(&c, &shot("return")).await;
-        c.find(Locator::Id("order-link")).await.unwrap().click().await.unwrap();
-        c.wait().for_element(Locator::Id("poll-state")).await.unwrap();
-        assert!(!overflows(&c).await, "order page at {width}px");
-        assert!(c.find(Locator::Css("a[href='/']")).await.is_ok(), "the order page leads back to the shop");
-        screenshot(&c, &shot("order")).await;
-        c.goto(&t.url("/h5/orders/KS000000000NOSUCHORDER0")).await.unwrap();
-        assert!(!overflows(&c).await, "error page at {width}px");
-        assert!(c.find(Locator::Css("a[href='/']")).await.is_ok(), "an error page has a next step");
-        screenshot(&c, &shot("error")).await;
-        c.close().await.unwrap();
+    let wechat = crate::fakes::FakeWechat::start().await;
+    let gateways = kassa::gateway::config::GatewaysFile { wechatpay: Some(wechat.config()), ..Default::default() };
+    let beijing = time::UtcOffset::from_hms(8, 0, 0).unwrap();
+    let opts =
+        Opts { demo: true, manual_clock: true, hold_seconds: 60, gateways, time_zone: beijing, ..Default::default() };
+    let t = TestApp::spawn_with(Backend::Sqlite, opts).await;
+    let mut price = 2_500;
+    for lang in Lang::ALL {
+        let say = |key: &str| lang.texts().t(key).to_string();
+        for (width, height) in [(360, 740), (1280, 800)] {
+            let profile = tempfile::tempdir().unwrap();
+            let c = browser_sized(&driver, profile.path(), width, height).await;
+            // The switch: the language is chosen once and kept.
+            c.goto(&t.url(&format!("/?lang={}", lang.code()))).await.unwrap();
+            check_page(&c, lang, width, "storefront").await;
+            review(&t, &c, "LAMP-FLASH-SALE", 2).await;
+            check_page(&c, lang, width, "basket").await;
+            c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+            c.wait().for_element(Locator::Id("pay")).await.unwrap().click().await.unwrap();
+            c.wait().for_element(Locator::Id("status")).await.unwrap();
+            assert_eq!(wait_status(&c, "paid", false).await, "paid");
+            let shown = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
+            assert_eq!(shown, lang.texts().status("paid"), "the status in words");
+            check_page(&c, lang, width, "return").await;
+            c.find(Locator::Id("order-link")).await.unwrap().click().await.unwrap();
+            c.wait().for_element(Locator::Id("poll-state")).await.unwrap();
+            check_page(&c, lang, width, "order").await;
+            assert!(c.find(Locator::Css("#lines td")).await.is_ok(), "the order page lists its lines");
+            assert!(c.find(Locator::Css("a[href='/']")).await.is_ok(), "the order page leads back to the shop");
+
+            // An unknown order.
+            c.goto(&t.url("/h5/orders/KS000000000NOSUCHORDER0")).await.unwrap();
+            check_page(&c, lang, width, "error-unknown-order").await;
+            check_next_step(&c, lang, "common.back_to_shop", "/").await;
+
+            // A price that changed between review and confirm: back to the basket at today's price.
+            review(&t, &c, "NOTEBOOK-A5", 1).await;
+            let basket = c.current_url().await.unwrap().path().to_string();
+            price += 100;
+            t.set_price("NOTEBOOK-A5", price).await;
+            c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+            c.wait().for_element(Locator::Id("next-step")).await.unwrap();
+            check_page(&c, lang, width, "error-price-changed").await;
+            check_next_step(&c, lang, "error.review_basket", &basket).await;
+            c.find(Locator::Id("next-step")).await.unwrap().click().await.unwrap();
+            let total = c.wait().for_element(Locator::Id("total")).await.unwrap().text().await.unwrap();
+            assert_eq!(total, format!("{}.00 CNY", price / 100));
+
+            // A payment whose time ran out while its pay page was open.
+            review(&t, &c, "TEA-LONGJING-100G", 1).await;
+            c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+            let pay = c.wait().for_element(Locator::Id("pay")).await.unwrap();
+            t.clock.as_ref().unwrap().advance_ms(61_000);
+            t.app.sweeper.step().await.unwrap();
+            pay.click().await.unwrap();
+            c.wait().for_element(Locator::Id("next-step")).await.unwrap();
+            check_page(&c, lang, width, "error-payment-expired").await;
+            let text = c.find(Locator::Id("message")).await.unwrap().text().await.unwrap();
+            assert_eq!(text, say("error.payment_ended"));
+            c.find(Locator::Id("next-step")).await.unwrap().click().await.unwrap();
+            c.wait().for_element(Locator::Id("status")).await.unwrap();
+            assert_eq!(wait_status(&c, "expired", false).await, "expired");
+            let shown = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
+            assert_eq!(shown, lang.texts().status("expired"));
+
+            // WeChat Pay from a desktop browser: the code to scan, the amount, the time left.
+            review(&t, &c, "MUG-CELADON", 1).await;
+            c.find(Locator::Css("input[name='gateway'][value='wechatpay']")).await.unwrap().click().await.unwrap();
+            c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+            c.wait().for_element(Locator::Id("qr")).await.unwrap();
+            check_page(&c, lang, width, "qr").await;
+            let amount = c.find(Locator::Id("amount")).await.unwrap().text().await.unwrap();
+            assert_eq!(amount, "89.00 CNY");
+            let title = c.find(Locator::Css("h1")).await.unwrap().text().await.unwrap();
+            assert_eq!(title, lang.texts().f("qr.title", "app", say("app.wechatpay")));
+            c.close().await.unwrap();
+        }
     }
+    t.assert_clean().await;
 }

@@ -87,6 +87,8 @@ pub struct Opts {
     pub protection: kassa::config::Protection,
     /// `--allowed-return-origins`.
     pub allowed_return_origins: Vec<&'static str>,
+    /// `--time-zone`.
+    pub time_zone: time::UtcOffset,
 }
 
 /// The product's protection with the rate limits off (a test is many buyers from one address).
@@ -109,6 +111,7 @@ impl Default for Opts {
             gateways: Default::default(),
             protection: test_protection(),
             allowed_return_origins: Vec::new(),
+            time_zone: time::UtcOffset::UTC,
         }
     }
 }
@@ -206,6 +209,7 @@ impl TestApp {
                 .iter()
                 .map(|o| kassa::domain::shop::Origin::parse(o).expect("origin"))
                 .collect(),
+            time_zone: opts.time_zone,
             engine: kassa::store::engine::EngineConfig::default(),
         };
         let manual = opts.manual_clock.then(ManualClock::default);

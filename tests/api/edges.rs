@@ -183,6 +183,7 @@ fn test_settings(t: &TestApp) -> kassa::config::Settings {
         engine: kassa::store::engine::EngineConfig::default(),
         protection: crate::common::test_protection(),
         allowed_return_origins: Vec::new(),
+        time_zone: time::UtcOffset::UTC,
     }
 }
 

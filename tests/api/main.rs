@@ -15,6 +15,7 @@ mod fakes;
 mod fleet;
 mod gateways;
 mod integration;
+mod languages;
 mod lifecycle;
 mod model;
 mod notifications;
