@@ -38,6 +38,8 @@ const KEYS_INTERVAL: Duration = Duration::from_millis(crate::gateway::wechat_key
 const OUTBOX_INTERVAL: Duration = Duration::from_millis(500);
 /// Interval of the retention worker.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
+/// Interval of the WeChat mini-program shipping reporter.
+const SHIPPING_INTERVAL: Duration = Duration::from_secs(2);
 /// Interval of the sandbox's notification retry worker.
 const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -53,6 +55,8 @@ pub struct App {
     pub keeper: Arc<KeyKeeper>,
     /// The outbox relay, when a merchant webhook is configured.
     pub relay: Option<Arc<Relay>>,
+    /// WeChat mini-program shipping reports, when the mini program's secret is configured.
+    pub shipper: Option<Arc<crate::workers::shipping::Shipper>>,
     pub sandbox: Option<Arc<Sandbox>>,
     pub addr: SocketAddr,
     pub public_url: String,
@@ -304,6 +308,15 @@ impl App {
             (Some(url), Some(secret)) => Some(Arc::new(Relay::new(db.clone(), clock.clone(), url.clone(), secret)?)),
             _ => None,
         };
+        let shipper =
+            match settings.gateways.wechatpay.as_ref().map(crate::gateway::wechat_shipping::ShippingApi::from_config) {
+                Some(Ok(Some(api))) => {
+                    Some(Arc::new(crate::workers::shipping::Shipper::new(db.clone(), clock.clone(), api)))
+                }
+                Some(Err(e)) => anyhow::bail!("[gateways.wechatpay] shipping reports: {e}"),
+                _ => None,
+            };
+        crate::store::shipping::set_reporting(&db, shipper.as_ref().map(|s| s.appid())).await?;
         let warnings = startup_warnings(&state);
         for w in &warnings {
             tracing::warn!("{w}");
@@ -388,6 +401,16 @@ impl App {
                     }
                 })));
             }
+            if let Some(shipper) = shipper.clone() {
+                tasks.push(tokio::spawn(run_every("shipping", SHIPPING_INTERVAL, shutdown_rx.clone(), move || {
+                    let shipper = shipper.clone();
+                    async move {
+                        if let Err(e) = shipper.step().await {
+                            tracing::error!(error = %e, "shipping report step failed");
+                        }
+                    }
+                })));
+            }
             if let Some(sb) = sandbox.clone() {
                 tasks.push(tokio::spawn(run_every(
                     "sandbox-delivery",
@@ -410,6 +433,7 @@ impl App {
             reconciler,
             refunder,
             relay,
+            shipper,
             monitor,
             retainer,
             keeper,

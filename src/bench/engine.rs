@@ -78,6 +78,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
                     }
                 };
                 let req = checkout::ConfirmRequest {
+                    payer: None,
                     shop: &Default::default(),
                     currencies: None,
                     session_id: &session.id,

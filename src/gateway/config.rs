@@ -66,6 +66,17 @@ pub struct WechatPayConfig {
     pub api_v3_key: Secret,
     #[serde(default = "wechat_default_url")]
     pub api_base_url: String,
+    /// The mini program's AppSecret (`appid` being the mini program's): turns on shipping reports
+    /// (发货信息录入) of JSAPI payments, without which WeChat holds their funds.
+    #[serde(default)]
+    pub mini_program_secret: Option<Secret>,
+    /// Where the mini-program server API answers (`stable_token`, `upload_shipping_info`).
+    #[serde(default = "wechat_open_default_url")]
+    pub open_api_base_url: String,
+}
+
+fn wechat_open_default_url() -> String {
+    "https://api.weixin.qq.com".to_string()
 }
 
 fn yes() -> bool {

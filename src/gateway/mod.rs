@@ -9,6 +9,7 @@ pub mod sandbox;
 pub mod stripe;
 pub mod timed;
 pub mod wechat_keys;
+pub mod wechat_shipping;
 pub mod wechatpay;
 
 use std::collections::{BTreeMap, HashMap};
@@ -180,6 +181,10 @@ pub trait Gateway: Send + Sync {
     fn check_payer(&self, channel: &str, payer: &Payer) -> Result<(), GatewayError> {
         let _ = (channel, payer);
         Ok(())
+    }
+    /// The app id payers pay under (WeChat Pay's `appid`), kept on an attempt with its payer.
+    fn app_id(&self) -> Option<&str> {
+        None
     }
     /// Builds the hand-off after the order has committed (may call the provider).
     fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>>;

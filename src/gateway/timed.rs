@@ -57,6 +57,9 @@ impl Gateway for Timed {
     fn check_payer(&self, channel: &str, payer: &Payer) -> Result<(), GatewayError> {
         self.0.check_payer(channel, payer)
     }
+    fn app_id(&self) -> Option<&str> {
+        self.0.app_id()
+    }
     fn handoff<'a>(&'a self, req: &'a HandoffRequest) -> BoxFuture<'a, Result<Handed, GatewayError>> {
         timed(self.name(), "handoff", self.0.handoff(req))
     }

@@ -417,6 +417,10 @@ impl Gateway for WechatPay {
         Some(&[Currency::CNY])
     }
 
+    fn app_id(&self) -> Option<&str> {
+        Some(&self.appid)
+    }
+
     fn check_payer(&self, channel: &str, payer: &Payer) -> Result<(), GatewayError> {
         match channel {
             "h5" => payer_ip(payer).map(|_| ()),

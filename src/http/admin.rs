@@ -255,6 +255,7 @@ struct OrderPage<'a> {
     refunds: Vec<RefundView>,
     outbox: Vec<MessageView>,
     findings: Vec<crate::store::reconcile::FindingView>,
+    shipping_report: Option<crate::store::shipping::ShippingReportView>,
     refund_no: String,
     message: String,
 }
@@ -285,6 +286,7 @@ async fn order_page(
         refunds: refunds::list_for_order(&state.db, &order_no).await?,
         outbox: listing::messages(&state.db, None, Some(&order_no), None, listing::PAGE_MAX).await?.items,
         findings: crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?,
+        shipping_report: crate::store::shipping::report_of(&state.db, &order_no).await?,
         refund_no: admin::suggest_refund_no(),
         message: message.to_string(),
         keys_delivered,
@@ -305,7 +307,15 @@ async fn order_action(
         let action = form.get("action").map(String::as_str).unwrap_or_default();
         match action {
             "accept" => orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?,
-            "deliver" => fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?,
+            "deliver" => {
+                let field = |name: &str| form.get(name).map(String::as_str).filter(|v| !v.trim().is_empty());
+                let logistics = crate::domain::shipping::Logistics::of_shipment(
+                    field("logistics"),
+                    field("tracking_no"),
+                    field("express_company"),
+                )?;
+                fulfilment::mark_delivered(&state.db, &order_no, &logistics, state.now_ms()).await?
+            }
             "cancel" => {
                 let current = views::get_order(&state.db, &order_no, false).await?;
                 cancel_flow(&state, None, &current, false).await?;

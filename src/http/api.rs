@@ -198,13 +198,36 @@ pub(super) async fn request_refund(
     Ok((status, axum::Json(refund)).into_response())
 }
 
+/// How a physical order was shipped: an express shipment names its tracking number and company;
+/// without them `logistics` says how the goods went (`same_city` when left out). It is what a
+/// mini-program payment's shipping report tells WeChat.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverBody {
+    #[serde(default)]
+    #[schema(schema_with = super::schema::logistics_schema)]
+    logistics: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = super::schema::tracking_no_schema)]
+    tracking_no: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = super::schema::express_company_schema)]
+    express_company: Option<String>,
+}
+
 pub(super) async fn mark_delivered(
     State(state): State<AppState>,
     _admin: Admin,
     Path(order_no): Path<String>,
+    ApiJson(body): ApiJson<DeliverBody>,
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
-    fulfilment::mark_delivered(&state.db, &order_no, state.now_ms()).await?;
+    let logistics = crate::domain::shipping::Logistics::of_shipment(
+        body.logistics.as_deref(),
+        body.tracking_no.as_deref(),
+        body.express_company.as_deref(),
+    )?;
+    fulfilment::mark_delivered(&state.db, &order_no, &logistics, state.now_ms()).await?;
     let status = OrderStatus::Delivered.as_str().to_string();
     Ok(axum::Json(OrderStatusBody { order_no: order_no.to_string(), status, basket_id: None }).into_response())
 }
@@ -455,7 +478,8 @@ pub(super) async fn admin_order(
     let order_no = OrderNo::parse(&order_no)?;
     let order = order_body(&state, &order_no, true).await?;
     let reconciliation = crate::store::reconcile::list_findings(&state.db, Some(&order_no), FINDINGS_SHOWN_MAX).await?;
-    Ok(axum::Json(AdminOrderBody { order, reconciliation }).into_response())
+    let shipping_report = crate::store::shipping::report_of(&state.db, &order_no).await?;
+    Ok(axum::Json(AdminOrderBody { order, reconciliation, shipping_report }).into_response())
 }
 
 /// Gateway notifications: verify, store, apply once, and answer in the gateway's own words.

@@ -347,10 +347,12 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             post(request_refund),
         ),
         (
-            op("post", "/api/v1/admin/orders/{order_no}/deliver", "Mark a paid physical order delivered (shipped)", "admin", Admin)
+            op("post", "/api/v1/admin/orders/{order_no}/deliver", "Mark a paid physical order delivered (shipped), saying how; a WeChat mini-program payment's shipment is reported to WeChat", "admin", Admin)
+                .body::<super::api::DeliverBody>("how the goods were shipped (an empty body: same-city delivery)")
                 .ok::<OrderStatusBody>(200, "delivered")
                 .errors(404, &["not_found"])
-                .errors(409, &["not_deliverable"]),
+                .errors(409, &["not_deliverable"])
+                .errors(422, &["invalid_shipment"]),
             post(mark_delivered),
         ),
         (

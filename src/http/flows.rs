@@ -127,6 +127,7 @@ pub async fn place_order(
     gateway.check_payer(channel, &payer).map_err(gateway_error)?;
     let shop = shop_data(state, body)?;
     let request = ConfirmRequest {
+        payer: attempt_payer(gateway.as_ref(), channel, &payer),
         shop: &shop,
         currencies: gateway.currencies(),
         session_id,
@@ -201,6 +202,19 @@ fn parse_payer(value: Option<&Value>) -> Result<Payer> {
         }
     }
     Ok(payer)
+}
+
+/// The payer kept on a new attempt: a WeChat Pay JSAPI payer's openid under the gateway's app id
+/// (what a mini-program shipping report names); nobody for other channels.
+fn attempt_payer<'a>(
+    gateway: &'a dyn crate::gateway::Gateway,
+    channel: &str,
+    payer: &'a Payer,
+) -> Option<crate::store::checkout::AttemptPayer<'a>> {
+    let openid = payer.openid.as_deref()?;
+    crate::domain::shipping::is_reported(gateway.name(), channel, true)
+        .then(|| gateway.app_id().map(|appid| crate::store::checkout::AttemptPayer { openid, appid }))
+        .flatten()
 }
 
 /// A gateway's refusal or failure as an API error.
@@ -294,8 +308,9 @@ pub async fn retry_flow(
     gateway.check_payer(channel, &payer).map_err(gateway_error)?;
     let currency = crate::domain::Currency::parse(&current.currency)?;
     crate::domain::checkout::check_currency(gateway.name(), currency, gateway.currencies())?;
+    let kept = attempt_payer(gateway.as_ref(), channel, &payer);
     let (placed, superseded) =
-        orders::new_attempt(&state.db, session, order_no, gateway.name(), channel, state.now_ms()).await?;
+        orders::new_attempt(&state.db, session, order_no, gateway.name(), channel, kept, state.now_ms()).await?;
     if close_at_gateways(state, &superseded).await? {
         // The superseded attempt had been paid after all: the order is paid, nothing to hand off.
         return Err(Error::conflict("already_paid", "the previous attempt was paid; no new payment is needed"));

@@ -155,6 +155,23 @@ pub fn card_keys() -> RefOr<Schema> {
     }))
 }
 
+/// How a shipment went, when it names no tracking number.
+pub fn logistics_schema() -> RefOr<Schema> {
+    schema_of(json!({"type": ["string", "null"], "enum": ["express", "same_city", "pickup", null]}))
+}
+
+fn shipment_text(max: usize) -> Value {
+    json!({"type": ["string", "null"], "maxLength": max, "pattern": format!("^[^{CONTROL}]*$")})
+}
+
+pub fn tracking_no_schema() -> RefOr<Schema> {
+    schema_of(shipment_text(crate::domain::shipping::TRACKING_NO_CHARS_MAX))
+}
+
+pub fn express_company_schema() -> RefOr<Schema> {
+    schema_of(shipment_text(crate::domain::shipping::EXPRESS_COMPANY_CHARS_MAX))
+}
+
 pub fn merchant_reference() -> RefOr<Schema> {
     schema_of(json!({
         "type": ["string", "null"], "minLength": 1, "maxLength": shop::MERCHANT_REFERENCE_LEN_MAX, "pattern": printable_pattern(true),
@@ -246,6 +263,8 @@ pub struct AdminOrderBody {
     #[serde(flatten)]
     pub order: OrderBody,
     pub reconciliation: Vec<reconcile::FindingView>,
+    /// The shipment's report to WeChat, for an order paid in a mini program (`null` otherwise).
+    pub shipping_report: Option<crate::store::shipping::ShippingReportView>,
 }
 
 /// An order's status after an admin's or buyer's action.
@@ -393,6 +412,9 @@ mod tests {
             refund_amount,
             refund_reason,
             card_keys,
+            logistics_schema,
+            tracking_no_schema,
+            express_company_schema,
             merchant_reference,
             metadata,
             return_url,

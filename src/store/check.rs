@@ -364,6 +364,33 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         }
     }
 
+    // S1 shipping reports: one per order that was delivered, of the payment that paid it, a
+    // mini-program (JSAPI) payment with its payer known.
+    let rows = sql::query(
+        "SELECT s.order_no, s.attempt_ref, o.captured_attempt_ref, a.gateway, a.channel, a.payer_openid, \
+           CAST((SELECT COUNT(*) FROM status_events e WHERE e.entity = 'order' AND e.entity_id = s.order_no \
+             AND e.to_status = 'delivered') AS BIGINT) AS delivered_events \
+         FROM shipping_reports s JOIN orders o ON o.order_no = s.order_no \
+         JOIN payment_attempts a ON a.attempt_ref = s.attempt_ref ORDER BY s.order_no",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let order_no: String = col(r, "order_no")?;
+        let attempt_ref: String = col(r, "attempt_ref")?;
+        if col::<i64>(r, "delivered_events")? == 0 {
+            add("S1", format!("order {order_no} has a shipping report but was never delivered"));
+        }
+        if col::<Option<String>>(r, "captured_attempt_ref")?.as_deref() != Some(attempt_ref.as_str()) {
+            add("S1", format!("order {order_no}'s shipping report names {attempt_ref}, which did not pay it"));
+        }
+        let (gateway, channel): (String, String) = (col(r, "gateway")?, col(r, "channel")?);
+        let payer_known = col::<Option<String>>(r, "payer_openid")?.is_some();
+        if !crate::domain::shipping::is_reported(&gateway, &channel, payer_known) {
+            add("S1", format!("order {order_no} has a shipping report for a {gateway} {channel} payment"));
+        }
+    }
+
     // I7 audit: replaying each log gives the current status.
     let logs = sql::query(
         "SELECT entity, entity_id, from_status, to_status FROM status_events ORDER BY entity, entity_id, id",

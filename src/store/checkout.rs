@@ -30,6 +30,16 @@ pub struct ConfirmRequest<'a> {
     pub currencies: Option<&'a [Currency]>,
     /// The shop's reference, metadata and return URLs, kept on the order.
     pub shop: &'a ShopData,
+    /// Who pays, when the channel names them (WeChat Pay JSAPI), kept on the attempt.
+    pub payer: Option<AttemptPayer<'a>>,
+}
+
+/// A payer kept on an attempt: their openid, and the app id it is under (what a WeChat
+/// mini-program shipping report names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptPayer<'a> {
+    pub openid: &'a str,
+    pub appid: &'a str,
 }
 
 /// A pending order and its active attempt, as the buyer needs them for the hand-off.
@@ -71,6 +81,7 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
         (req.session_id.to_string(), req.basket_id.clone(), req.gateway.to_string(), req.channel.to_string());
     let (key, currencies) = (req.idempotency_key.cloned(), req.currencies.map(<[Currency]>::to_vec));
     let (hold_ms, max_open_orders, now, shop_data) = (req.hold_ms, req.max_open_orders, req.now, req.shop.clone());
+    let payer = req.payer.map(|p| (p.openid.to_string(), p.appid.to_string()));
     db.command(move |db| async move {
         let req = ConfirmRequest {
             session_id: &session_id,
@@ -83,6 +94,7 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             now,
             currencies: currencies.as_deref(),
             shop: &shop_data,
+            payer: payer.as_ref().map(|(openid, appid)| AttemptPayer { openid, appid }),
         };
         let (db, req) = (&db, &req);
         let lock = db.for_update();
@@ -209,8 +221,8 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                 );
             }
             batch.add(
-                "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
-                 VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8)",
+                "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at, payer_openid, payer_appid) \
+                 VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8, $9, $10)",
                 args![
                     &attempt_ref,
                     &order_no,
@@ -219,7 +231,9 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                     AttemptStatus::Created.as_str(),
                     total.amount_minor(),
                     total.currency().code(),
-                    req.now
+                    req.now,
+                    req.payer.map(|p| p.openid),
+                    req.payer.map(|p| p.appid)
                 ],
             );
             let cause = Cause { trigger: "checkout", notification_id: None, at: req.now };

@@ -172,6 +172,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &Sku, keys: &[String], now
     Ok(count)
 }
 
+use crate::domain::shipping::Logistics;
 use crate::store::lines::{OrderLine, order_lines};
 
 /// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
@@ -229,14 +230,18 @@ pub async fn deliver_keys(tx: &mut Tx<'_>, order_no: &str, lines: &[OrderLine], 
     }
     if !physical {
         let cause = Cause { trigger: "keys_delivered", notification_id: None, ..cause };
-        events::set_order_status(tx, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await?;
+        let mut batch = crate::store::batch::Batch::new();
+        events::add_order_status(tx, &mut batch, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await?;
+        crate::store::shipping::add_report(&mut batch, order_no, &Logistics::Virtual, cause.at);
+        batch.run_checked(tx).await?;
         metrics::counter!("kassa_deliveries_total", "kind" => "digital").increment(1);
     }
     Ok(())
 }
 
-/// Admin: a physical order has shipped (`paid -> delivered`).
-pub async fn mark_delivered(db: &Db, order_no: &OrderNo, now: Millis) -> Result<()> {
+/// Admin: a physical order has shipped (`paid -> delivered`), as `logistics` describes it (the
+/// shipping report to WeChat, for a mini-program payment).
+pub async fn mark_delivered(db: &Db, order_no: &OrderNo, logistics: &Logistics, now: Millis) -> Result<()> {
     let lock = db.for_update();
     crate::write_tx!(db, |tx| {
         let status: String = sql::query_scalar(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
@@ -247,7 +252,10 @@ pub async fn mark_delivered(db: &Db, order_no: &OrderNo, now: Millis) -> Result<
         let status = OrderStatus::parse(&status).ok_or_else(|| Error::internal("unknown order status"))?;
         crate::domain::decide::may_mark_shipped(status)?;
         let cause = Cause { trigger: "shipped", notification_id: None, at: now };
-        events::set_order_status(tx, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await
+        let mut batch = crate::store::batch::Batch::new();
+        events::add_order_status(tx, &mut batch, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await?;
+        crate::store::shipping::add_report(&mut batch, order_no, logistics, now);
+        batch.run_checked(tx).await
     })?;
     metrics::counter!("kassa_deliveries_total", "kind" => "physical").increment(1);
     Ok(())

@@ -24,6 +24,7 @@ const SQLITE: &[Migration] = &[
     (10, "0010_checkout_references", include_str!("../../migrations/sqlite/0010_checkout_references.sql")),
     (11, "0011_abuse_limits", include_str!("../../migrations/sqlite/0011_abuse_limits.sql")),
     (12, "0012_shop_references", include_str!("../../migrations/sqlite/0012_shop_references.sql")),
+    (13, "0013_shipping_reports", include_str!("../../migrations/sqlite/0013_shipping_reports.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -39,6 +40,7 @@ const POSTGRES: &[Migration] = &[
     (10, "0010_checkout_references", include_str!("../../migrations/postgres/0010_checkout_references.sql")),
     (11, "0011_abuse_limits", include_str!("../../migrations/postgres/0011_abuse_limits.sql")),
     (12, "0012_shop_references", include_str!("../../migrations/postgres/0012_shop_references.sql")),
+    (13, "0013_shipping_reports", include_str!("../../migrations/postgres/0013_shipping_reports.sql")),
 ];
 
 impl Db {

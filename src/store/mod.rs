@@ -23,6 +23,7 @@ pub mod refunds;
 pub mod reservations;
 pub mod retention;
 pub mod settings;
+pub mod shipping;
 pub mod sql;
 pub mod views;
 

@@ -77,6 +77,7 @@ pub async fn new_attempt(
     order_no: &OrderNo,
     gateway: &str,
     channel: &str,
+    payer: Option<super::checkout::AttemptPayer<'_>>,
     now: Millis,
 ) -> Result<(Placed, Vec<ToClose>)> {
     let lock = db.for_update();
@@ -98,8 +99,8 @@ pub async fn new_attempt(
         .await?;
         let attempt_ref = ids::attempt_ref(order_no, seq);
         sql::query(
-            "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at) \
-             SELECT $1, order_no, $2, $3, $4, 'created', total_minor, currency, $5, $5 FROM orders WHERE order_no = $6",
+            "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at, payer_openid, payer_appid) \
+             SELECT $1, order_no, $2, $3, $4, 'created', total_minor, currency, $5, $5, $7, $8 FROM orders WHERE order_no = $6",
         )
         .bind(&attempt_ref)
         .bind(seq)
@@ -107,6 +108,8 @@ pub async fn new_attempt(
         .bind(channel)
         .bind(now)
         .bind(order_no)
+        .bind(payer.map(|p| p.openid))
+        .bind(payer.map(|p| p.appid))
         .execute(&mut **tx)
         .await?;
         events::log_attempt_created(tx, order_no, &attempt_ref, cause).await?;

@@ -7,6 +7,7 @@ pub mod outbox;
 pub mod reconciler;
 pub mod refunds;
 pub mod retention;
+pub mod shipping;
 pub mod sweeper;
 
 use std::future::Future;

@@ -26,6 +26,8 @@ pub const WECHAT_APPID: &str = "wx8888888888888888";
 pub const WECHAT_MERCHANT_SERIAL: &str = "3775B6A45ACD588826D15E583A95F5DD0AAAAAAA";
 pub const WECHAT_PLATFORM_SERIAL: &str = "PUB_KEY_ID_0119000000000000000000000000";
 pub const WECHAT_API_V3_KEY: &str = "0123456789abcdefghijklmnopqrstuv";
+/// The mini program's AppSecret (shipping reports).
+pub const WECHAT_MINI_SECRET: &str = "mini-program-app-secret-0123456789";
 /// The serial of `provider_cert.pem` (WeChat's platform certificate before a rotation) …
 pub const WECHAT_CERT_SERIAL: &str = "5157F09EFDC096DE15EBE9A3F4A0A1B2C3D4E5F6";
 /// … and of `platform2_cert.pem` (after it), whose key is `platform2_private.pem`.
@@ -111,6 +113,18 @@ pub struct Ledger {
     /// WeChat: the platform certificates published (certificate file, serial, private key file),
     /// oldest first; none: `/v3/certificates` answers 404, as for a merchant in public-key mode.
     pub wechat_certificates: Vec<(&'static str, &'static str, &'static str)>,
+    /// WeChat mini program: the access token `stable_token` hands out, and whether it was revoked
+    /// (uploads under it answer 40001 until a forced refresh replaces it).
+    pub mini_token: Option<String>,
+    pub mini_token_revoked: bool,
+    /// `stable_token` calls answered with a token, and those with `force_refresh`.
+    pub tokens_issued: usize,
+    pub forced_refreshes: usize,
+    /// Error codes the next shipping uploads answer, in order, before the real checks.
+    pub shipping_script: std::collections::VecDeque<i64>,
+    /// Shipping uploads accepted (the bodies), and every upload's answer code.
+    pub shipping: Vec<Value>,
+    pub shipping_answers: Vec<i64>,
 }
 
 pub type Shared = Arc<Mutex<Ledger>>;
@@ -475,6 +489,97 @@ async fn wechat_prepay(ledger: &Shared, kind: &str, headers: &HeaderMap, path: &
     wechat_answer(StatusCode::OK, Some(answer))
 }
 
+/// `POST /cgi-bin/stable_token`: the same token until it is revoked and a forced refresh asked.
+async fn mini_stable_token(State(ledger): State<Shared>, Json(b): Json<Value>) -> Json<Value> {
+    let mut l = lock(&ledger);
+    if b["grant_type"] != "client_credential" || b["appid"] != WECHAT_APPID {
+        return Json(json!({"errcode": 40013, "errmsg": "invalid appid"}));
+    }
+    if b["secret"] != WECHAT_MINI_SECRET {
+        l.bad_signatures += 1;
+        return Json(json!({"errcode": 40125, "errmsg": "invalid appsecret"}));
+    }
+    let force = b["force_refresh"] == true;
+    if force {
+        l.forced_refreshes += 1;
+    }
+    if l.mini_token.is_none() || force {
+        l.mini_token = Some(format!("TOKEN-{}", uuid::Uuid::now_v7().simple()));
+        l.mini_token_revoked = false;
+    }
+    l.tokens_issued += 1;
+    Json(json!({"access_token": l.mini_token, "expires_in": 7200}))
+}
+
+/// `POST /wxa/sec/order/upload_shipping_info?access_token=…`, checked as WeChat checks it.
+async fn mini_upload_shipping(
+    State(ledger): State<Shared>,
+    Query(q): Query<HashMap<String, String>>,
+    Json(b): Json<Value>,
+) -> Json<Value> {
+    let mut l = lock(&ledger);
+    let answer = mini_shipping_answer(&mut l, q.get("access_token"), &b);
+    l.shipping_answers.push(answer);
+    if answer == 0 {
+        l.shipping.push(b);
+    }
+    Json(json!({"errcode": answer, "errmsg": if answer == 0 { "ok" } else { "refused" }}))
+}
+
+fn mini_shipping_answer(l: &mut Ledger, token: Option<&String>, b: &Value) -> i64 {
+    if token.is_none() || token != l.mini_token.as_ref() || l.mini_token_revoked {
+        return 40001;
+    }
+    if let Some(code) = l.shipping_script.pop_front() {
+        return code;
+    }
+    let key = &b["order_key"];
+    if key["order_number_type"] != 1 || key["mchid"] != WECHAT_MCHID {
+        return 268_485_194;
+    }
+    let no = key["out_trade_no"].as_str().unwrap_or_default();
+    let Some(trade) = l.trades.get(no) else { return 10_060_001 };
+    if trade.status != "SUCCESS" {
+        return 10_060_004;
+    }
+    if b["payer"]["openid"] != trade.request["payer"]["openid"] {
+        return 10_060_031;
+    }
+    if l.shipping.iter().any(|s| s["order_key"]["out_trade_no"] == no) {
+        return 10_060_002;
+    }
+    let logistics = b["logistics_type"].as_i64().unwrap_or(0);
+    if !(1..=4).contains(&logistics) {
+        return 10_060_005;
+    }
+    if b["delivery_mode"] != 1 {
+        return 268_485_224;
+    }
+    let list = b["shipping_list"].as_array().cloned().unwrap_or_default();
+    if list.len() != 1 {
+        return 268_485_228;
+    }
+    let desc = list[0]["item_desc"].as_str().unwrap_or_default();
+    if desc.is_empty() {
+        return 10_060_008;
+    }
+    if desc.chars().count() > 120 {
+        return 10_060_009;
+    }
+    if logistics == 1 && list[0]["tracking_no"].as_str().is_none_or(str::is_empty) {
+        return 268_485_226;
+    }
+    if logistics == 1 && list[0]["express_company"].as_str().is_none_or(str::is_empty) {
+        return 268_485_227;
+    }
+    let time = b["upload_time"].as_str().unwrap_or_default();
+    if time::OffsetDateTime::parse(time, &time::format_description::well_known::Rfc3339).is_err() || time.ends_with('Z')
+    {
+        return 268_485_216;
+    }
+    0
+}
+
 fn wechat_trade_json(t: &Trade) -> Value {
     json!({"appid": WECHAT_APPID, "mchid": WECHAT_MCHID, "out_trade_no": t.out_trade_no,
            "transaction_id": t.txn_id, "trade_type": "JSAPI", "trade_state": t.status,
@@ -632,6 +737,8 @@ impl FakeWechat {
             .route("/v3/refund/domestic/refunds", post(wechat_refund))
             .route("/v3/refund/domestic/refunds/{no}", get(wechat_refund_query))
             .route("/v3/certificates", get(wechat_certificates))
+            .route("/cgi-bin/stable_token", post(mini_stable_token))
+            .route("/wxa/sec/order/upload_shipping_info", post(mini_upload_shipping))
             .with_state(ledger.clone());
         FakeWechat { url: serve(router).await, ledger }
     }
@@ -648,7 +755,14 @@ impl FakeWechat {
             api_v3_key: Secret(WECHAT_API_V3_KEY.to_string()),
             api_base_url: self.url.clone(),
             download_certificates: true,
+            mini_program_secret: None,
+            open_api_base_url: self.url.clone(),
         }
+    }
+
+    /// The configuration of a mini program's merchant: shipping reports on.
+    pub fn config_with_shipping(&self) -> WechatPayConfig {
+        WechatPayConfig { mini_program_secret: Some(Secret(WECHAT_MINI_SECRET.to_string())), ..self.config() }
     }
 
     pub fn trade(&self, out_trade_no: &str) -> Option<Trade> {

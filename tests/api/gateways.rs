@@ -42,6 +42,8 @@ fn wechat_config(platform_cert: bool) -> WechatPayConfig {
         api_v3_key: kassa::gateway::config::Secret(s(&vectors()["wechat_notify"]["api_v3_key"])),
         api_base_url: "http://127.0.0.1:9".into(),
         download_certificates: false,
+        mini_program_secret: None,
+        open_api_base_url: "http://127.0.0.1:9".into(),
     };
     if platform_cert {
         c.platform_public_key_file = None;

@@ -23,4 +23,5 @@ mod ops;
 mod pages;
 mod rolling;
 mod schema;
+mod shipping;
 mod store;

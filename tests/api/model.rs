@@ -226,6 +226,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let basket = catalog::create_basket(db, &session, now).await.unwrap();
             catalog::set_basket_line(db, &session, &basket, &Sku::parse(SKUS[sku].0).unwrap(), qty, now).await.unwrap();
             let req = checkout::ConfirmRequest {
+                payer: None,
                 shop: &Default::default(),
                 currencies: None,
                 session_id: &session,
@@ -284,6 +285,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let Some(i) = pick(model, order) else { return Ok(()) };
             let o = &model.orders[i];
             let req = checkout::ConfirmRequest {
+                payer: None,
                 shop: &Default::default(),
                 currencies: None,
                 session_id: &o.session,
@@ -360,7 +362,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::Retry { order } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             let o = model.orders[i].clone();
-            let result = orders::new_attempt(db, Some(&o.session), &o.order_no, "sandbox", "form", now).await;
+            let result = orders::new_attempt(db, Some(&o.session), &o.order_no, "sandbox", "form", None, now).await;
             if o.status == "pending_payment" && o.hold_until > now {
                 let (placed, _) = result.map_err(|e| fail(format!("retry: {e}")))?;
                 let o = &mut model.orders[i];

@@ -409,6 +409,7 @@ async fn every_engine_configuration_commits_the_same_way() {
                 }
                 catalog::set_basket_line(&db, &session, &basket, &Sku::parse("W").unwrap(), 1, 1).await.unwrap();
                 let req = kassa::store::checkout::ConfirmRequest {
+                    payer: None,
                     shop: &Default::default(),
                     session_id: &session,
                     basket_id: &basket,
