@@ -318,7 +318,7 @@ pub(super) async fn checkout_json(
     let (placed, handoff) =
         place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device(&headers)).await?;
     if wants_html(&headers) {
-        return Ok(super::pages::handoff_page(lang, state.time_zone, &placed, handoff.as_ref()));
+        return Ok(super::pages::handoff_page(&state, lang, &placed, handoff.as_ref()).await);
     }
     let mut response = (StatusCode::CREATED, axum::Json(placed_body(&placed, handoff.as_ref()))).into_response();
     if !placed.created {

@@ -79,6 +79,10 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
 struct HandoffPage<'a> {
     t: &'static Texts,
     order_no: &'a str,
+    /// The order's lines: name, quantity, line total as money.
+    lines: Vec<(String, i64, String)>,
+    /// The shop's cancel URL when its checkout named one, else the storefront.
+    back_url: String,
     total: String,
     action: &'a str,
     method: &'a str,
@@ -97,6 +101,7 @@ struct QrPage<'a> {
     total: String,
     /// Inline SVG made by [`super::qr::svg`]: shapes only, no text of the buyer's or the gateway's.
     svg: String,
+    lines: Vec<(String, i64, String)>,
     expires_at: &'a str,
     /// `expires_at` in the shop's time zone, as the buyer reads it.
     expires_local: String,
@@ -119,12 +124,29 @@ struct MessagePage<'a> {
     link_text: &'a str,
 }
 
-/// The light page whose hidden-field form auto-submits to the gateway (with a `<noscript>` button).
-pub fn handoff_page(lang: Lang, zone: time::UtcOffset, placed: &Placed, handoff: Option<&Handoff>) -> Response {
+/// The light page whose hidden-field form auto-submits to the gateway (with a `<noscript>` button),
+/// or the QR page; either shows the order's lines, its amount and a way back to the shop.
+pub async fn handoff_page(state: &AppState, lang: Lang, placed: &Placed, handoff: Option<&Handoff>) -> Response {
     let t = lang.texts();
+    let lines = match handoff {
+        Some(Handoff::Form { .. } | Handoff::Qr { .. }) => {
+            match views::get_order(&state.db, &placed.order_no, false).await {
+                Ok(order) => order_lines(&order),
+                Err(e) => {
+                    // The hand-off matters more than the list: the page goes on without it.
+                    tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off page without its lines");
+                    Vec::new()
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
+    let back_url = placed.shop.cancel_url.clone().unwrap_or_else(|| "/".to_string());
     match handoff {
         Some(Handoff::Form { action, method, fields }) => render(&HandoffPage {
             t,
+            lines,
+            back_url,
             order_no: &placed.order_no,
             total: placed.total.display_major(),
             action,
@@ -140,10 +162,11 @@ pub fn handoff_page(lang: Lang, zone: time::UtcOffset, placed: &Placed, handoff:
                 total: placed.total.display_major(),
                 svg,
                 expires_at,
-                expires_local: t.time(expires_at, zone),
+                expires_local: t.time(expires_at, state.time_zone),
+                lines,
                 poll_url: format!("/checkout/return/{}/status", placed.attempt_ref),
                 return_url: format!("/checkout/return/{}", placed.attempt_ref),
-                back_url: placed.shop.cancel_url.clone().unwrap_or_else(|| "/".to_string()),
+                back_url,
             }),
             Err(e) => error_page(lang, &e, &format!("/checkout/return/{}", placed.attempt_ref)),
         },
@@ -475,7 +498,7 @@ async fn shop_confirm(
         let device = super::api::device(&headers);
         let (placed, handoff) =
             place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device).await?;
-        Ok(handoff_page(lang, state.time_zone, &placed, handoff.as_ref()))
+        Ok(handoff_page(&state, lang, &placed, handoff.as_ref()).await)
     }
     .await;
     result.unwrap_or_else(|e| error_page(lang, &e, if ids::is_plain_id(&basket_id) { &back } else { "/" }))
@@ -641,7 +664,7 @@ async fn retry_page(
         let body = super::flows::RetryBody::default();
         let device = super::api::device(&headers);
         let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body, device).await?;
-        Ok(handoff_page(lang, state.time_zone, &placed, Some(&handoff)))
+        Ok(handoff_page(&state, lang, &placed, Some(&handoff)).await)
     }
     .await;
     let back = if ids::is_plain_id(&order_no) { format!("/h5/orders/{order_no}") } else { "/".to_string() };

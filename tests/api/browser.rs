@@ -334,8 +334,8 @@ async fn review(t: &TestApp, c: &Client, sku: &str, quantity: u32) {
 
 /// The buyer's pages in English and in Chinese fit a 360 px phone and a desktop: no sideways
 /// scrolling on the storefront, the basket, the sandbox, the return page, the order page, the QR
-/// code and every error page a buyer reaches (an unknown order, a changed price, a payment whose
-/// time ran out), each with its next step in the buyer's language.
+/// code and every error page a buyer reaches (an unknown order, a changed price, an item sold out,
+/// a payment whose time ran out), each with its next step in the buyer's language.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
     let Some(driver) = chromedriver() else { return };
@@ -386,6 +386,17 @@ async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
             c.find(Locator::Id("next-step")).await.unwrap().click().await.unwrap();
             let total = c.wait().for_element(Locator::Id("total")).await.unwrap().text().await.unwrap();
             assert_eq!(total, format!("{}.00 CNY", price / 100));
+
+            // Sold out between review and confirm: shop again.
+            review(&t, &c, "NOTEBOOK-A5", 1).await;
+            let available = t.sku("NOTEBOOK-A5").await["available"].as_i64().unwrap();
+            let stock = "/api/v1/admin/skus/NOTEBOOK-A5/stock";
+            assert!(t.admin_post(stock, json!({"delta": -available})).await.0.is_success());
+            c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+            c.wait().for_element(Locator::Id("next-step")).await.unwrap();
+            check_page(&c, lang, width, "error-sold-out").await;
+            check_next_step(&c, lang, "error.shop_again", "/").await;
+            assert!(t.admin_post(stock, json!({"delta": available})).await.0.is_success());
 
             // A payment whose time ran out while its pay page was open.
             review(&t, &c, "TEA-LONGJING-100G", 1).await;
