@@ -152,7 +152,7 @@ async fn purchase(javascript: bool) {
         screenshot(&c, "nojs-3-handoff").await;
         button.click().await.unwrap();
     }
-    let pay = c.wait().for_element(Locator::Id("pay")).await.unwrap();
+    let pay = arrive(&c, "pay").await;
     screenshot(&c, &format!("{tag}-4-sandbox")).await;
     pay.click().await.unwrap();
     c.wait().for_element(Locator::Id("status")).await.unwrap();
@@ -184,7 +184,7 @@ async fn double_click_on_confirm_gives_one_order() {
     review_lamps(&t, &c).await;
     // Two clicks as fast as a user's double click: two submits of the same form.
     c.execute("var b = document.getElementById('confirm'); b.click(); b.click(); return true;", vec![]).await.unwrap();
-    c.wait().for_element(Locator::Id("pay")).await.unwrap();
+    arrive(&c, "pay").await;
     screenshot(&c, "double-click-sandbox").await;
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 1);
     assert_eq!(t.sku("LAMP-FLASH-SALE").await["reserved"], 2);
@@ -256,7 +256,7 @@ async fn failed_payment_then_try_again() {
     assert!(again.is_displayed().await.unwrap(), "Try again is shown");
     screenshot(&c, "return-payment-failed").await;
     again.click().await.unwrap();
-    c.wait().for_element(Locator::Id("pay")).await.unwrap().click().await.unwrap();
+    arrive(&c, "pay").await.click().await.unwrap();
     c.wait().for_element(Locator::Id("status")).await.unwrap();
     let status = wait_status(&c, "paid", false).await;
     screenshot(&c, "return-paid-after-retry").await;
@@ -306,6 +306,20 @@ async fn console_imports_keys_in_batches_with_progress() {
     t.assert_clean().await;
 }
 
+/// The element `id` of the page the browser is going to: found after any navigation under way
+/// (a hand-off page submits itself, which aborts a lookup started meanwhile), bounded.
+async fn arrive(c: &Client, id: &str) -> fantoccini::elements::Element {
+    let mut last = None;
+    for _ in 0..300 {
+        match c.find(Locator::Id(id)).await {
+            Ok(el) => return el,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("#{id} never appeared: {last:?}");
+}
+
 /// Checks the page in view: in `lang`, no sideways scrolling at this size; saved as
 /// `{lang}-{width}-{name}.png`.
 async fn check_page(c: &Client, lang: Lang, width: u32, name: &str) {
@@ -329,7 +343,7 @@ async fn review(t: &TestApp, c: &Client, sku: &str, quantity: u32) {
     qty.clear().await.unwrap();
     qty.send_keys(&quantity.to_string()).await.unwrap();
     c.find(Locator::Id("review")).await.unwrap().click().await.unwrap();
-    c.wait().for_element(Locator::Id("confirm")).await.unwrap();
+    arrive(c, "confirm").await;
 }
 
 /// The buyer's pages in English and in Chinese fit a 360 px phone and a desktop: no sideways
@@ -357,14 +371,14 @@ async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
             review(&t, &c, "LAMP-FLASH-SALE", 2).await;
             check_page(&c, lang, width, "basket").await;
             c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
-            c.wait().for_element(Locator::Id("pay")).await.unwrap().click().await.unwrap();
-            c.wait().for_element(Locator::Id("status")).await.unwrap();
+            arrive(&c, "pay").await.click().await.unwrap();
+            arrive(&c, "status").await;
             assert_eq!(wait_status(&c, "paid", false).await, "paid");
             let shown = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
             assert_eq!(shown, lang.texts().status("paid"), "the status in words");
             check_page(&c, lang, width, "return").await;
             c.find(Locator::Id("order-link")).await.unwrap().click().await.unwrap();
-            c.wait().for_element(Locator::Id("poll-state")).await.unwrap();
+            arrive(&c, "poll-state").await;
             check_page(&c, lang, width, "order").await;
             assert!(c.find(Locator::Css("#lines td")).await.is_ok(), "the order page lists its lines");
             assert!(c.find(Locator::Css("a[href='/']")).await.is_ok(), "the order page leads back to the shop");
@@ -380,11 +394,11 @@ async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
             price += 100;
             t.set_price("NOTEBOOK-A5", price).await;
             c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
-            c.wait().for_element(Locator::Id("next-step")).await.unwrap();
+            arrive(&c, "next-step").await;
             check_page(&c, lang, width, "error-price-changed").await;
             check_next_step(&c, lang, "error.review_basket", &basket).await;
             c.find(Locator::Id("next-step")).await.unwrap().click().await.unwrap();
-            let total = c.wait().for_element(Locator::Id("total")).await.unwrap().text().await.unwrap();
+            let total = arrive(&c, "total").await.text().await.unwrap();
             assert_eq!(total, format!("{}.00 CNY", price / 100));
 
             // Sold out between review and confirm: shop again.
@@ -393,7 +407,7 @@ async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
             let stock = "/api/v1/admin/skus/NOTEBOOK-A5/stock";
             assert!(t.admin_post(stock, json!({"delta": -available})).await.0.is_success());
             c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
-            c.wait().for_element(Locator::Id("next-step")).await.unwrap();
+            arrive(&c, "next-step").await;
             check_page(&c, lang, width, "error-sold-out").await;
             check_next_step(&c, lang, "error.shop_again", "/").await;
             assert!(t.admin_post(stock, json!({"delta": available})).await.0.is_success());
@@ -401,16 +415,16 @@ async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
             // A payment whose time ran out while its pay page was open.
             review(&t, &c, "TEA-LONGJING-100G", 1).await;
             c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
-            let pay = c.wait().for_element(Locator::Id("pay")).await.unwrap();
+            let pay = arrive(&c, "pay").await;
             t.clock.as_ref().unwrap().advance_ms(61_000);
             t.app.sweeper.step().await.unwrap();
             pay.click().await.unwrap();
-            c.wait().for_element(Locator::Id("next-step")).await.unwrap();
+            arrive(&c, "next-step").await;
             check_page(&c, lang, width, "error-payment-expired").await;
             let text = c.find(Locator::Id("message")).await.unwrap().text().await.unwrap();
             assert_eq!(text, say("error.payment_ended"));
             c.find(Locator::Id("next-step")).await.unwrap().click().await.unwrap();
-            c.wait().for_element(Locator::Id("status")).await.unwrap();
+            arrive(&c, "status").await;
             assert_eq!(wait_status(&c, "expired", false).await, "expired");
             let shown = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
             assert_eq!(shown, lang.texts().status("expired"));
@@ -419,7 +433,7 @@ async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
             review(&t, &c, "MUG-CELADON", 1).await;
             c.find(Locator::Css("input[name='gateway'][value='wechatpay']")).await.unwrap().click().await.unwrap();
             c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
-            c.wait().for_element(Locator::Id("qr")).await.unwrap();
+            arrive(&c, "qr").await;
             check_page(&c, lang, width, "qr").await;
             let amount = c.find(Locator::Id("amount")).await.unwrap().text().await.unwrap();
             assert_eq!(amount, "89.00 CNY");
