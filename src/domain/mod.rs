@@ -13,6 +13,7 @@ pub mod refusal;
 pub mod shipping;
 pub mod shop;
 pub mod signin;
+pub mod statement;
 pub mod status;
 pub mod webhook;
 

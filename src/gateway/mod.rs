@@ -3,6 +3,7 @@
 //! (`alipay`, `wechatpay`, `stripe`, `sandbox`); key handling is in `keys`.
 
 pub mod alipay;
+pub mod bills;
 pub mod config;
 pub mod keys;
 pub mod sandbox;

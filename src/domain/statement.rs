@@ -1,0 +1,533 @@
+//! Statement reconciliation (对账): a gateway's statement of one day against kassa's own records
+//! of the same day, line by line and in totals. Pure: the parsers (`gateway::bills`) turn a file
+//! into a [`Statement`], the store reads kassa's side into [`Ours`], and [`reconcile`] decides
+//! what does not agree.
+//!
+//! Lines are matched by keys, never by position: a payment by kassa's merchant reference (the
+//! attempt reference the gateway was given) and the gateway's transaction id; a refund by kassa's
+//! refund number.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most lines one statement may hold; a bigger file is refused whole.
+pub const STATEMENT_LINES_MAX: usize = 1_000_000;
+
+/// What a statement line records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LineKind {
+    Payment,
+    Refund,
+}
+
+/// One line of a gateway's statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatementLine {
+    pub kind: LineKind,
+    /// kassa's merchant reference (`out_trade_no`: the attempt reference).
+    pub merchant_ref: String,
+    /// The gateway's transaction id.
+    pub gateway_txn_id: String,
+    /// kassa's refund number (`out_refund_no`), on a refund line.
+    pub refund_no: Option<String>,
+    /// The amount moved, in minor units, always positive (the kind says which way).
+    pub amount_minor: i64,
+    /// The gateway's fee, in minor units: positive when charged, negative when returned.
+    pub fee_minor: i64,
+    /// ISO-4217, upper case.
+    pub currency: String,
+}
+
+/// What the statement itself says it adds up to (its summary), where it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Declared {
+    pub count: i64,
+    pub gross_minor: i64,
+    pub refunds_minor: i64,
+    pub fees_minor: i64,
+}
+
+/// A day's statement of one gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Statement {
+    pub lines: Vec<StatementLine>,
+    pub declared: Option<Declared>,
+}
+
+/// A payment kassa recorded as captured that day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OurPayment {
+    pub order_no: String,
+    pub attempt_ref: String,
+    pub gateway_txn_id: Option<String>,
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+/// A refund kassa recorded as succeeded that day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OurRefund {
+    pub order_no: String,
+    pub refund_no: String,
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+/// kassa's side of the day: its payments and refunds at the gateway, and every merchant reference
+/// and refund number it ever made there (a line of another day's order is known, not foreign).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ours {
+    pub payments: Vec<OurPayment>,
+    pub refunds: Vec<OurRefund>,
+    /// Merchant references kassa made at this gateway, with their order.
+    pub known_refs: BTreeMap<String, String>,
+    /// Refund numbers kassa made at this gateway, with their order.
+    pub known_refunds: BTreeMap<String, String>,
+}
+
+/// The kinds of disagreement, each with a stable code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FindingKind {
+    /// The gateway took a payment kassa has no record of as paid that day.
+    PaidAtGatewayOnly,
+    /// kassa recorded a payment the statement does not show.
+    PaidInKassaOnly,
+    /// Both have it, for different amounts.
+    AmountDiffers,
+    /// Both have it, in different currencies.
+    CurrencyDiffers,
+    /// The gateway refunded something kassa did not (a refund made in the merchant console).
+    RefundAtGatewayOnly,
+    /// kassa recorded a refund the statement does not show.
+    RefundInKassaOnly,
+    /// The statement shows the same payment or refund twice.
+    Duplicate,
+    /// The statement's own summary disagrees with its lines.
+    SummaryDiffers,
+}
+
+impl FindingKind {
+    pub const ALL: [FindingKind; 8] = [
+        FindingKind::PaidAtGatewayOnly,
+        FindingKind::PaidInKassaOnly,
+        FindingKind::AmountDiffers,
+        FindingKind::CurrencyDiffers,
+        FindingKind::RefundAtGatewayOnly,
+        FindingKind::RefundInKassaOnly,
+        FindingKind::Duplicate,
+        FindingKind::SummaryDiffers,
+    ];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            FindingKind::PaidAtGatewayOnly => "paid_at_gateway_only",
+            FindingKind::PaidInKassaOnly => "paid_in_kassa_only",
+            FindingKind::AmountDiffers => "amount_differs",
+            FindingKind::CurrencyDiffers => "currency_differs",
+            FindingKind::RefundAtGatewayOnly => "refund_at_gateway_only",
+            FindingKind::RefundInKassaOnly => "refund_in_kassa_only",
+            FindingKind::Duplicate => "duplicate",
+            FindingKind::SummaryDiffers => "summary_differs",
+        }
+    }
+
+    pub fn parse(code: &str) -> Option<FindingKind> {
+        FindingKind::ALL.into_iter().find(|k| k.code() == code)
+    }
+}
+
+/// One disagreement. `subject` (with the kind) names it across runs: re-running a day finds the
+/// same subject, so a finding is kept once and closed when it no longer holds.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// The merchant reference, refund number or summary field the finding is about.
+    pub subject: String,
+    pub order_no: Option<String>,
+    /// What kassa has, and what the statement says, for people.
+    pub ours: String,
+    pub theirs: String,
+}
+
+/// A day's totals, one side's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Totals {
+    /// Payment lines.
+    pub count: i64,
+    pub gross_minor: i64,
+    pub refunds_minor: i64,
+    pub fees_minor: i64,
+    /// `gross − refunds − fees`.
+    pub net_minor: i64,
+}
+
+impl Totals {
+    fn add(&mut self, kind: LineKind, amount: i64, fee: i64) {
+        match kind {
+            LineKind::Payment => {
+                self.count += 1;
+                self.gross_minor = self.gross_minor.saturating_add(amount);
+            }
+            LineKind::Refund => self.refunds_minor = self.refunds_minor.saturating_add(amount),
+        }
+        self.fees_minor = self.fees_minor.saturating_add(fee);
+        self.net_minor = self.gross_minor.saturating_sub(self.refunds_minor).saturating_sub(self.fees_minor);
+    }
+}
+
+/// What a day's reconciliation found, with both sides' totals.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    pub findings: Vec<Finding>,
+    pub gateway: Totals,
+    pub kassa: Totals,
+    /// The fee of each payment the statement shows, by merchant reference, and of each refund, by
+    /// refund number: recorded on kassa's payments and refunds.
+    pub payment_fees: BTreeMap<String, i64>,
+    pub refund_fees: BTreeMap<String, i64>,
+}
+
+fn money(amount: i64, currency: &str) -> String {
+    super::money::format_minor(amount, currency)
+}
+
+/// Reconciles a day's statement against kassa's records of the same day.
+pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
+    let mut out = Outcome::default();
+    // The order behind a merchant reference or a refund number, from the day's records or any day's.
+    let mut order_of_ref: BTreeMap<&str, &str> =
+        ours.known_refs.iter().map(|(r, o)| (r.as_str(), o.as_str())).collect();
+    order_of_ref.extend(ours.payments.iter().map(|p| (p.attempt_ref.as_str(), p.order_no.as_str())));
+    let mut order_of_refund: BTreeMap<&str, &str> =
+        ours.known_refunds.iter().map(|(r, o)| (r.as_str(), o.as_str())).collect();
+    order_of_refund.extend(ours.refunds.iter().map(|r| (r.refund_no.as_str(), r.order_no.as_str())));
+    let mut seen_payments: BTreeMap<&str, &StatementLine> = BTreeMap::new();
+    let mut seen_refunds: BTreeMap<&str, &StatementLine> = BTreeMap::new();
+    let mut duplicates: BTreeSet<(LineKind, &str)> = BTreeSet::new();
+    for line in &statement.lines {
+        out.gateway.add(line.kind, line.amount_minor, line.fee_minor);
+        let key = match line.kind {
+            LineKind::Payment => line.merchant_ref.as_str(),
+            // A refund line without kassa's number is keyed by the gateway's own refund id.
+            LineKind::Refund => line.refund_no.as_deref().unwrap_or(line.gateway_txn_id.as_str()),
+        };
+        let seen = match line.kind {
+            LineKind::Payment => &mut seen_payments,
+            LineKind::Refund => &mut seen_refunds,
+        };
+        if seen.insert(key, line).is_some() {
+            duplicates.insert((line.kind, key));
+        }
+    }
+    for (kind, key) in duplicates {
+        let what = match kind {
+            LineKind::Payment => "payment",
+            LineKind::Refund => "refund",
+        };
+        out.findings.push(Finding {
+            kind: FindingKind::Duplicate,
+            subject: key.to_string(),
+            order_no: match kind {
+                LineKind::Payment => order_of_ref.get(key),
+                LineKind::Refund => order_of_refund.get(key),
+            }
+            .map(|o| (*o).to_string()),
+            ours: "once".to_string(),
+            theirs: format!("the {what} appears more than once"),
+        });
+    }
+
+    let our_payments: BTreeMap<&str, &OurPayment> = ours.payments.iter().map(|p| (p.attempt_ref.as_str(), p)).collect();
+    for p in &ours.payments {
+        out.kassa.add(LineKind::Payment, p.amount_minor, 0);
+    }
+    for r in &ours.refunds {
+        out.kassa.add(LineKind::Refund, r.amount_minor, 0);
+    }
+    for (key, line) in &seen_payments {
+        out.payment_fees.insert((*key).to_string(), line.fee_minor);
+        match our_payments.get(key) {
+            None => out.findings.push(Finding {
+                kind: FindingKind::PaidAtGatewayOnly,
+                subject: (*key).to_string(),
+                order_no: order_of_ref.get(key).map(|o| (*o).to_string()),
+                ours: "no payment recorded that day".to_string(),
+                theirs: format!("paid {} ({})", money(line.amount_minor, &line.currency), line.gateway_txn_id),
+            }),
+            Some(p) if p.currency != line.currency => out.findings.push(Finding {
+                kind: FindingKind::CurrencyDiffers,
+                subject: (*key).to_string(),
+                order_no: Some(p.order_no.clone()),
+                ours: money(p.amount_minor, &p.currency),
+                theirs: money(line.amount_minor, &line.currency),
+            }),
+            Some(p) if p.amount_minor != line.amount_minor => out.findings.push(Finding {
+                kind: FindingKind::AmountDiffers,
+                subject: (*key).to_string(),
+                order_no: Some(p.order_no.clone()),
+                ours: money(p.amount_minor, &p.currency),
+                theirs: money(line.amount_minor, &line.currency),
+            }),
+            Some(_) => {}
+        }
+    }
+    for p in &ours.payments {
+        if !seen_payments.contains_key(p.attempt_ref.as_str()) {
+            out.findings.push(Finding {
+                kind: FindingKind::PaidInKassaOnly,
+                subject: p.attempt_ref.clone(),
+                order_no: Some(p.order_no.clone()),
+                ours: format!("paid {}", money(p.amount_minor, &p.currency)),
+                theirs: "not in the statement".to_string(),
+            });
+        }
+    }
+
+    let our_refunds: BTreeMap<&str, &OurRefund> = ours.refunds.iter().map(|r| (r.refund_no.as_str(), r)).collect();
+    for (key, line) in &seen_refunds {
+        out.refund_fees.insert((*key).to_string(), line.fee_minor);
+        match our_refunds.get(key) {
+            None => out.findings.push(Finding {
+                kind: FindingKind::RefundAtGatewayOnly,
+                subject: (*key).to_string(),
+                order_no: order_of_refund
+                    .get(key)
+                    .or_else(|| order_of_ref.get(line.merchant_ref.as_str()))
+                    .map(|o| (*o).to_string()),
+                ours: "no refund recorded that day".to_string(),
+                theirs: format!("refunded {} of {}", money(line.amount_minor, &line.currency), line.merchant_ref),
+            }),
+            Some(r) if r.currency != line.currency => out.findings.push(Finding {
+                kind: FindingKind::CurrencyDiffers,
+                subject: (*key).to_string(),
+                order_no: Some(r.order_no.clone()),
+                ours: money(r.amount_minor, &r.currency),
+                theirs: money(line.amount_minor, &line.currency),
+            }),
+            Some(r) if r.amount_minor != line.amount_minor => out.findings.push(Finding {
+                kind: FindingKind::AmountDiffers,
+                subject: (*key).to_string(),
+                order_no: Some(r.order_no.clone()),
+                ours: money(r.amount_minor, &r.currency),
+                theirs: money(line.amount_minor, &line.currency),
+            }),
+            Some(_) => {}
+        }
+    }
+    for r in &ours.refunds {
+        if !seen_refunds.contains_key(r.refund_no.as_str()) {
+            out.findings.push(Finding {
+                kind: FindingKind::RefundInKassaOnly,
+                subject: r.refund_no.clone(),
+                order_no: Some(r.order_no.clone()),
+                ours: format!("refunded {}", money(r.amount_minor, &r.currency)),
+                theirs: "not in the statement".to_string(),
+            });
+        }
+    }
+
+    if let Some(declared) = statement.declared {
+        let lines = i64::try_from(statement.lines.len()).unwrap_or(i64::MAX);
+        let sides = [
+            ("count", declared.count, lines),
+            ("gross", declared.gross_minor, out.gateway.gross_minor),
+            ("refunds", declared.refunds_minor, out.gateway.refunds_minor),
+            ("fees", declared.fees_minor, out.gateway.fees_minor),
+        ];
+        for (field, said, summed) in sides {
+            if said != summed {
+                out.findings.push(Finding {
+                    kind: FindingKind::SummaryDiffers,
+                    subject: field.to_string(),
+                    order_no: None,
+                    ours: format!("the lines add up to {summed}"),
+                    theirs: format!("the summary says {said}"),
+                });
+            }
+        }
+    }
+    out.findings.sort();
+    out
+}
+
+/// Yuan (or any two-decimal major unit) as written in a statement (`60.00`, `-0.27000`, `5`) in
+/// minor units, exactly: more decimals are allowed only as zeros (a fee printed with five).
+pub fn parse_decimal(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let (negative, digits) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() || whole.len() > 15 || !whole.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if !fraction.bytes().all(|b| b.is_ascii_digit()) || (digits.contains('.') && fraction.is_empty()) {
+        return None;
+    }
+    let (cents, rest) = fraction.split_at(fraction.len().min(2));
+    if rest.bytes().any(|b| b != b'0') {
+        return None;
+    }
+    let cents: i64 = format!("{cents:0<2}").parse().ok()?;
+    let minor = whole.parse::<i64>().ok()?.checked_mul(100)?.checked_add(cents)?;
+    Some(if negative { -minor } else { minor })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pay(r: &str, txn: &str, amount: i64, fee: i64) -> StatementLine {
+        StatementLine {
+            kind: LineKind::Payment,
+            merchant_ref: r.into(),
+            gateway_txn_id: txn.into(),
+            refund_no: None,
+            amount_minor: amount,
+            fee_minor: fee,
+            currency: "CNY".into(),
+        }
+    }
+
+    fn refund(r: &str, no: &str, amount: i64, fee: i64) -> StatementLine {
+        StatementLine {
+            kind: LineKind::Refund,
+            merchant_ref: r.into(),
+            gateway_txn_id: format!("503{no}"),
+            refund_no: Some(no.into()),
+            amount_minor: amount,
+            fee_minor: fee,
+            currency: "CNY".into(),
+        }
+    }
+
+    fn ours_pay(order: &str, r: &str, amount: i64) -> OurPayment {
+        OurPayment {
+            order_no: order.into(),
+            attempt_ref: r.into(),
+            gateway_txn_id: None,
+            amount_minor: amount,
+            currency: "CNY".into(),
+        }
+    }
+
+    #[test]
+    fn amounts_are_read_exactly() {
+        assert_eq!(parse_decimal("60.00"), Some(6000));
+        assert_eq!(parse_decimal("0.32000"), Some(32));
+        assert_eq!(parse_decimal("-0.27000"), Some(-27));
+        assert_eq!(parse_decimal("5"), Some(500));
+        assert_eq!(parse_decimal("5.1"), Some(510));
+        assert_eq!(parse_decimal(" 12.34 "), Some(1234));
+        for bad in ["", "-", ".5", "5.", "1.001", "1.2.3", "abc", "1e3", "--1", "99999999999999999.00"] {
+            assert_eq!(parse_decimal(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_agreeing_day_finds_nothing_and_totals_both_sides() {
+        let statement = Statement {
+            lines: vec![pay("A_1", "42001", 6000, 32), pay("B_1", "42002", 2000, 12), refund("A_1", "RF1", 1000, -5)],
+            declared: Some(Declared { count: 3, gross_minor: 8000, refunds_minor: 1000, fees_minor: 39 }),
+        };
+        let ours = Ours {
+            payments: vec![ours_pay("A", "A_1", 6000), ours_pay("B", "B_1", 2000)],
+            refunds: vec![OurRefund {
+                order_no: "A".into(),
+                refund_no: "RF1".into(),
+                amount_minor: 1000,
+                currency: "CNY".into(),
+            }],
+            ..Default::default()
+        };
+        let out = reconcile(&statement, &ours);
+        assert_eq!(out.findings, vec![]);
+        assert_eq!(
+            out.gateway,
+            Totals { count: 2, gross_minor: 8000, refunds_minor: 1000, fees_minor: 39, net_minor: 6961 }
+        );
+        assert_eq!(
+            out.kassa,
+            Totals { count: 2, gross_minor: 8000, refunds_minor: 1000, fees_minor: 0, net_minor: 7000 }
+        );
+        assert_eq!(out.payment_fees["A_1"], 32);
+        assert_eq!(out.refund_fees["RF1"], -5);
+    }
+
+    #[test]
+    fn every_kind_of_disagreement_is_found() {
+        let statement = Statement {
+            lines: vec![
+                pay("A_1", "t1", 6000, 0),
+                pay("B_1", "t2", 2100, 0),
+                pay("X_1", "t3", 500, 0),
+                pay("D_1", "t4", 700, 0),
+                pay("D_1", "t4", 700, 0),
+                StatementLine { currency: "USD".into(), ..pay("E_1", "t5", 900, 0) },
+                refund("A_1", "RF-CONSOLE", 300, 0),
+            ],
+            declared: Some(Declared { count: 7, gross_minor: 1, refunds_minor: 300, fees_minor: 0 }),
+        };
+        let ours = Ours {
+            payments: vec![
+                ours_pay("A", "A_1", 6000),
+                ours_pay("B", "B_1", 2000),
+                ours_pay("C", "C_1", 400),
+                ours_pay("D", "D_1", 700),
+                ours_pay("E", "E_1", 900),
+            ],
+            refunds: vec![OurRefund {
+                order_no: "A".into(),
+                refund_no: "RF2".into(),
+                amount_minor: 100,
+                currency: "CNY".into(),
+            }],
+            known_refs: [("X_1".to_string(), "X".to_string())].into(),
+            ..Default::default()
+        };
+        let out = reconcile(&statement, &ours);
+        let found: Vec<(&str, &str, Option<&str>)> =
+            out.findings.iter().map(|f| (f.kind.code(), f.subject.as_str(), f.order_no.as_deref())).collect();
+        assert_eq!(
+            found,
+            vec![
+                ("paid_at_gateway_only", "X_1", Some("X")),
+                ("paid_in_kassa_only", "C_1", Some("C")),
+                ("amount_differs", "B_1", Some("B")),
+                ("currency_differs", "E_1", Some("E")),
+                ("refund_at_gateway_only", "RF-CONSOLE", Some("A")),
+                ("refund_in_kassa_only", "RF2", Some("A")),
+                ("duplicate", "D_1", Some("D")),
+                ("summary_differs", "gross", None),
+            ]
+        );
+        let amount = out.findings.iter().find(|f| f.kind == FindingKind::AmountDiffers).unwrap();
+        assert_eq!((amount.ours.as_str(), amount.theirs.as_str()), ("20.00 CNY", "21.00 CNY"));
+        for kind in FindingKind::ALL {
+            assert_eq!(FindingKind::parse(kind.code()), Some(kind));
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the lines, every payment is found once on one side or matched, and totals
+        /// add up line by line.
+        #[test]
+        fn reconciling_never_panics_and_totals_add_up(
+            amounts in proptest::collection::vec((0i64..5, 0i64..1_000_000, -100i64..100, proptest::bool::ANY), 0..40),
+            ours_amounts in proptest::collection::vec((0i64..5, 0i64..1_000_000), 0..40),
+        ) {
+            let lines: Vec<StatementLine> = amounts
+                .iter()
+                .map(|(r, a, f, is_refund)| if *is_refund { refund(&format!("R_{r}"), &format!("RF{r}"), *a, *f) } else { pay(&format!("R_{r}"), "t", *a, *f) })
+                .collect();
+            let ours = Ours {
+                payments: ours_amounts.iter().map(|(r, a)| ours_pay("O", &format!("R_{r}"), *a)).collect(),
+                ..Default::default()
+            };
+            let out = reconcile(&Statement { lines: lines.clone(), declared: None }, &ours);
+            let gross: i64 = lines.iter().filter(|l| l.kind == LineKind::Payment).map(|l| l.amount_minor).sum();
+            proptest::prop_assert_eq!(out.gateway.gross_minor, gross);
+            proptest::prop_assert_eq!(out.gateway.net_minor, out.gateway.gross_minor - out.gateway.refunds_minor - out.gateway.fees_minor);
+        }
+    }
+}
