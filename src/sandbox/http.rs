@@ -61,6 +61,7 @@ fn sandbox(state: &AppState) -> Result<&std::sync::Arc<Sandbox>> {
 #[derive(Template)]
 #[template(path = "sandbox_pay.html")]
 struct PayPage<'a> {
+    t: &'static crate::http::i18n::Texts,
     attempt_ref: &'a str,
     subject: &'a str,
     amount: String,
@@ -80,6 +81,7 @@ async fn pay_page(
         let p = sandbox.payment(&attempt_ref).await?;
         let status = if p.closed && p.status == "open" { "closed" } else { p.status.as_str() };
         Ok::<_, Error>(render(&PayPage {
+            t: lang.texts(),
             attempt_ref: &p.attempt_ref,
             subject: &p.subject,
             amount: p.amount.display_major(),

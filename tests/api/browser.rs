@@ -371,7 +371,10 @@ async fn buyer_pages_fit_a_phone_and_a_desktop_in_both_languages() {
             review(&t, &c, "LAMP-FLASH-SALE", 2).await;
             check_page(&c, lang, width, "basket").await;
             c.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
-            arrive(&c, "pay").await.click().await.unwrap();
+            let pay = arrive(&c, "pay").await;
+            check_page(&c, lang, width, "sandbox").await;
+            assert_eq!(pay.text().await.unwrap(), lang.texts().t("sandbox.pay"));
+            pay.click().await.unwrap();
             arrive(&c, "status").await;
             assert_eq!(wait_status(&c, "paid", false).await, "paid");
             let shown = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
