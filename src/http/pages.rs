@@ -122,6 +122,8 @@ struct MessagePage<'a> {
     /// The next step.
     link: &'a str,
     link_text: &'a str,
+    /// Whether to offer the storefront besides (buyer pages; not the console's).
+    shop_link: bool,
 }
 
 /// The light page whose hidden-field form auto-submits to the gateway (with a `<noscript>` button),
@@ -179,6 +181,7 @@ pub async fn handoff_page(state: &AppState, lang: Lang, placed: &Placed, handoff
                 message: t.t("handoff.in_app"),
                 link: "/",
                 link_text: t.t("common.back_to_shop"),
+                shop_link: false,
             },
         ),
         None => Redirect::to(&format!("/checkout/return/{}", placed.attempt_ref)).into_response(),
@@ -244,6 +247,7 @@ pub fn refusal_page(lang: Lang, status: StatusCode, code: &str, back: &str) -> R
             message: t.t(text),
             link,
             link_text: t.t(next),
+            shop_link: link != "/",
         },
     )
 }
@@ -276,6 +280,7 @@ pub fn console_error_page(e: &Error, link: &str) -> Response {
             message: &text,
             link,
             link_text: t.t("error.back"),
+            shop_link: false,
         },
     );
     if status == StatusCode::SERVICE_UNAVAILABLE {
