@@ -190,6 +190,24 @@ fn money(amount: i64, currency: &str) -> String {
     super::money::format_minor(amount, currency)
 }
 
+/// Where a line both sides have disagrees: its currency, else its amount.
+fn differs(key: &str, order_no: &str, amount: i64, currency: &str, line: &StatementLine) -> Option<Finding> {
+    let kind = if currency != line.currency {
+        FindingKind::CurrencyDiffers
+    } else if amount != line.amount_minor {
+        FindingKind::AmountDiffers
+    } else {
+        return None;
+    };
+    Some(Finding {
+        kind,
+        subject: key.to_string(),
+        order_no: Some(order_no.to_string()),
+        ours: money(amount, currency),
+        theirs: money(line.amount_minor, &line.currency),
+    })
+}
+
 /// Reconciles a day's statement against kassa's records of the same day.
 pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
     let mut out = Outcome::default();
@@ -253,21 +271,7 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
                 ours: "no payment recorded that day".to_string(),
                 theirs: format!("paid {} ({})", money(line.amount_minor, &line.currency), line.gateway_txn_id),
             }),
-            Some(p) if p.currency != line.currency => out.findings.push(Finding {
-                kind: FindingKind::CurrencyDiffers,
-                subject: (*key).to_string(),
-                order_no: Some(p.order_no.clone()),
-                ours: money(p.amount_minor, &p.currency),
-                theirs: money(line.amount_minor, &line.currency),
-            }),
-            Some(p) if p.amount_minor != line.amount_minor => out.findings.push(Finding {
-                kind: FindingKind::AmountDiffers,
-                subject: (*key).to_string(),
-                order_no: Some(p.order_no.clone()),
-                ours: money(p.amount_minor, &p.currency),
-                theirs: money(line.amount_minor, &line.currency),
-            }),
-            Some(_) => {}
+            Some(p) => out.findings.extend(differs(key, &p.order_no, p.amount_minor, &p.currency, line)),
         }
     }
     for p in &ours.payments {
@@ -296,21 +300,7 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
                 ours: "no refund recorded that day".to_string(),
                 theirs: format!("refunded {} of {}", money(line.amount_minor, &line.currency), line.merchant_ref),
             }),
-            Some(r) if r.currency != line.currency => out.findings.push(Finding {
-                kind: FindingKind::CurrencyDiffers,
-                subject: (*key).to_string(),
-                order_no: Some(r.order_no.clone()),
-                ours: money(r.amount_minor, &r.currency),
-                theirs: money(line.amount_minor, &line.currency),
-            }),
-            Some(r) if r.amount_minor != line.amount_minor => out.findings.push(Finding {
-                kind: FindingKind::AmountDiffers,
-                subject: (*key).to_string(),
-                order_no: Some(r.order_no.clone()),
-                ours: money(r.amount_minor, &r.currency),
-                theirs: money(line.amount_minor, &line.currency),
-            }),
-            Some(_) => {}
+            Some(r) => out.findings.extend(differs(key, &r.order_no, r.amount_minor, &r.currency, line)),
         }
     }
     for r in &ours.refunds {
