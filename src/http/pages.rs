@@ -458,6 +458,13 @@ async fn shop_review(
     result.unwrap_or_else(|e| error_page(lang, &e, "/"))
 }
 
+/// What a page knows of its payer for the gateway: on a phone's browser, the buyer's address,
+/// which WeChat Pay's H5 channel (the one a phone gets) needs; nothing elsewhere (an address would
+/// turn a desktop's QR code into H5, which WeChat refuses outside phones).
+fn page_payer(device: crate::domain::channel::Device, client: &super::guard::Client) -> Option<serde_json::Value> {
+    (device == crate::domain::channel::Device::Phone).then(|| serde_json::json!({"client_ip": client.addr.to_string()}))
+}
+
 /// The pages' scripts, served from kassa itself so the Content-Security-Policy needs no inline
 /// script.
 const ASSETS: &[(&str, &str)] = &[
@@ -491,16 +498,16 @@ async fn shop_confirm(
     let back = format!("/shop/basket/{basket_id}");
     let result = async {
         let session = form_session(&state, &headers, &form).await?;
+        let device = super::api::device(&headers);
         let body = CheckoutBody {
             gateway: form.get("gateway").cloned(),
             channel: None,
-            payer: None,
+            payer: page_payer(device, &client),
             captcha_token: super::guard::CAPTCHA_FORM_FIELDS.iter().find_map(|f| form.get(*f)).cloned(),
             ..Default::default()
         };
         let basket_id = BasketId::parse(&basket_id)?;
         let key = form.get("idempotency_key").map(|k| IdempotencyKey::parse(k)).transpose()?;
-        let device = super::api::device(&headers);
         let (placed, handoff) =
             place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device).await?;
         Ok(handoff_page(&state, lang, &placed, handoff.as_ref()).await)
@@ -660,14 +667,15 @@ async fn retry_page(
     State(state): State<AppState>,
     lang: Lang,
     headers: HeaderMap,
+    axum::Extension(client): axum::Extension<super::guard::Client>,
     Path(order_no): Path<String>,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let result = async {
         let order_no = OrderNo::parse(&order_no)?;
         let session = form_session(&state, &headers, &form).await?;
-        let body = super::flows::RetryBody::default();
         let device = super::api::device(&headers);
+        let body = super::flows::RetryBody { payer: page_payer(device, &client), ..Default::default() };
         let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body, device).await?;
         Ok(handoff_page(&state, lang, &placed, Some(&handoff)).await)
     }

@@ -505,3 +505,49 @@ async fn console_lists_page_past_two_hundred_rows() {
         }
     }
 }
+
+on_both!(a_phone_pays_with_wechat_from_the_storefront, phone_wechat);
+/// The storefront on a phone's browser, paying with WeChat Pay: the H5 channel, which needs the
+/// buyer's address, gets it from the request; a desktop gets the QR code.
+async fn phone_wechat(backend: Backend) {
+    let wechat = crate::fakes::FakeWechat::start().await;
+    let gateways = kassa::gateway::config::GatewaysFile { wechatpay: Some(wechat.config()), ..Default::default() };
+    let t = TestApp::spawn_with(backend, crate::common::Opts { demo: true, gateways, ..Default::default() }).await;
+    let iphone = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1";
+    let desktop = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36";
+    for (agent, phone) in [(iphone, true), (desktop, false)] {
+        let browser =
+            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).user_agent(agent).build().unwrap();
+        let r = browser.get(t.url("/")).send().await.unwrap();
+        let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+        let page = r.text().await.unwrap();
+        let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+        let form = [("qty_MUG-CELADON", "1"), ("csrf", csrf.as_str())];
+        let r = browser.post(t.url("/shop/basket")).header("cookie", &cookie).form(&form).send().await.unwrap();
+        let basket = r.headers()["location"].to_str().unwrap().to_string();
+        let confirm = [("csrf", csrf.as_str()), ("gateway", "wechatpay")];
+        let r = browser
+            .post(t.url(&format!("{basket}/confirm")))
+            .header("cookie", &cookie)
+            .form(&confirm)
+            .send()
+            .await
+            .unwrap();
+        if phone {
+            assert_eq!(r.status(), StatusCode::SEE_OTHER, "{}", r.text().await.unwrap());
+            let to = r.headers()["location"].to_str().unwrap().to_string();
+            assert!(to.starts_with("https://wx.tenpay.com/"), "{to}");
+            let attempt_ref: String =
+                sql::query_scalar("SELECT attempt_ref FROM payment_attempts WHERE channel = 'h5'")
+                    .fetch_one(t.app.state.db.read_pool())
+                    .await
+                    .unwrap();
+            let trade = wechat.trade(&attempt_ref).unwrap();
+            assert_eq!(trade.request["scene_info"]["payer_client_ip"], "127.0.0.1");
+        } else {
+            assert_eq!(r.status(), StatusCode::OK);
+            assert!(r.text().await.unwrap().contains("id=\"qr\""));
+        }
+    }
+    t.assert_clean().await;
+}
