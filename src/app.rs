@@ -42,6 +42,8 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 const SHIPPING_INTERVAL: Duration = Duration::from_secs(2);
 /// Interval of the sandbox's notification retry worker.
 const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
+/// Interval of the daily statement job's look at whether a day is due.
+const STATEMENT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A running kassa instance.
 pub struct App {
@@ -57,6 +59,8 @@ pub struct App {
     pub relay: Option<Arc<Relay>>,
     /// WeChat mini-program shipping reports, when the mini program's secret is configured.
     pub shipper: Option<Arc<crate::workers::shipping::Shipper>>,
+    /// The daily statement reconciliation (run by the workers unless `--statement-time off`).
+    pub statements: Arc<crate::workers::statements::StatementJob>,
     pub sandbox: Option<Arc<Sandbox>>,
     pub addr: SocketAddr,
     pub public_url: String,
@@ -317,6 +321,12 @@ impl App {
                 _ => None,
             };
         crate::store::shipping::set_reporting(&db, shipper.as_ref().map(|s| s.appid())).await?;
+        let statements = Arc::new(crate::workers::statements::StatementJob {
+            db: db.clone(),
+            gateways: state.gateways.clone(),
+            clock: clock.clone(),
+            schedule: settings.statement_schedule.unwrap_or_default(),
+        });
         let warnings = startup_warnings(&state);
         for w in &warnings {
             tracing::warn!("{w}");
@@ -411,6 +421,17 @@ impl App {
                     }
                 })));
             }
+            if settings.statement_schedule.is_some() {
+                let job = statements.clone();
+                tasks.push(tokio::spawn(run_every("statements", STATEMENT_INTERVAL, shutdown_rx.clone(), move || {
+                    let job = job.clone();
+                    async move {
+                        if let Err(e) = job.step().await {
+                            tracing::error!(error = %e, "statement reconciliation failed");
+                        }
+                    }
+                })));
+            }
             if let Some(sb) = sandbox.clone() {
                 tasks.push(tokio::spawn(run_every(
                     "sandbox-delivery",
@@ -434,6 +455,7 @@ impl App {
             refunder,
             relay,
             shipper,
+            statements,
             monitor,
             retainer,
             keeper,

@@ -36,7 +36,10 @@ enum Command {
     Migrate(MigrateArgs),
     /// Run one reconciliation pass now: query the gateways about attempts with no notification,
     /// attempts in `unknown`, late payments and processing refunds; print a summary. Exit 0 when
-    /// every query got an answer, 1 when some could not be made, 2 when it cannot run
+    /// every query got an answer, 1 when some could not be made, 2 when it cannot run.
+    /// With --statement: reconcile one day's statement of one gateway against kassa's records;
+    /// exit 0 when the day agrees, 1 when it has open findings or its file was not had or not
+    /// readable, 2 when it cannot run
     Reconcile(ReconcileArgs),
     /// Benchmark a kassa (spawned or running) over HTTP, or the engine in-process
     Bench(bench::BenchArgs),
@@ -81,6 +84,16 @@ struct ReconcileArgs {
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
+    /// Reconcile a day's statement (needs --gateway and --date) instead of querying attempts
+    #[arg(long, requires_all = ["gateway", "date"])]
+    statement: bool,
+    /// The gateway whose statement to reconcile (sandbox, wechatpay, alipay, stripe)
+    #[arg(long, requires = "statement")]
+    gateway: Option<String>,
+    /// The statement's day, YYYY-MM-DD, in the gateway's own time (Beijing time for WeChat Pay and
+    /// Alipay, UTC for Stripe and the sandbox)
+    #[arg(long, requires = "statement")]
+    date: Option<String>,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -169,6 +182,14 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("kassa bench: {e:#}");
+                    ExitCode::from(2)
+                }
+            },
+            Command::Reconcile(args) if args.statement => match reconcile_statement(&args).await {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("kassa reconcile: {e:#}");
                     ExitCode::from(2)
                 }
             },
@@ -264,6 +285,59 @@ async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::recon
         );
     }
     Ok(report)
+}
+
+/// `kassa reconcile --statement`: whether the day agrees.
+async fn reconcile_statement(args: &ReconcileArgs) -> anyhow::Result<bool> {
+    use kassa::domain::money::format_minor;
+    let (Some(gateway), Some(date)) = (args.gateway.as_deref(), args.date.as_deref()) else {
+        anyhow::bail!("--statement needs --gateway and --date");
+    };
+    let day = kassa::workers::statements::parse_day(date)
+        .ok_or_else(|| anyhow::anyhow!("--date {date:?}: use YYYY-MM-DD (2026-03-01)"))?;
+    let settings = Settings::resolve(&args.serve)?;
+    let db = Db::connect_with(&settings.database_url, settings.db_max_connections, settings.engine).await?;
+    db.migrate().await?;
+    let clock: kassa::clock::SharedClock = Arc::new(SystemClock);
+    let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
+    let (gateways, _sandbox) = kassa::app::mount_gateways(&settings, &db, &clock, &public_url).await?;
+    let Some(g) = gateways.get(gateway) else {
+        let names = gateways.names().join(", ");
+        anyhow::bail!("--gateway {gateway:?} is not configured here (configured: {names})");
+    };
+    let run = kassa::workers::statements::run_day(&db, g.as_ref(), day, 1, &clock).await;
+    db.close().await;
+    let run = run.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let open = run.view.as_ref().map_or(0, |v| v.findings.iter().filter(|f| f.state == "open").count());
+    let agrees = run.result == "reconciled" && open == 0;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&run)?);
+        return Ok(agrees);
+    }
+    println!("{} statement of {}: {}", run.gateway, run.day, run.result);
+    if let Some(d) = &run.detail {
+        println!("  {d}");
+    }
+    if let Some(v) = &run.view {
+        let m = |minor: i64| format_minor(minor, &v.currency);
+        println!("{:<10} {:>8} {:>16} {:>16} {:>14} {:>16}", "", "count", "gross", "refunds", "fees", "net");
+        for (side, t) in [("gateway", &v.gateway_totals), ("kassa", &v.kassa_totals)] {
+            println!(
+                "{side:<10} {:>8} {:>16} {:>16} {:>14} {:>16}",
+                t.count,
+                m(t.gross_minor),
+                m(t.refunds_minor),
+                m(t.fees_minor),
+                m(t.net_minor)
+            );
+        }
+        println!("findings   {open} open ({} new, {} closed by this run)", run.changes.opened, run.changes.closed);
+        for f in v.findings.iter().filter(|f| f.state == "open") {
+            let order = f.order_no.as_deref().map(|o| format!(" (order {o})")).unwrap_or_default();
+            println!("  {} {}{order}: kassa has {}, the statement {}", f.kind, f.subject, f.ours, f.theirs);
+        }
+    }
+    Ok(agrees)
 }
 
 async fn import_keys(sku: &str, file: &std::path::Path, common: &CommonArgs, keys: &KeysArgs) -> anyhow::Result<()> {

@@ -104,6 +104,15 @@ pub struct ServeArgs {
     /// it [default: UTC]
     #[arg(long, env = "KASSA_TIME_ZONE")]
     pub time_zone: Option<String>,
+    /// When the daily statement reconciliation runs, local time HH:MM, or `off`: each gateway's
+    /// previous day is fetched from then on, and again every 15 minutes until its file is there
+    /// [default: 10:00]
+    #[arg(long, env = "KASSA_STATEMENT_TIME")]
+    pub statement_time: Option<String>,
+    /// The zone --statement-time is read in, as a UTC offset [default: +08:00, Beijing time, when
+    /// the gateways publish]
+    #[arg(long, env = "KASSA_STATEMENT_TIME_ZONE")]
+    pub statement_time_zone: Option<String>,
     #[command(flatten)]
     pub keys: KeysArgs,
     #[command(flatten)]
@@ -216,6 +225,9 @@ pub struct FileConfig {
     pub reconcile_interval_ms: Option<u64>,
     pub allowed_return_origins: Option<String>,
     pub time_zone: Option<String>,
+    /// The daily statement reconciliation (the flags of the same names).
+    pub statement_time: Option<String>,
+    pub statement_time_zone: Option<String>,
     /// Protection of a public storefront (the flags of the same names).
     pub max_open_orders_per_session: Option<u32>,
     pub rate_limits: Option<String>,
@@ -269,6 +281,8 @@ pub struct Settings {
     pub allowed_return_origins: Vec<Origin>,
     /// The shop's time zone (`--time-zone`).
     pub time_zone: time::UtcOffset,
+    /// When the daily statement reconciliation runs (`--statement-time`); `None`: off.
+    pub statement_schedule: Option<crate::workers::statements::Schedule>,
     /// How the storage engine runs ([`EngineConfig::from_env`]: switches for measuring).
     pub engine: EngineConfig,
 }
@@ -282,6 +296,28 @@ fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {
     let hint = || format!("--listen {listen:?} is not an address like 127.0.0.1:8080 or localhost:8080");
     let found: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(listen).with_context(hint)?.collect();
     found.iter().find(|a| a.is_ipv4()).or(found.first()).copied().with_context(hint)
+}
+
+/// `--statement-time` and `--statement-time-zone`.
+fn parse_schedule(
+    at: Option<&str>,
+    zone: Option<&str>,
+) -> anyhow::Result<Option<crate::workers::statements::Schedule>> {
+    use crate::workers::statements::{Schedule, parse_time_of_day};
+    let mut schedule = Schedule::default();
+    match at.map(str::trim) {
+        Some("off") => return Ok(None),
+        Some(at) => {
+            schedule.at_minutes =
+                parse_time_of_day(at).with_context(|| format!("--statement-time {at:?}: use HH:MM (10:00) or off"))?;
+        }
+        None => {}
+    }
+    if let Some(z) = zone {
+        schedule.offset = crate::http::i18n::parse_zone(z)
+            .with_context(|| format!("--statement-time-zone {z:?}: use UTC or an offset such as +08:00"))?;
+    }
+    Ok(Some(schedule))
 }
 
 /// `--allowed-return-origins`: a comma-separated list of origins (empty: none).
@@ -388,9 +424,14 @@ impl Settings {
             Some(z) => crate::http::i18n::parse_zone(z)
                 .with_context(|| format!("--time-zone {z:?}: use UTC or an offset such as +08:00"))?,
         };
+        let statement_schedule = parse_schedule(
+            args.statement_time.as_deref().or(file.statement_time.as_deref()),
+            args.statement_time_zone.as_deref().or(file.statement_time_zone.as_deref()),
+        )?;
         Ok(Settings {
             allowed_return_origins,
             time_zone,
+            statement_schedule,
             engine: EngineConfig::from_env()?,
             protection,
             gateways: file.gateways.clone(),

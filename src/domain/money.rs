@@ -161,20 +161,21 @@ impl Money {
 /// Stored minor units of a stored currency code in major units without the currency (`12.34`), as
 /// forms and exports take them; a row that no longer parses is shown raw rather than hidden.
 pub fn decimal_minor(amount_minor: i64, currency: &str) -> String {
-    Currency::parse(currency)
-        .ok()
-        .and_then(|c| Money::new(amount_minor, c).ok())
-        .map_or_else(|| amount_minor.to_string(), Money::decimal)
+    signed(amount_minor, currency, Money::decimal).unwrap_or_else(|| amount_minor.to_string())
+}
+
+/// `render` of the amount's size, with a minus sign when it is negative (a fee returned, a net
+/// below zero); `None` when the currency does not parse.
+fn signed(amount_minor: i64, currency: &str, render: fn(Money) -> String) -> Option<String> {
+    let c = Currency::parse(currency).ok()?;
+    let size = Money::new(amount_minor.checked_abs()?, c).ok()?;
+    Some(if amount_minor < 0 { format!("-{}", render(size)) } else { render(size) })
 }
 
 /// Renders stored minor units and a stored currency code for people (`12.34 CNY`); a row that no
 /// longer parses is shown raw rather than hidden.
 pub fn format_minor(amount_minor: i64, currency: &str) -> String {
-    Currency::parse(currency)
-        .ok()
-        .and_then(|c| Money::new(amount_minor, c).ok())
-        .map(|m| m.display_major())
-        .unwrap_or_else(|| format!("{amount_minor} {currency}"))
+    signed(amount_minor, currency, Money::display_major).unwrap_or_else(|| format!("{amount_minor} {currency}"))
 }
 
 #[cfg(test)]
@@ -184,6 +185,14 @@ mod tests {
 
     fn cny() -> Currency {
         Currency::parse("CNY").unwrap()
+    }
+
+    #[test]
+    fn negative_amounts_read_as_money_with_a_sign() {
+        assert_eq!(decimal_minor(-2, "CNY"), "-0.02");
+        assert_eq!(format_minor(-1250, "CNY"), "-12.50 CNY");
+        assert_eq!(format_minor(7, "JPY"), "7 JPY");
+        assert_eq!(decimal_minor(i64::MIN, "CNY"), i64::MIN.to_string());
     }
 
     #[test]

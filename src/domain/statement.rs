@@ -82,6 +82,9 @@ pub struct Ours {
     pub known_refs: BTreeMap<String, String>,
     /// Refund numbers kassa made at this gateway, with their order.
     pub known_refunds: BTreeMap<String, String>,
+    /// Payments and refunds of the day that another day's statement already showed (paid just
+    /// before midnight, heard of just after): not missing from this one.
+    pub settled_elsewhere: BTreeSet<(LineKind, String)>,
 }
 
 /// The kinds of disagreement, each with a stable code.
@@ -103,10 +106,12 @@ pub enum FindingKind {
     Duplicate,
     /// The statement's own summary disagrees with its lines.
     SummaryDiffers,
+    /// The file came but fails its hash or cannot be read: the day is not reconciled.
+    StatementUnreadable,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 8] = [
+    pub const ALL: [FindingKind; 9] = [
         FindingKind::PaidAtGatewayOnly,
         FindingKind::PaidInKassaOnly,
         FindingKind::AmountDiffers,
@@ -115,6 +120,7 @@ impl FindingKind {
         FindingKind::RefundInKassaOnly,
         FindingKind::Duplicate,
         FindingKind::SummaryDiffers,
+        FindingKind::StatementUnreadable,
     ];
 
     pub fn code(self) -> &'static str {
@@ -127,11 +133,37 @@ impl FindingKind {
             FindingKind::RefundInKassaOnly => "refund_in_kassa_only",
             FindingKind::Duplicate => "duplicate",
             FindingKind::SummaryDiffers => "summary_differs",
+            FindingKind::StatementUnreadable => "statement_unreadable",
         }
     }
 
     pub fn parse(code: &str) -> Option<FindingKind> {
         FindingKind::ALL.into_iter().find(|k| k.code() == code)
+    }
+
+    /// Whether money is at stake (a payment or refund one side has and the other has not, or a
+    /// different amount): raised as a critical alert, the rest as warnings.
+    pub fn is_critical(self) -> bool {
+        matches!(
+            self,
+            FindingKind::PaidAtGatewayOnly
+                | FindingKind::PaidInKassaOnly
+                | FindingKind::AmountDiffers
+                | FindingKind::CurrencyDiffers
+                | FindingKind::RefundAtGatewayOnly
+                | FindingKind::RefundInKassaOnly
+        )
+    }
+
+    /// The kind a record of another day's statement settles: a payment (refund) kassa has that
+    /// this day's statement lacks is not a finding once another day's statement shows it (paid
+    /// just before midnight, heard of just after).
+    pub fn settled_by_another_day(self) -> Option<LineKind> {
+        match self {
+            FindingKind::PaidInKassaOnly => Some(LineKind::Payment),
+            FindingKind::RefundInKassaOnly => Some(LineKind::Refund),
+            _ => None,
+        }
     }
 }
 
@@ -146,6 +178,19 @@ pub struct Finding {
     /// What kassa has, and what the statement says, for people.
     pub ours: String,
     pub theirs: String,
+}
+
+impl Finding {
+    /// The finding of a day whose file came but fails its hash or cannot be read.
+    pub fn unreadable(detail: &str) -> Finding {
+        Finding {
+            kind: FindingKind::StatementUnreadable,
+            subject: "file".to_string(),
+            order_no: None,
+            ours: "a statement that passes its hash and can be read".to_string(),
+            theirs: detail.to_string(),
+        }
+    }
 }
 
 /// A day's totals, one side's.
@@ -255,11 +300,23 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
     }
 
     let our_payments: BTreeMap<&str, &OurPayment> = ours.payments.iter().map(|p| (p.attempt_ref.as_str(), p)).collect();
-    for p in &ours.payments {
-        out.kassa.add(LineKind::Payment, p.amount_minor, 0);
+    // A payment or refund another day's statement showed belongs to that day, unless this one
+    // shows it too.
+    let elsewhere = |kind: LineKind, key: &str, seen: &BTreeMap<&str, &StatementLine>| {
+        !seen.contains_key(key) && ours.settled_elsewhere.contains(&(kind, key.to_string()))
+    };
+    let day_payments: Vec<&OurPayment> =
+        ours.payments.iter().filter(|p| !elsewhere(LineKind::Payment, &p.attempt_ref, &seen_payments)).collect();
+    let day_refunds: Vec<&OurRefund> =
+        ours.refunds.iter().filter(|r| !elsewhere(LineKind::Refund, &r.refund_no, &seen_refunds)).collect();
+    // kassa's fees are those the statement charged on kassa's own payments and refunds.
+    for p in &day_payments {
+        let fee = seen_payments.get(p.attempt_ref.as_str()).map_or(0, |l| l.fee_minor);
+        out.kassa.add(LineKind::Payment, p.amount_minor, fee);
     }
-    for r in &ours.refunds {
-        out.kassa.add(LineKind::Refund, r.amount_minor, 0);
+    for r in &day_refunds {
+        let fee = seen_refunds.get(r.refund_no.as_str()).map_or(0, |l| l.fee_minor);
+        out.kassa.add(LineKind::Refund, r.amount_minor, fee);
     }
     for (key, line) in &seen_payments {
         out.payment_fees.insert((*key).to_string(), line.fee_minor);
@@ -274,7 +331,7 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             Some(p) => out.findings.extend(differs(key, &p.order_no, p.amount_minor, &p.currency, line)),
         }
     }
-    for p in &ours.payments {
+    for p in &day_payments {
         if !seen_payments.contains_key(p.attempt_ref.as_str()) {
             out.findings.push(Finding {
                 kind: FindingKind::PaidInKassaOnly,
@@ -303,7 +360,7 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             Some(r) => out.findings.extend(differs(key, &r.order_no, r.amount_minor, &r.currency, line)),
         }
     }
-    for r in &ours.refunds {
+    for r in &day_refunds {
         if !seen_refunds.contains_key(r.refund_no.as_str()) {
             out.findings.push(Finding {
                 kind: FindingKind::RefundInKassaOnly,
@@ -338,6 +395,39 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
     out.findings.sort();
     out
 }
+
+/// The instants a statement day covers, `[from, to)` in milliseconds: midnight to midnight at the
+/// gateway's offset (Beijing time for WeChat Pay and Alipay, UTC for Stripe).
+pub fn day_window(day: time::Date, offset: time::UtcOffset) -> (i64, i64) {
+    let start = day.midnight().assume_offset(offset);
+    let from = start.unix_timestamp().saturating_mul(1000);
+    (from, from.saturating_add(DAY_MS))
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// The day a statement is due for at `now`: the gateway's previous day (at its offset), once the
+/// job's local time (at `job_offset`) has passed `job_at` (minutes after midnight); `None` before.
+pub fn due_day(
+    now_ms: i64,
+    job_at_minutes: u16,
+    job_offset: time::UtcOffset,
+    gateway_offset: time::UtcOffset,
+) -> Option<time::Date> {
+    let now = time::OffsetDateTime::from_unix_timestamp(now_ms.div_euclid(1000)).ok()?;
+    let local = now.to_offset(job_offset);
+    let minutes = u16::from(local.hour()) * 60 + u16::from(local.minute());
+    if minutes < job_at_minutes {
+        return None;
+    }
+    now.to_offset(gateway_offset).date().previous_day()
+}
+
+/// Most fetches of one day's statement before it is given up and alerted (every
+/// [`STATEMENT_RETRY_MS`]: twelve hours of tries).
+pub const STATEMENT_TRIES_MAX: i64 = 48;
+/// Time between fetches of a statement not published yet or not reachable.
+pub const STATEMENT_RETRY_MS: i64 = 15 * 60 * 1000;
 
 /// Yuan (or any two-decimal major unit) as written in a statement (`60.00`, `-0.27000`, `5`) in
 /// minor units, exactly: more decimals are allowed only as zeros (a fee printed with five).
@@ -438,7 +528,7 @@ mod tests {
         );
         assert_eq!(
             out.kassa,
-            Totals { count: 2, gross_minor: 8000, refunds_minor: 1000, fees_minor: 0, net_minor: 7000 }
+            Totals { count: 2, gross_minor: 8000, refunds_minor: 1000, fees_minor: 39, net_minor: 6961 }
         );
         assert_eq!(out.payment_fees["A_1"], 32);
         assert_eq!(out.refund_fees["RF1"], -5);
@@ -496,6 +586,49 @@ mod tests {
         for kind in FindingKind::ALL {
             assert_eq!(FindingKind::parse(kind.code()), Some(kind));
         }
+    }
+
+    #[test]
+    fn a_payment_another_days_statement_showed_is_not_missing_from_this_one() {
+        let statement = Statement { lines: vec![pay("A_1", "t1", 600, 4)], declared: None };
+        let mut ours = Ours {
+            payments: vec![ours_pay("A", "A_1", 600), ours_pay("B", "B_1", 900)],
+            settled_elsewhere: [(LineKind::Payment, "B_1".to_string()), (LineKind::Payment, "A_1".to_string())].into(),
+            ..Default::default()
+        };
+        let out = reconcile(&statement, &ours);
+        assert_eq!(out.findings, vec![]);
+        assert_eq!(out.kassa.count, 1);
+        assert_eq!(out.kassa.gross_minor, 600);
+        ours.settled_elsewhere.clear();
+        let out = reconcile(&statement, &ours);
+        assert_eq!(out.findings.len(), 1);
+        assert_eq!(out.findings[0].kind, FindingKind::PaidInKassaOnly);
+        assert_eq!(out.findings[0].subject, "B_1");
+    }
+
+    #[test]
+    fn a_beijing_day_starts_at_sixteen_utc_the_day_before() {
+        let day = time::macros::date!(2026 - 03 - 01);
+        let (from, to) = day_window(day, time::macros::offset!(+8));
+        assert_eq!(from, 1_772_294_400_000);
+        assert_eq!(to - from, DAY_MS);
+        let (utc_from, _) = day_window(day, time::UtcOffset::UTC);
+        assert_eq!(utc_from - from, 8 * 3_600_000);
+    }
+
+    #[test]
+    fn a_day_is_due_after_the_job_time_and_names_the_gateways_yesterday() {
+        let beijing = time::macros::offset!(+8);
+        // 2026-03-02 01:30 UTC = 09:30 in Beijing.
+        let now = time::macros::datetime!(2026 - 03 - 02 01:30 UTC).unix_timestamp() * 1000;
+        assert_eq!(due_day(now, 10 * 60, beijing, beijing), None);
+        assert_eq!(due_day(now, 9 * 60, beijing, beijing), Some(time::macros::date!(2026 - 03 - 01)));
+        // 2026-03-01 20:30 UTC is 04:30 on the 2nd in Beijing: a Beijing gateway's yesterday is the
+        // 1st, a UTC gateway's the 28th of February.
+        let evening = time::macros::datetime!(2026 - 03 - 01 20:30 UTC).unix_timestamp() * 1000;
+        assert_eq!(due_day(evening, 4 * 60, beijing, beijing), Some(time::macros::date!(2026 - 03 - 01)));
+        assert_eq!(due_day(evening, 4 * 60, beijing, time::UtcOffset::UTC), Some(time::macros::date!(2026 - 02 - 28)));
     }
 
     proptest::proptest! {

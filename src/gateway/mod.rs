@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::clock::Millis;
 use crate::domain::event::VerifiedEvent;
 pub use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
+use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -166,6 +167,29 @@ impl GatewayError {
 /// use): acknowledged, so the gateway stops resending it, and not stored.
 pub const IGNORED_EVENT: &str = "ignored_event";
 
+/// Why a day's statement could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum StatementError {
+    /// The gateway has not published that day's file yet: try again later.
+    #[error("not published yet: {0}")]
+    NotYet(String),
+    /// Not reached, or refused: try again later.
+    #[error("not fetched: {0}")]
+    Unavailable(String),
+    /// The file came but fails its hash or cannot be read.
+    #[error("unreadable: {0}")]
+    Unreadable(String),
+    /// This gateway publishes no statements kassa reads.
+    #[error("this gateway publishes no statements")]
+    Unsupported,
+}
+
+impl From<GatewayError> for StatementError {
+    fn from(e: GatewayError) -> Self {
+        StatementError::Unavailable(e.to_string())
+    }
+}
+
 pub trait Gateway: Send + Sync {
     fn name(&self) -> &'static str;
     /// The channels this gateway offers; the first is used when the checkout names none.
@@ -215,6 +239,16 @@ pub trait Gateway: Send + Sync {
     fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>>;
     /// Asks the gateway what became of a refund.
     fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>>;
+    /// The UTC offset the gateway's statement days are cut at (Beijing time for the Chinese
+    /// gateways); `None` when it publishes no statements kassa reads.
+    fn statement_offset(&self) -> Option<time::UtcOffset> {
+        None
+    }
+    /// Downloads and reads the gateway's statement of `day` (its trades, refunds and fees).
+    fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
+        let _ = day;
+        Box::pin(async { Err(StatementError::Unsupported) })
+    }
 }
 
 /// The configured gateways by name.
@@ -270,6 +304,24 @@ pub fn transport_error(e: &reqwest::Error) -> GatewayError {
         "request failed"
     };
     GatewayError::unavailable(kind)
+}
+
+/// Largest statement file kassa downloads (a ZIP, or a bill of up to a million lines).
+pub const STATEMENT_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// A response's body, refused once it grows past `max` bytes.
+pub async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, GatewayError> {
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err(GatewayError::unavailable(format!("the answer is larger than {max} bytes")));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(&e))? {
+        if body.len() + chunk.len() > max {
+            return Err(GatewayError::unavailable(format!("the answer is larger than {max} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Seconds since the epoch from milliseconds.

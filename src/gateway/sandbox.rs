@@ -12,10 +12,11 @@ use serde::Deserialize;
 
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, PaymentState,
-    RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, json_error_reply,
+    RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, json_error_reply,
 };
 use crate::clock::Millis;
 use crate::domain::event::{Outcome, VerifiedEvent};
+use crate::domain::statement::{self, Statement};
 use crate::domain::{Currency, Money};
 use crate::sandbox::Sandbox;
 
@@ -217,6 +218,18 @@ impl Gateway for SandboxGateway {
                 .refund(&req.attempt_ref, &req.refund_no, req.amount)
                 .await
                 .map_err(|e| GatewayError::unavailable(e.to_string()))
+        })
+    }
+
+    /// The sandbox's days are cut at UTC midnight; its statement is ready as soon as the day is.
+    fn statement_offset(&self) -> Option<time::UtcOffset> {
+        Some(time::UtcOffset::UTC)
+    }
+
+    fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
+        Box::pin(async move {
+            let (from, to) = statement::day_window(day, time::UtcOffset::UTC);
+            self.api.statement(from, to).await.map_err(|e| StatementError::Unavailable(e.to_string()))
         })
     }
 }

@@ -11,21 +11,22 @@ use futures_util::future::BoxFuture;
 
 use super::{
     AttemptKey, CloseOutcome, Gateway, GatewayError, Handed, HandoffRequest, Payer, PaymentState, RefundAnswer,
-    RefundQuery, RefundRequest, RefundState, Rejection, Reply,
+    RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError,
 };
 use crate::clock::Millis;
 use crate::domain::Currency;
 use crate::domain::event::VerifiedEvent;
+use crate::domain::statement::Statement;
 
 /// A gateway whose remote calls are timed.
 pub struct Timed(pub Arc<dyn Gateway>);
 
 /// Runs `call` and records how long it took.
-fn timed<'a, T: 'a>(
+fn timed<'a, T: 'a, E: 'a>(
     gateway: &'static str,
     operation: &'static str,
-    call: BoxFuture<'a, Result<T, GatewayError>>,
-) -> BoxFuture<'a, Result<T, GatewayError>> {
+    call: BoxFuture<'a, Result<T, E>>,
+) -> BoxFuture<'a, Result<T, E>> {
     let started = Instant::now();
     call.map(move |result| {
         let outcome = if result.is_ok() { "ok" } else { "error" };
@@ -89,5 +90,11 @@ impl Gateway for Timed {
     }
     fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>> {
         timed(self.name(), "query_refund", self.0.query_refund(req))
+    }
+    fn statement_offset(&self) -> Option<time::UtcOffset> {
+        self.0.statement_offset()
+    }
+    fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
+        timed(self.name(), "statement", self.0.statement(day))
     }
 }

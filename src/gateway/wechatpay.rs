@@ -15,12 +15,13 @@ use super::keys::{RsaSigner, RsaVerifier, aes_gcm_open, nonce};
 use super::wechat_keys::{self, KeyRing, PlatformKey, Source};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, Payer, PaymentState,
-    RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, format_at_offset, http_client, reject,
-    transport_error, unix_seconds,
+    RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, bills, format_at_offset,
+    http_client, reject, transport_error, unix_seconds,
 };
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
+use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
 
 pub const NAME: &str = "wechatpay";
@@ -296,6 +297,50 @@ impl WechatPay {
         Ok(Answer { status, body })
     }
 
+    /// Applies for a bill (`path?query`) and downloads it, its SHA-1 checked: the file, or `None`
+    /// when WeChat has no bill that day (nothing was traded).
+    async fn bill(&self, path: &str, query: &str) -> Result<Option<Vec<u8>>, StatementError> {
+        let r = self.call("GET", &format!("{path}?{query}"), None).await?;
+        match (r.status, r.code()) {
+            (200, _) => {}
+            (_, "NO_STATEMENT_EXIST") => return Ok(None),
+            (_, "STATEMENT_CREATING") => return Err(StatementError::NotYet(format!("wechatpay: {}", r.describe()))),
+            _ => return Err(StatementError::Unavailable(format!("wechatpay bill: {}", r.describe()))),
+        }
+        let (hash_type, hash, url) =
+            (text(&r.body, &["hash_type"]), text(&r.body, &["hash_value"]), text(&r.body, &["download_url"]));
+        if !hash_type.eq_ignore_ascii_case("SHA1") || hash.is_empty() || url.is_empty() {
+            return Err(StatementError::Unavailable(format!(
+                "wechatpay bill: the answer names no SHA1 hash and download link ({hash_type:?})"
+            )));
+        }
+        let link = reqwest::Url::parse(url)
+            .map_err(|_| StatementError::Unavailable("wechatpay bill: the download link does not parse".into()))?;
+        let signed = match link.query() {
+            Some(q) => format!("{}?{q}", link.path()),
+            None => link.path().to_string(),
+        };
+        // The download is signed like any request; its answer carries no signature: the hash
+        // stands for it.
+        let response = self
+            .http
+            .get(link.clone())
+            .header("Authorization", self.authorization("GET", &signed, ""))
+            .header("Accept", "*/*")
+            .send()
+            .await
+            .map_err(|e| StatementError::from(transport_error(&e)))?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            return Err(StatementError::Unavailable(format!("wechatpay bill download answered {status}")));
+        }
+        let bytes = super::read_limited(response, super::STATEMENT_BYTES_MAX).await?;
+        if !bills::sha1_matches(&bytes, hash) {
+            return Err(StatementError::Unreadable(format!("the bill of {query} fails its SHA-1 hash")));
+        }
+        Ok(Some(bytes))
+    }
+
     fn core_fields(&self, req: &HandoffRequest) -> Value {
         let description: String = req.subject.chars().take(127).collect();
         json!({
@@ -382,6 +427,11 @@ impl WechatPay {
             raw_body: t.to_string().into_bytes(),
         })
     }
+}
+
+/// A bill's day as WeChat writes it: `2026-12-01`.
+fn bill_date(day: time::Date) -> String {
+    crate::workers::statements::format_day(day)
 }
 
 fn payer_openid(payer: &Payer) -> Result<&str, GatewayError> {
@@ -629,6 +679,22 @@ impl Gateway for WechatPay {
                 GatewayError::Invalid { message, .. } => Ok(RefundAnswer::Rejected { reason: message }),
                 e => Err(e),
             }
+        })
+    }
+
+    /// Beijing time: WeChat's bill of a day covers its midnight to midnight.
+    fn statement_offset(&self) -> Option<time::UtcOffset> {
+        time::UtcOffset::from_hms(8, 0, 0).ok()
+    }
+
+    /// The trade bill (`bill_type=ALL`) of `day`: applied for, downloaded at once (the link is
+    /// short-lived), its SHA-1 checked, then read.
+    fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
+        Box::pin(async move {
+            let bytes = self.bill("/v3/bill/tradebill", &format!("bill_date={}&bill_type=ALL", bill_date(day))).await?;
+            let Some(bytes) = bytes else { return Ok(Statement::default()) };
+            bills::parse_wechat_trade_bill(&bytes)
+                .map_err(|e| StatementError::Unreadable(format!("the trade bill: {e}")))
         })
     }
 

@@ -287,6 +287,7 @@ const ORDERS_CSV_HEADER: &[&str] = &[
     "merchant_reference",
     "lines",
     "metadata",
+    "fee",
 ];
 
 pub(super) async fn orders_csv(
@@ -320,6 +321,7 @@ pub(super) async fn orders_csv(
                         cell(s.merchant_reference.as_deref().unwrap_or_default()),
                         cell(&lines.join("; ")),
                         if s.metadata.is_empty() { String::new() } else { cell(&json!(s.metadata).to_string()) },
+                        o.fee_minor.map(|f| major(f, &s.currency)).unwrap_or_default(),
                     ]
                 })
                 .collect();
@@ -342,6 +344,7 @@ const REFUNDS_CSV_HEADER: &[&str] = &[
     "gateway_txn_id",
     "merchant_reference",
     "reason",
+    "fee",
 ];
 
 pub(super) async fn refunds_csv(
@@ -374,6 +377,7 @@ pub(super) async fn refunds_csv(
                         cell(r.gateway_txn_id.as_deref().unwrap_or_default()),
                         cell(r.merchant_reference.as_deref().unwrap_or_default()),
                         cell(&r.reason),
+                        r.fee_minor.map(|f| major(f, &r.currency)).unwrap_or_default(),
                     ]
                 })
                 .collect();

@@ -14,6 +14,7 @@ pub mod pages;
 pub mod qr;
 pub mod schema;
 pub mod server;
+pub mod statements;
 
 pub use openapi::{Content, RouteDoc};
 
@@ -353,6 +354,7 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     all.extend(pages::routes());
     all.extend(admin::routes());
     all.extend(admin_catalog::routes());
+    all.extend(statements::routes());
     if with_sandbox {
         all.extend(crate::sandbox::http::routes());
     }

@@ -383,6 +383,13 @@ pub fn page_cursor() -> RefOr<Schema> {
     schema_of(json!({"type": "string", "description": "the previous page's next_cursor (invalid_cursor otherwise)"}))
 }
 
+pub fn statement_note() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": "string", "minLength": 1, "maxLength": super::statements::NOTE_LEN_MAX, "pattern": printable_pattern(true),
+        "description": "what was done about the finding; printable characters"
+    }))
+}
+
 pub fn message_status() -> RefOr<Schema> {
     schema_of(json!({"type": "string", "enum": ["pending", "delivered", "dead", ""], "description": "empty: any"}))
 }
@@ -429,6 +436,7 @@ mod tests {
             page_limit,
             page_cursor,
             message_status,
+            statement_note,
         ] {
             f();
         }

@@ -25,9 +25,10 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::json;
 
 use crate::args;
-use crate::clock::SharedClock;
+use crate::clock::{Millis, SharedClock};
 use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::domain::event::{Outcome, VerifiedEvent};
+use crate::domain::statement::{LineKind, STATEMENT_LINES_MAX, Statement, StatementLine};
 use crate::domain::{Currency, Money};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
@@ -466,6 +467,58 @@ impl Sandbox {
         })
     }
 
+    /// The sandbox's statement of the instants `[from, to)`: its payments that succeeded and its
+    /// refunds made then, each with the sandbox's fee (0.6 %, rounded half up; a refund returns
+    /// its share), as a real gateway's daily file has them.
+    pub async fn statement(&self, from: Millis, to: Millis) -> Result<Statement> {
+        let payments = sql::query(
+            "SELECT attempt_ref, txn_id, amount_minor, currency FROM sandbox_payments \
+             WHERE status = 'succeeded' AND updated_at >= $1 AND updated_at < $2 ORDER BY updated_at, attempt_ref",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(self.db.read_pool())
+        .await?;
+        let refunds = sql::query(
+            "SELECT r.refund_no, r.attempt_ref, r.amount_minor, r.event_id, p.currency FROM sandbox_refunds r \
+             JOIN sandbox_payments p ON p.attempt_ref = r.attempt_ref \
+             WHERE r.created_at >= $1 AND r.created_at < $2 ORDER BY r.created_at, r.refund_no",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(self.db.read_pool())
+        .await?;
+        let mut lines = Vec::with_capacity(payments.len() + refunds.len());
+        for p in &payments {
+            let amount: i64 = col(p, "amount_minor")?;
+            lines.push(StatementLine {
+                kind: LineKind::Payment,
+                merchant_ref: col(p, "attempt_ref")?,
+                gateway_txn_id: col::<Option<String>>(p, "txn_id")?.unwrap_or_default(),
+                refund_no: None,
+                amount_minor: amount,
+                fee_minor: sandbox_fee(amount),
+                currency: col(p, "currency")?,
+            });
+        }
+        for r in &refunds {
+            let amount: i64 = col(r, "amount_minor")?;
+            lines.push(StatementLine {
+                kind: LineKind::Refund,
+                merchant_ref: col(r, "attempt_ref")?,
+                gateway_txn_id: col(r, "event_id")?,
+                refund_no: Some(col(r, "refund_no")?),
+                amount_minor: amount,
+                fee_minor: -sandbox_fee(amount),
+                currency: col(r, "currency")?,
+            });
+        }
+        if lines.len() > STATEMENT_LINES_MAX {
+            return Err(Error::internal(format!("the sandbox's statement has more than {STATEMENT_LINES_MAX} lines")));
+        }
+        Ok(Statement { lines, declared: None })
+    }
+
     /// The merchant asks what became of a refund.
     pub async fn query_refund(&self, attempt_ref: &str, refund_no: &str) -> Result<RefundState> {
         let found: Option<String> = sql::query_scalar("SELECT attempt_ref FROM sandbox_refunds WHERE refund_no = $1")
@@ -602,4 +655,9 @@ impl Sandbox {
             .fetch_one(self.db.read_pool())
             .await
     }
+}
+
+/// The sandbox's fee on an amount: 0.6 %, rounded half up.
+pub fn sandbox_fee(amount_minor: i64) -> i64 {
+    amount_minor.saturating_mul(6).saturating_add(500) / 1000
 }

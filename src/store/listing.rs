@@ -171,6 +171,8 @@ pub struct OrderExport {
     pub summary: OrderSummary,
     pub attempt_ref: Option<String>,
     pub gateway_txn_id: Option<String>,
+    /// The gateway's fee on the capturing payment, once a statement showed it.
+    pub fee_minor: Option<i64>,
     /// `(sku, quantity)` in line order.
     pub lines: Vec<(String, i64)>,
 }
@@ -184,7 +186,7 @@ pub async fn export_orders(
     limit: i64,
 ) -> Result<Page<OrderExport>> {
     let sql = format!(
-        "SELECT {ORDER_COLUMNS}, a.gateway_txn_id FROM orders o \
+        "SELECT {ORDER_COLUMNS}, a.gateway_txn_id, a.fee_minor FROM orders o \
          LEFT JOIN payment_attempts a ON a.attempt_ref = o.captured_attempt_ref \
          WHERE {ORDER_FILTER} ORDER BY o.created_at DESC, o.order_no DESC LIMIT $9"
     );
@@ -198,6 +200,7 @@ pub async fn export_orders(
                 summary: order_summary(r)?,
                 attempt_ref: col(r, "captured_attempt_ref")?,
                 gateway_txn_id: col(r, "gateway_txn_id")?,
+                fee_minor: col(r, "fee_minor")?,
                 lines: Vec::new(),
             })
         })
@@ -238,6 +241,8 @@ pub struct RefundExport {
     pub gateway: String,
     pub gateway_txn_id: Option<String>,
     pub merchant_reference: Option<String>,
+    /// The gateway's fee on the refund (negative: returned), once a statement showed it.
+    pub fee_minor: Option<i64>,
     pub created_at_ms: Millis,
     pub updated_at_ms: Millis,
 }
@@ -253,7 +258,7 @@ pub async fn export_refunds(
     let (at, key) = cursor.map_or((Millis::MAX, String::new()), |c| (c.at, c.key.clone()));
     let rows = sql::query(
         "SELECT r.refund_no, r.order_no, r.status, r.kind, r.amount_minor, r.currency, r.reason, r.attempt_ref, \
-         r.created_at, r.updated_at, a.gateway, a.gateway_txn_id, o.merchant_reference \
+         r.created_at, r.updated_at, r.fee_minor, a.gateway, a.gateway_txn_id, o.merchant_reference \
          FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref JOIN orders o ON o.order_no = r.order_no \
          WHERE r.created_at >= $1 AND r.created_at < $2 AND (r.created_at < $3 OR (r.created_at = $3 AND r.refund_no < $4)) \
          ORDER BY r.created_at DESC, r.refund_no DESC LIMIT $5",
@@ -280,6 +285,7 @@ pub async fn export_refunds(
                 gateway: col(r, "gateway")?,
                 gateway_txn_id: col(r, "gateway_txn_id")?,
                 merchant_reference: col(r, "merchant_reference")?,
+                fee_minor: col(r, "fee_minor")?,
                 created_at_ms: col(r, "created_at")?,
                 updated_at_ms: col(r, "updated_at")?,
             })

@@ -25,6 +25,7 @@ const SQLITE: &[Migration] = &[
     (11, "0011_abuse_limits", include_str!("../../migrations/sqlite/0011_abuse_limits.sql")),
     (12, "0012_shop_references", include_str!("../../migrations/sqlite/0012_shop_references.sql")),
     (13, "0013_shipping_reports", include_str!("../../migrations/sqlite/0013_shipping_reports.sql")),
+    (14, "0014_statements", include_str!("../../migrations/sqlite/0014_statements.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -41,6 +42,7 @@ const POSTGRES: &[Migration] = &[
     (11, "0011_abuse_limits", include_str!("../../migrations/postgres/0011_abuse_limits.sql")),
     (12, "0012_shop_references", include_str!("../../migrations/postgres/0012_shop_references.sql")),
     (13, "0013_shipping_reports", include_str!("../../migrations/postgres/0013_shipping_reports.sql")),
+    (14, "0014_statements", include_str!("../../migrations/postgres/0014_statements.sql")),
 ];
 
 impl Db {

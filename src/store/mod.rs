@@ -25,6 +25,7 @@ pub mod retention;
 pub mod settings;
 pub mod shipping;
 pub mod sql;
+pub mod statements;
 pub mod views;
 
 use std::sync::Arc;

@@ -30,6 +30,10 @@ pub struct RefundView {
     pub currency: String,
     pub reason: String,
     pub kind: String,
+    /// The gateway's fee returned (negative) or charged on this refund, from its statement
+    /// (absent until a statement showed the refund).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fee_minor: Option<i64>,
     pub created_at: String,
 }
 
@@ -49,11 +53,13 @@ fn view(r: &sql::Row) -> Result<RefundView> {
         currency: col(r, "currency")?,
         reason: col(r, "reason")?,
         kind: col(r, "kind")?,
+        fee_minor: col(r, "fee_minor")?,
         created_at: rfc3339(col(r, "created_at")?),
     })
 }
 
-const COLUMNS: &str = "refund_no, order_no, attempt_ref, status, amount_minor, currency, reason, kind, created_at";
+const COLUMNS: &str =
+    "refund_no, order_no, attempt_ref, status, amount_minor, currency, reason, kind, fee_minor, created_at";
 
 pub async fn list_for_order(db: &Db, order_no: &str) -> Result<Vec<RefundView>> {
     let rows = sql::query(&format!("SELECT {COLUMNS} FROM refunds WHERE order_no = $1 ORDER BY created_at, refund_no"))

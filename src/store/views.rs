@@ -49,6 +49,10 @@ pub struct AttemptView {
     pub currency: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway_txn_id: Option<String>,
+    /// The gateway's fee on this payment, from its statement (admin view only; absent until a
+    /// statement showed the payment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fee_minor: Option<i64>,
     pub created_at: String,
 }
 
@@ -145,7 +149,8 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
         })
         .collect::<Result<Vec<_>>>()?;
     let attempts = sql::query(
-        "SELECT attempt_ref, status, gateway, channel, amount_minor, currency, gateway_txn_id, created_at FROM payment_attempts WHERE order_no = $1 ORDER BY seq",
+        "SELECT attempt_ref, status, gateway, channel, amount_minor, currency, gateway_txn_id, fee_minor, created_at \
+         FROM payment_attempts WHERE order_no = $1 ORDER BY seq",
     )
     .bind(order_no)
     .fetch_all(pool)
@@ -160,6 +165,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
             amount_minor: col(r, "amount_minor")?,
             currency: col(r, "currency")?,
             gateway_txn_id: col(r, "gateway_txn_id")?,
+            fee_minor: if with_events { col(r, "fee_minor")? } else { None },
             created_at: rfc3339(col(r, "created_at")?),
         })
     })

@@ -8,6 +8,7 @@ pub mod reconciler;
 pub mod refunds;
 pub mod retention;
 pub mod shipping;
+pub mod statements;
 pub mod sweeper;
 
 use std::future::Future;

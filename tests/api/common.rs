@@ -210,6 +210,7 @@ impl TestApp {
                 .map(|o| kassa::domain::shop::Origin::parse(o).expect("origin"))
                 .collect(),
             time_zone: opts.time_zone,
+            statement_schedule: None,
             engine: kassa::store::engine::EngineConfig::default(),
         };
         let manual = opts.manual_clock.then(ManualClock::default);

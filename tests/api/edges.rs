@@ -184,6 +184,7 @@ fn test_settings(t: &TestApp) -> kassa::config::Settings {
         protection: crate::common::test_protection(),
         allowed_return_origins: Vec::new(),
         time_zone: time::UtcOffset::UTC,
+        statement_schedule: None,
     }
 }
 

@@ -125,6 +125,16 @@ pub struct Ledger {
     /// Shipping uploads accepted (the bodies), and every upload's answer code.
     pub shipping: Vec<Value>,
     pub shipping_answers: Vec<i64>,
+    /// WeChat: the trade bills published, by `bill_date`: the file and the hash announced with it
+    /// (`None`: the file's own SHA-1).
+    pub wechat_bills: HashMap<String, (Vec<u8>, Option<String>)>,
+    /// WeChat: the error code a bill application answers, by `bill_date` (else, with no bill
+    /// published, `NO_STATEMENT_EXIST`).
+    pub wechat_bill_errors: HashMap<String, &'static str>,
+    /// WeChat: bill files downloaded.
+    pub bill_downloads: usize,
+    /// The fake's own address (for the links it hands out).
+    pub base_url: String,
 }
 
 pub type Shared = Arc<Mutex<Ledger>>;
@@ -710,7 +720,67 @@ async fn wechat_refund_query(
     }
 }
 
+/// `GET /v3/bill/tradebill?bill_date=…&bill_type=ALL`: the hash and a short-lived link.
+async fn wechat_tradebill(
+    State(ledger): State<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let query = query.unwrap_or_default();
+    if !wechat_authorized(&headers, "GET", &format!("/v3/bill/tradebill?{query}"), "") {
+        lock(&ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let params: HashMap<String, String> = serde_urlencoded::from_str(&query).unwrap_or_default();
+    let date = params.get("bill_date").cloned().unwrap_or_default();
+    if params.get("bill_type").map(String::as_str) != Some("ALL")
+        || time::Date::parse(&date, &time::format_description::well_known::Iso8601::DATE).is_err()
+    {
+        return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
+    }
+    let l = lock(&ledger);
+    if let Some(code) = l.wechat_bill_errors.get(&date) {
+        return wechat_error(StatusCode::BAD_REQUEST, code);
+    }
+    let Some((bytes, hash)) = l.wechat_bills.get(&date) else {
+        return wechat_error(StatusCode::BAD_REQUEST, "NO_STATEMENT_EXIST");
+    };
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, bytes);
+    let hash = hash.clone().unwrap_or_else(|| hex::encode(digest.as_ref()).to_ascii_uppercase());
+    let url = format!("{}/v3/billdownload/file?token={date}", l.base_url);
+    wechat_answer(StatusCode::OK, Some(json!({"hash_type": "SHA1", "hash_value": hash, "download_url": url})))
+}
+
+/// `GET /v3/billdownload/file?token=…`: the file, unsigned.
+async fn wechat_billdownload(
+    State(ledger): State<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let query = query.unwrap_or_default();
+    if !wechat_authorized(&headers, "GET", &format!("/v3/billdownload/file?{query}"), "") {
+        lock(&ledger).bad_signatures += 1;
+        return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
+    }
+    let date = query.strip_prefix("token=").unwrap_or_default().to_string();
+    let mut l = lock(&ledger);
+    l.bill_downloads += 1;
+    match l.wechat_bills.get(&date) {
+        Some((bytes, _)) => {
+            (StatusCode::OK, [("content-type", "application/octet-stream")], bytes.clone()).into_response()
+        }
+        None => wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS"),
+    }
+}
+
 impl FakeWechat {
+    /// Publishes the trade bill of `date`, announced with `hash` (`None`: its true SHA-1).
+    pub fn publish_bill(&self, date: &str, text: &str, hash: Option<&str>) {
+        let mut l = lock(&self.ledger);
+        l.wechat_bill_errors.remove(date);
+        l.wechat_bills.insert(date.to_string(), (text.as_bytes().to_vec(), hash.map(str::to_string)));
+    }
+
     pub async fn start() -> FakeWechat {
         let ledger: Shared = Arc::default();
         let router = Router::new()
@@ -739,8 +809,12 @@ impl FakeWechat {
             .route("/v3/certificates", get(wechat_certificates))
             .route("/cgi-bin/stable_token", post(mini_stable_token))
             .route("/wxa/sec/order/upload_shipping_info", post(mini_upload_shipping))
+            .route("/v3/bill/tradebill", get(wechat_tradebill))
+            .route("/v3/billdownload/file", get(wechat_billdownload))
             .with_state(ledger.clone());
-        FakeWechat { url: serve(router).await, ledger }
+        let url = serve(router).await;
+        lock(&ledger).base_url = url.clone();
+        FakeWechat { url, ledger }
     }
 
     pub fn config(&self) -> WechatPayConfig {

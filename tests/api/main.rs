@@ -24,4 +24,5 @@ mod pages;
 mod rolling;
 mod schema;
 mod shipping;
+mod statements;
 mod store;

@@ -84,13 +84,17 @@ async fn sqlite_facts(pool: kassa::store::Reader<'_>) -> Facts {
                 }
             }
         }
-        let fks = sql::query("SELECT \"from\", \"table\", \"to\" FROM pragma_foreign_key_list($1)")
-            .bind(table)
-            .fetch_all(pool)
-            .await
-            .unwrap();
+        // A key of several columns is one fact, its columns in order (as PostgreSQL lists them).
+        let fks = sql::query(
+            "SELECT \"table\", group_concat(\"from\", ', ') AS cols, group_concat(\"to\", ', ') AS parent_cols \
+             FROM (SELECT * FROM pragma_foreign_key_list($1) ORDER BY id, seq) GROUP BY id",
+        )
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .unwrap();
         for f in &fks {
-            let (from, parent, to): (String, String, String) = (f.get("from"), f.get("table"), f.get("to"));
+            let (from, parent, to): (String, String, String) = (f.get("cols"), f.get("table"), f.get("parent_cols"));
             facts.insert(format!("foreign key {table}.{from} -> {parent}.{to}"));
         }
         let sql: String = sql::query_scalar("SELECT sql FROM sqlite_schema WHERE name = $1")
@@ -136,7 +140,7 @@ async fn postgres_facts(pool: kassa::store::Reader<'_>) -> Facts {
             if nullable == "NO" { "not null" } else { "null" }
         ));
     }
-    // Constraints: primary keys, unique, foreign keys (one column each in kassa) and checks.
+    // Constraints: primary keys, unique, foreign keys and checks.
     let constraints = sql::query(
         "SELECT CAST(t.relname AS TEXT) AS t, CAST(c.contype AS TEXT) AS kind, \
          CAST(COALESCE(p.relname, '') AS TEXT) AS parent, \
@@ -233,7 +237,7 @@ async fn both_migration_folders_build_the_same_schema() {
 /// The rows of an order in flight, as an older kassa left them: a SKU with one unit held, a
 /// session, its frozen basket, the pending order, its reservation, attempt and log row.
 /// The schema version this kassa migrates to.
-pub const LATEST: i64 = 13;
+pub const LATEST: i64 = 14;
 
 #[test]
 fn latest_is_the_last_migration() {

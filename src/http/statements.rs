@@ -1,0 +1,461 @@
+//! Statement reconciliation for people and programs: the admin API's days, findings, a day run on
+//! demand and a day's report as CSV; the console's pages of the same (`workers::statements` does
+//! the work, `store::statements` keeps it).
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{MethodRouter, get, post};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::admin::Operator;
+use super::{Admin, ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render, schema};
+use crate::domain::money::{decimal_minor, format_minor};
+use crate::error::{Error, Result};
+use crate::store::statements::{self as days, StatementDaySummary, StatementDayView, StatementFindingView};
+use crate::workers::statements::{DayRun, format_day, parse_day, run_day};
+
+/// Longest note an operator leaves on a resolved finding.
+pub const NOTE_LEN_MAX: usize = 500;
+/// Longest gateway name in a path.
+const GATEWAY_LEN_MAX: usize = 32;
+
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let op = RouteDoc::new;
+    let page = |method, path, summary| {
+        RouteDoc::page(method, path, summary, "admin console").answer(200, "HTML page", Content::Other("text/html"))
+    };
+    let form = |method, path, summary| {
+        RouteDoc::page(method, path, summary, "admin console").answer(303, "back to the day's page", Content::Empty)
+    };
+    vec![
+        (
+            op("get", "/api/v1/admin/statements", "Statement days, newest first, with both sides' totals", "admin", Auth::Admin)
+                .query::<DaysQuery>()
+                .ok::<StatementDayList>(200, "the days"),
+            get(list_days),
+        ),
+        (
+            op(
+                "get",
+                "/api/v1/admin/statements/{gateway}/{day}",
+                "One gateway's statement day: its state, both sides' totals and its findings",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<StatementDayView>(200, "the day")
+            .errors(404, &["not_found"]),
+            get(get_day),
+        ),
+        (
+            op(
+                "post",
+                "/api/v1/admin/statements/{gateway}/{day}/run",
+                "Fetch the gateway's statement of the day and reconcile it now (idempotent: findings are kept once and closed when they no longer hold)",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<DayRun>(200, "what the run did; result waiting or unreadable when the file was not had or not read")
+            .errors(404, &["not_found"])
+            .errors(409, &["day_not_over"])
+            .errors(422, &["no_statements"]),
+            post(run),
+        ),
+        (
+            op(
+                "get",
+                "/api/v1/admin/statements/{gateway}/{day}/report.csv",
+                "A statement day as CSV: both sides' totals, then every finding",
+                "admin",
+                Auth::Admin,
+            )
+            .answer(200, "the day's report", Content::Other("text/csv"))
+            .errors(404, &["not_found"]),
+            get(report_csv),
+        ),
+        (
+            op(
+                "post",
+                "/api/v1/admin/statement-findings/{id}/resolve",
+                "Mark a statement finding resolved, with a note saying what was done",
+                "admin",
+                Auth::Admin,
+            )
+            .body::<ResolveBody>("the note")
+            .ok::<StatementFindingView>(200, "the finding, resolved")
+            .errors(404, &["not_found"]),
+            post(resolve),
+        ),
+        (page("get", "/admin/statements", "Admin console: statement days of every gateway"), get(days_page)),
+        (
+            page(
+                "get",
+                "/admin/statements/{gateway}/{day}",
+                "Admin console: a statement day with the totals side by side and its findings",
+            ),
+            get(day_page),
+        ),
+        (
+            form("post", "/admin/statements/{gateway}/{day}/run", "Admin console: reconcile a statement day now"),
+            post(run_form),
+        ),
+        (form("post", "/admin/statements/run", "Admin console: reconcile a chosen day now"), post(run_chosen)),
+        (
+            form("post", "/admin/statement-findings/{id}/resolve", "Admin console: resolve a finding with a note"),
+            post(resolve_form),
+        ),
+    ]
+}
+
+/// The filters of the list of days.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DaysQuery {
+    /// Days of this gateway only.
+    #[param(schema_with = schema::filter_text)]
+    gateway: Option<String>,
+    /// Days to list, newest first (1-200, default 30).
+    #[param(schema_with = schema::page_limit)]
+    limit: Option<String>,
+}
+
+/// Statement days, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatementDayList {
+    pub days: Vec<StatementDaySummary>,
+}
+
+/// How a finding was resolved.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveBody {
+    #[schema(schema_with = schema::statement_note)]
+    note: String,
+}
+
+/// Days listed when the query names no limit.
+const DAYS_DEFAULT: i64 = 30;
+
+async fn list_days(
+    State(state): State<AppState>,
+    _admin: Admin,
+    query: std::result::Result<Query<DaysQuery>, QueryRejection>,
+) -> Result<Response> {
+    let Query(query) = query.map_err(|e| Error::invalid("invalid_filter", e.body_text()))?;
+    let limit = query.limit.as_deref().and_then(|l| l.trim().parse::<i64>().ok()).unwrap_or(DAYS_DEFAULT);
+    let gateway = query.gateway.as_deref().map(str::trim).filter(|g| !g.is_empty());
+    let days = days::days(&state.db, gateway, limit).await?;
+    Ok(axum::Json(StatementDayList { days }).into_response())
+}
+
+/// A path's gateway and day, read: `None` when either cannot name a statement day.
+fn read_day(gateway: &str, day: &str) -> Option<(String, time::Date)> {
+    let ok = !gateway.is_empty() && gateway.len() <= GATEWAY_LEN_MAX && gateway.bytes().all(|b| b.is_ascii_lowercase());
+    let day = parse_day(day)?;
+    ok.then(|| (gateway.to_string(), day))
+}
+
+async fn stored_day(state: &AppState, gateway: &str, day: &str) -> Result<StatementDayView> {
+    let (gateway, day) = read_day(gateway, day).ok_or_else(|| Error::not_found("statement day"))?;
+    days::day(&state.db, &gateway, &format_day(day)).await?.ok_or_else(|| Error::not_found("statement day"))
+}
+
+async fn get_day(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path((gateway, day)): Path<(String, String)>,
+) -> Result<Response> {
+    Ok(axum::Json(stored_day(&state, &gateway, &day).await?).into_response())
+}
+
+/// Runs a day now: the gateway must be configured here and publish statements, and the day over
+/// in the gateway's own time.
+async fn run_flow(state: &AppState, gateway: &str, day: &str) -> Result<DayRun> {
+    let (gateway, day) = read_day(gateway, day).ok_or_else(|| Error::not_found("statement day"))?;
+    let g = state.gateways.get(&gateway).ok_or_else(|| Error::not_found("gateway"))?;
+    let Some(offset) = g.statement_offset() else {
+        return Err(Error::unprocessable(
+            "no_statements",
+            format!("the {gateway} gateway publishes no statements kassa reads"),
+        ));
+    };
+    let (_, end) = crate::domain::statement::day_window(day, offset);
+    if end > state.now_ms() {
+        return Err(Error::conflict(
+            "day_not_over",
+            format!("{} is not over yet in {gateway}'s time; its statement comes the day after", format_day(day)),
+        ));
+    }
+    run_day(&state.db, g.as_ref(), day, 1, &state.clock).await
+}
+
+async fn run(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path((gateway, day)): Path<(String, String)>,
+) -> Result<Response> {
+    Ok(axum::Json(run_flow(&state, &gateway, &day).await?).into_response())
+}
+
+/// Reads and checks a note.
+fn read_note(note: &str) -> Result<String> {
+    let note = note.trim();
+    if note.is_empty() || note.chars().count() > NOTE_LEN_MAX || note.chars().any(char::is_control) {
+        return Err(Error::unprocessable(
+            "invalid_note",
+            format!("a note is 1-{NOTE_LEN_MAX} printable characters saying what was done"),
+        ));
+    }
+    Ok(note.to_string())
+}
+
+async fn resolve(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ResolveBody>,
+) -> Result<Response> {
+    let id: i64 = id.parse().map_err(|_| Error::not_found("finding"))?;
+    let note = read_note(&body.note)?;
+    let found =
+        days::resolve(&state.db, id, &note, state.now_ms()).await?.ok_or_else(|| Error::not_found("finding"))?;
+    Ok(axum::Json(found).into_response())
+}
+
+const REPORT_HEADER: &[&str] = &[
+    "section",
+    "gateway",
+    "day",
+    "side_or_kind",
+    "subject",
+    "order_no",
+    "count",
+    "gross",
+    "refunds",
+    "fees",
+    "net",
+    "kassa",
+    "statement",
+    "state",
+    "note",
+];
+
+/// A text cell a spreadsheet will not run as a formula.
+fn cell(text: &str) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{text}") } else { text.to_string() }
+}
+
+/// The day's report: a row per side's totals, then a row per finding.
+fn report(day: &StatementDayView) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let failed = |e: csv::Error| Error::internal(format!("writing the report: {e}"));
+    w.write_record(REPORT_HEADER).map_err(failed)?;
+    let money = |minor: i64| decimal_minor(minor, &day.currency);
+    for (side, t) in [("gateway", &day.gateway_totals), ("kassa", &day.kassa_totals)] {
+        w.write_record([
+            "totals",
+            &day.gateway,
+            &day.day,
+            side,
+            &day.currency,
+            "",
+            &t.count.to_string(),
+            &money(t.gross_minor),
+            &money(t.refunds_minor),
+            &money(t.fees_minor),
+            &money(t.net_minor),
+            "",
+            "",
+            &day.status,
+            "",
+        ])
+        .map_err(failed)?;
+    }
+    for f in &day.findings {
+        w.write_record([
+            "finding",
+            &day.gateway,
+            &day.day,
+            &f.kind,
+            &cell(&f.subject),
+            f.order_no.as_deref().unwrap_or(""),
+            "",
+            "",
+            "",
+            "",
+            "",
+            &cell(&f.ours),
+            &cell(&f.theirs),
+            &f.state,
+            &cell(f.note.as_deref().unwrap_or("")),
+        ])
+        .map_err(failed)?;
+    }
+    w.into_inner().map_err(|e| Error::internal(format!("writing the report: {}", e.error())))
+}
+
+async fn report_csv(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path((gateway, day)): Path<(String, String)>,
+) -> Result<Response> {
+    let view = stored_day(&state, &gateway, &day).await?;
+    let body = report(&view)?;
+    let disposition = format!("attachment; filename=\"statement-{}-{}.csv\"", view.gateway, view.day);
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (header::CONTENT_DISPOSITION, disposition)],
+        body,
+    )
+        .into_response())
+}
+
+/// A side's totals as the console shows them.
+pub struct TotalsRow {
+    pub side: &'static str,
+    pub count: i64,
+    pub gross: String,
+    pub refunds: String,
+    pub fees: String,
+    pub net: String,
+}
+
+fn totals_rows(day: &StatementDayView) -> Vec<TotalsRow> {
+    let m = |minor: i64| format_minor(minor, &day.currency);
+    [("Gateway", &day.gateway_totals), ("kassa", &day.kassa_totals)]
+        .into_iter()
+        .map(|(side, t)| TotalsRow {
+            side,
+            count: t.count,
+            gross: m(t.gross_minor),
+            refunds: m(t.refunds_minor),
+            fees: m(t.fees_minor),
+            net: m(t.net_minor),
+        })
+        .collect()
+}
+
+#[derive(Template)]
+#[template(path = "admin/statements.html")]
+struct DaysPage<'a> {
+    csrf: &'a str,
+    rows: Vec<StatementDaySummary>,
+    gateways: Vec<&'static str>,
+    yesterday: String,
+    message: String,
+}
+
+async fn days_page(
+    State(state): State<AppState>,
+    op: Operator,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let rows = days::days(&state.db, None, days::DAYS_PAGE_MAX).await?;
+    let gateways: Vec<&'static str> = state
+        .gateways
+        .names()
+        .into_iter()
+        .filter(|n| state.gateways.get(n).is_some_and(|g| g.statement_offset().is_some()))
+        .collect();
+    let today = time::OffsetDateTime::from_unix_timestamp(state.now_ms().div_euclid(1000))
+        .map(|t| t.date())
+        .unwrap_or(time::Date::MIN);
+    let yesterday = today.previous_day().map(format_day).unwrap_or_default();
+    let message = query.get("error").cloned().unwrap_or_default();
+    Ok(render(&DaysPage { csrf: &op.csrf, rows, gateways, yesterday, message }))
+}
+
+#[derive(Template)]
+#[template(path = "admin/statement_day.html")]
+struct DayPage<'a> {
+    csrf: &'a str,
+    d: StatementDayView,
+    totals: Vec<TotalsRow>,
+    open: usize,
+    message: String,
+}
+
+async fn day_page(
+    State(state): State<AppState>,
+    op: Operator,
+    Path((gateway, day)): Path<(String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let d = stored_day(&state, &gateway, &day).await?;
+    let message = match query.get("done").map(String::as_str) {
+        Some("run") => "Reconciled again.".to_string(),
+        Some("resolved") => "Finding resolved.".to_string(),
+        _ => query.get("error").cloned().unwrap_or_default(),
+    };
+    let open = d.findings.iter().filter(|f| f.state == "open").count();
+    Ok(render(&DayPage { csrf: &op.csrf, totals: totals_rows(&d), open, d, message }))
+}
+
+/// Where a console form goes back to, with what to say.
+fn back(gateway: &str, day: &str, outcome: std::result::Result<&str, Error>) -> Response {
+    let (key, value) = match outcome {
+        Ok(done) => ("done", done.to_string()),
+        Err(e) => ("error", e.to_string()),
+    };
+    let query = serde_urlencoded::to_string([(key, value)]).unwrap_or_default();
+    let path = match read_day(gateway, day) {
+        Some((g, d)) => format!("/admin/statements/{g}/{}", format_day(d)),
+        None => "/admin/statements".to_string(),
+    };
+    Redirect::to(&format!("{path}?{query}")).into_response()
+}
+
+async fn run_form(
+    State(state): State<AppState>,
+    op: Operator,
+    Path((gateway, day)): Path<(String, String)>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    let outcome = run_flow(&state, &gateway, &day).await.map(|_| "run");
+    Ok(back(&gateway, &day, outcome))
+}
+
+async fn run_chosen(
+    State(state): State<AppState>,
+    op: Operator,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    let gateway = form.get("gateway").cloned().unwrap_or_default();
+    let day = form.get("day").cloned().unwrap_or_default();
+    match run_flow(&state, &gateway, &day).await {
+        Ok(_) => Ok(back(&gateway, &day, Ok("run"))),
+        Err(e) => {
+            let query = serde_urlencoded::to_string([("error", e.to_string())]).unwrap_or_default();
+            Ok(Redirect::to(&format!("/admin/statements?{query}")).into_response())
+        }
+    }
+}
+
+async fn resolve_form(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    let id: i64 = id.parse().map_err(|_| Error::not_found("finding"))?;
+    let note = form.get("note").map(String::as_str).unwrap_or_default();
+    let outcome = match read_note(note) {
+        Ok(note) => {
+            days::resolve(&state.db, id, &note, state.now_ms()).await?.ok_or_else(|| Error::not_found("finding"))
+        }
+        Err(e) => Err(e),
+    };
+    let (gateway, day) = match &outcome {
+        Ok(f) => (f.gateway.clone(), f.day.clone()),
+        Err(_) => (form.get("gateway").cloned().unwrap_or_default(), form.get("day").cloned().unwrap_or_default()),
+    };
+    Ok(back(&gateway, &day, outcome.map(|_| "resolved")))
+}

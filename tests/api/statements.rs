@@ -1,0 +1,513 @@
+//! Statement reconciliation against the sandbox's own statements, on both databases: every kind of
+//! disagreement the sandbox can be made to show, both sides' totals, fees on orders and exports,
+//! idempotent re-runs that close what no longer holds and keep what an operator resolved, a
+//! payment straddling midnight, and the daily job's schedule.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::{ADMIN, Backend, Opts, TestApp, s};
+use crate::on_both;
+use kassa::store::sql;
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Moves the test's clock to `hours` after the next UTC midnight; answers that day.
+fn to_next_day(t: &TestApp, hours: i64) -> String {
+    let clock = t.clock.as_ref().expect("manual clock");
+    let now = t.now_ms();
+    let midnight = (now.div_euclid(DAY_MS) + 1) * DAY_MS;
+    clock.advance_ms(midnight + hours * 3_600_000 - now);
+    day_of(midnight)
+}
+
+fn day_of(ms: i64) -> String {
+    let at = time::OffsetDateTime::from_unix_timestamp(ms / 1000).unwrap();
+    kassa::workers::statements::format_day(at.date())
+}
+
+async fn paid(t: &TestApp, sku: &str) -> (String, String) {
+    let (_, order_no, attempt_ref) = t.pending_order(&[(sku, 1)]).await;
+    let (status, body) = t.complete(&attempt_ref, "succeeded", 1).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    t.settle().await;
+    (order_no, attempt_ref)
+}
+
+/// Changes the sandbox's books behind kassa's back.
+async fn sandbox_exec(t: &TestApp, sql_text: &str, values: Vec<sql::Arg>) {
+    sql::query(sql_text).bind_all(values).execute(t.sandbox_records().read_pool()).await.expect("sandbox write");
+}
+
+async fn run(t: &TestApp, gateway: &str, day: &str) -> (StatusCode, Value) {
+    t.admin_post(&format!("/api/v1/admin/statements/{gateway}/{day}/run"), json!({})).await
+}
+
+/// `(kind, subject, order_no, state)` of a day's findings.
+fn findings(day: &Value) -> Vec<(String, String, String, String)> {
+    let mut found: Vec<_> = day["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| (s(&f["kind"]), s(&f["subject"]), s(&f["order_no"]), s(&f["state"])))
+        .collect();
+    found.sort();
+    found
+}
+
+on_both!(a_days_statement_is_matched_line_by_line_and_re_runs_are_idempotent, every_kind);
+async fn every_kind(backend: Backend) {
+    let t = TestApp::spawn_with(backend, Opts { manual_clock: true, ..Default::default() }).await;
+    let day = to_next_day(&t, 2);
+    t.create_sku("LAMP", "Lamp", 1000, 50).await;
+    let (a, a_ref) = paid(&t, "LAMP").await;
+    let (b, b_ref) = paid(&t, "LAMP").await;
+    let (c, c_ref) = paid(&t, "LAMP").await;
+    let (x, x_ref) = paid(&t, "LAMP").await;
+    // Paid at the sandbox, never heard of by kassa.
+    let (_, e, e_ref) = t.pending_order(&[("LAMP", 1)]).await;
+    let now = t.now_ms();
+    sandbox_exec(
+        &t,
+        "UPDATE sandbox_payments SET status = 'succeeded', txn_id = 'T-E', updated_at = $1 WHERE attempt_ref = $2",
+        kassa::args![now, e_ref.as_str()],
+    )
+    .await;
+    for (no, amount) in [("R1", 300), ("R2", 200)] {
+        let (status, body) = t
+            .admin_post(&format!("/api/v1/admin/orders/{a}/refunds"), json!({"refund_no": no, "amount_minor": amount}))
+            .await;
+        assert!(status.is_success(), "{body}");
+    }
+    t.app.refunder.step().await.unwrap();
+    t.settle().await;
+    let order = t.order(&a).await;
+    assert!(order["refunds"].as_array().unwrap().iter().all(|r| r["status"] == "succeeded"), "{order}");
+    // What the sandbox's books say differently.
+    sandbox_exec(
+        &t,
+        "UPDATE sandbox_payments SET amount_minor = 1100 WHERE attempt_ref = $1",
+        kassa::args![b_ref.as_str()],
+    )
+    .await;
+    sandbox_exec(
+        &t,
+        "UPDATE sandbox_payments SET currency = 'USD' WHERE attempt_ref = $1",
+        kassa::args![x_ref.as_str()],
+    )
+    .await;
+    sandbox_exec(&t, "DELETE FROM sandbox_payments WHERE attempt_ref = $1", kassa::args![c_ref.as_str()]).await;
+    sandbox_exec(&t, "DELETE FROM sandbox_refunds WHERE refund_no = 'R2'", vec![]).await;
+    sandbox_exec(
+        &t,
+        "INSERT INTO sandbox_refunds (refund_no, attempt_ref, amount_minor, event_id, created_at) \
+         VALUES ('RF-CONSOLE', $1, 100, 'evt-console', $2)",
+        kassa::args![a_ref.as_str(), now],
+    )
+    .await;
+
+    // The day is not over yet.
+    let (status, body) = run(&t, "sandbox", &day).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::CONFLICT, "day_not_over".into()), "{body}");
+    t.clock.as_ref().unwrap().advance_ms(DAY_MS);
+    let (status, body) = run(&t, "sandbox", &day).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"], "reconciled", "{body}");
+    assert_eq!(body["changes"]["opened"], 6, "{body}");
+    let view = &body["view"];
+    let open = |kind: &str, subject: &str, order: &str| (kind.into(), subject.into(), order.into(), "open".into());
+    assert_eq!(
+        findings(view),
+        vec![
+            open("amount_differs", &b_ref, &b),
+            open("currency_differs", &x_ref, &x),
+            open("paid_at_gateway_only", &e_ref, &e),
+            open("paid_in_kassa_only", &c_ref, &c),
+            open("refund_at_gateway_only", "RF-CONSOLE", &a),
+            open("refund_in_kassa_only", "R2", &a),
+        ]
+    );
+    // Both sides' totals: the sandbox charges 0.6 % and returns it on refunds.
+    let (g, k) = (&view["gateway_totals"], &view["kassa_totals"]);
+    assert_eq!(
+        (g["count"].as_i64(), g["gross_minor"].as_i64(), g["refunds_minor"].as_i64()),
+        (Some(4), Some(4100), Some(400))
+    );
+    assert_eq!(g["fees_minor"], 6 + 7 + 6 + 6 - 2 - 1, "{view}");
+    assert_eq!(g["net_minor"], 4100 - 400 - 22);
+    assert_eq!(
+        (k["count"].as_i64(), k["gross_minor"].as_i64(), k["refunds_minor"].as_i64()),
+        (Some(4), Some(4000), Some(500))
+    );
+    assert_eq!(k["fees_minor"], 6 + 7 + 6 - 2, "kassa's fees are those of its own matched records: {view}");
+    assert_eq!(view["currency"], "CNY");
+
+    // Fees on the order and in the exports.
+    let order = t.order(&a).await;
+    assert_eq!(order["attempts"][0]["fee_minor"], 6, "{order}");
+    let r1 = order["refunds"].as_array().unwrap().iter().find(|r| r["refund_no"] == "R1").unwrap().clone();
+    assert_eq!(r1["fee_minor"], -2, "{order}");
+    let buyer_view = t.return_status(&a_ref).await;
+    assert!(!buyer_view.to_string().contains("fee_minor"), "the buyer never sees fees: {buyer_view}");
+    let csv =
+        t.http.get(t.url("/api/v1/admin/orders.csv")).bearer_auth(ADMIN).send().await.unwrap().text().await.unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",fee"), "{csv}");
+    assert!(csv.lines().any(|l| l.starts_with(&a) && l.ends_with(",0.06")), "{csv}");
+    let csv =
+        t.http.get(t.url("/api/v1/admin/refunds.csv")).bearer_auth(ADMIN).send().await.unwrap().text().await.unwrap();
+    assert!(csv.lines().any(|l| l.starts_with("R1,") && l.ends_with(",-0.02")), "{csv}");
+
+    // Alerts: one per finding, money ones critical.
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'statement_discrepancy'").await, 6);
+    assert_eq!(
+        t.count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'statement_discrepancy' AND severity = 'critical'"
+        )
+        .await,
+        6
+    );
+
+    // Re-running changes nothing and duplicates nothing.
+    let (_, body) = run(&t, "sandbox", &day).await;
+    assert_eq!(body["changes"], json!({"opened": 0, "closed": 0}), "{body}");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM statement_findings").await, 6);
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'statement_discrepancy'").await, 6);
+
+    // An operator resolves one; a bad note or an unknown finding is refused.
+    let id = view["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "paid_at_gateway_only").unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let (status, body) =
+        t.admin_post(&format!("/api/v1/admin/statement-findings/{id}/resolve"), json!({"note": "  "})).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_note".into()));
+    let (status, _) = t.admin_post("/api/v1/admin/statement-findings/999999/resolve", json!({"note": "x"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = t
+        .admin_post(
+            &format!("/api/v1/admin/statement-findings/{id}/resolve"),
+            json!({"note": "refunded at the gateway"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((s(&body["state"]), s(&body["note"])), ("resolved".into(), "refunded at the gateway".into()));
+
+    // The sandbox's amount is put right: that finding closes; the resolved one stays resolved.
+    sandbox_exec(
+        &t,
+        "UPDATE sandbox_payments SET amount_minor = 1000 WHERE attempt_ref = $1",
+        kassa::args![b_ref.as_str()],
+    )
+    .await;
+    let (_, body) = run(&t, "sandbox", &day).await;
+    assert_eq!(body["changes"], json!({"opened": 0, "closed": 1}), "{body}");
+    let states: Vec<(String, String)> =
+        findings(&body["view"]).into_iter().map(|(k, _, _, state)| (k, state)).collect();
+    assert!(states.contains(&("amount_differs".into(), "closed".into())), "{states:?}");
+    assert!(states.contains(&("paid_at_gateway_only".into(), "resolved".into())), "{states:?}");
+
+    // The day through the API, as CSV, and in the list; refusals for what names no day.
+    let stored = t.admin_get(&format!("/api/v1/admin/statements/sandbox/{day}")).await;
+    assert_eq!(findings(&stored), findings(&body["view"]));
+    let report = t
+        .http
+        .get(t.url(&format!("/api/v1/admin/statements/sandbox/{day}/report.csv")))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(report.starts_with("section,gateway,day,side_or_kind"), "{report}");
+    assert_eq!(report.lines().filter(|l| l.starts_with("totals,")).count(), 2, "{report}");
+    assert_eq!(report.lines().filter(|l| l.starts_with("finding,")).count(), 6, "{report}");
+    assert!(report.contains("resolved,refunded at the gateway"), "{report}");
+    let list = t.admin_get("/api/v1/admin/statements").await;
+    assert_eq!(list["days"][0]["day"], day.as_str(), "{list}");
+    assert_eq!(list["days"][0]["open_findings"], 4, "{list}");
+    for path in ["/api/v1/admin/statements/sandbox/2026-02-30", "/api/v1/admin/statements/nowhere/2026-01-01"] {
+        let r = t.http.get(t.url(path)).bearer_auth(ADMIN).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    let (status, _) = run(&t, "nowhere", &day).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    t.assert_clean().await;
+}
+
+on_both!(a_payment_across_midnight_belongs_to_the_gateways_day, midnight);
+async fn midnight(backend: Backend) {
+    let t = TestApp::spawn_with(backend, Opts { manual_clock: true, ..Default::default() }).await;
+    let first = to_next_day(&t, 20);
+    t.create_sku("LAMP", "Lamp", 1000, 50).await;
+    // kassa hears of the payment a second after midnight; the sandbox took it a second before.
+    let second = to_next_day(&t, 0);
+    t.clock.as_ref().unwrap().advance_ms(1000);
+    let (_, m_ref) = paid(&t, "LAMP").await;
+    let before_midnight = t.now_ms() - 2000;
+    sandbox_exec(
+        &t,
+        "UPDATE sandbox_payments SET updated_at = $1 WHERE attempt_ref = $2",
+        kassa::args![before_midnight, m_ref.as_str()],
+    )
+    .await;
+    // The daily job: nothing before 10:00 Beijing time (02:00 UTC), then the sandbox's previous day.
+    to_next_day(&t, 1);
+    assert!(t.app.statements.step().await.unwrap().is_empty());
+    t.clock.as_ref().unwrap().advance_ms(2 * 3_600_000);
+    let runs = t.app.statements.step().await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!((runs[0].gateway.as_str(), runs[0].day.as_str()), ("sandbox", second.as_str()));
+    let day = runs[0].view.clone().unwrap();
+    assert_eq!(day.findings.len(), 1, "{day:?}");
+    assert_eq!((day.findings[0].kind.as_str(), day.findings[0].state.as_str()), ("paid_in_kassa_only", "open"));
+    assert!(t.app.statements.step().await.unwrap().is_empty(), "a reconciled day is not run again");
+
+    // The gateway's day shows it: the other day's finding closes.
+    let (status, body) = run(&t, "sandbox", &first).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["view"]["findings"], json!([]), "{body}");
+    assert_eq!(body["changes"]["closed"], 1, "{body}");
+    assert_eq!(body["view"]["kassa_totals"]["count"], 1, "{body}");
+    // Re-running the later day no longer counts it there.
+    let (_, body) = run(&t, "sandbox", &second).await;
+    assert_eq!(
+        findings(&body["view"]),
+        vec![(
+            "paid_in_kassa_only".into(),
+            m_ref.clone(),
+            s(&body["view"]["findings"][0]["order_no"]),
+            "closed".into()
+        )]
+    );
+    assert_eq!(body["view"]["kassa_totals"]["count"], 0, "{body}");
+    assert_eq!(body["changes"], json!({"opened": 0, "closed": 0}), "{body}");
+}
+
+// ------------------------------------------------------------------------------------------------
+// The real gateways' statements, from local fakes serving files in the gateways' own formats.
+
+use crate::fakes::{FakeAlipay, FakeStripe, FakeWechat};
+use kassa::gateway::config::GatewaysFile;
+
+struct World {
+    t: TestApp,
+    alipay: FakeAlipay,
+    wechat: FakeWechat,
+    stripe: FakeStripe,
+}
+
+/// kassa with the three real gateways pointed at their fakes, its clock held still (every record
+/// of the test falls on one day, whenever it runs).
+async fn world(backend: Backend) -> World {
+    let (alipay, wechat, stripe) = (FakeAlipay::start().await, FakeWechat::start().await, FakeStripe::start().await);
+    let gateways =
+        GatewaysFile { alipay: Some(alipay.config()), wechatpay: Some(wechat.config()), stripe: Some(stripe.config()) };
+    let t = TestApp::spawn_with(backend, Opts { gateways, manual_clock: true, ..Default::default() }).await;
+    *stripe.webhook_url.lock().unwrap() = t.url("/notify/stripe");
+    t.create_sku("TEA", "Longjing tea", 8_888, 50).await;
+    World { t, alipay, wechat, stripe }
+}
+
+impl World {
+    /// A paid order at `gateway`: (order_no, attempt_ref).
+    async fn paid(&self, gateway: &str) -> (String, String) {
+        let buyer = self.t.buyer().await;
+        let basket = self.t.basket(&buyer, &[("TEA", 1)]).await;
+        let body = match gateway {
+            "wechatpay" => json!({"gateway": "wechatpay", "channel": "native"}),
+            other => json!({"gateway": other}),
+        };
+        let r = self
+            .t
+            .http
+            .post(self.t.url(&format!("/api/v1/baskets/{basket}/checkout")))
+            .bearer_auth(&buyer)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let placed: Value = r.json().await.unwrap();
+        let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
+        let reply = match gateway {
+            "wechatpay" => self.wechat.pay(&attempt_ref, true).await,
+            "alipay" => self.alipay.pay(&attempt_ref, true).await.1,
+            _ => self.stripe.pay(&attempt_ref, true).await,
+        };
+        assert!(reply.is_some_and(|(status, _)| status < 300), "notified");
+        assert_eq!(self.t.status(&order_no).await, "paid");
+        (order_no, attempt_ref)
+    }
+
+    async fn refund(&self, order_no: &str, refund_no: &str, amount: i64) {
+        let (status, body) = self
+            .t
+            .admin_post(
+                &format!("/api/v1/admin/orders/{order_no}/refunds"),
+                json!({"refund_no": refund_no, "amount_minor": amount}),
+            )
+            .await;
+        assert!(status.is_success(), "{body}");
+        self.t.app.refunder.step().await.unwrap();
+        let order = self.t.order(order_no).await;
+        let refund = order["refunds"].as_array().unwrap().iter().find(|r| r["refund_no"] == refund_no).unwrap().clone();
+        assert_eq!(refund["status"], "succeeded", "{order}");
+    }
+
+    /// The day kassa's clock is in at `offset` (the gateway's).
+    fn today(&self, offset: time::UtcOffset) -> time::Date {
+        time::OffsetDateTime::from_unix_timestamp(self.t.now_ms() / 1000).unwrap().to_offset(offset).date()
+    }
+
+    async fn run(&self, gateway: &str, day: time::Date) -> kassa::workers::statements::DayRun {
+        let g = self.t.app.state.gateways.get(gateway).expect("gateway").clone();
+        kassa::workers::statements::run_day(&self.t.app.state.db, g.as_ref(), day, 1, &self.t.app.state.clock)
+            .await
+            .expect("run")
+    }
+}
+
+/// `(kind, subject, order_no, state)` of a run's findings.
+fn run_findings(run: &kassa::workers::statements::DayRun) -> Vec<(String, String, String, String)> {
+    let view = serde_json::to_value(run.view.as_ref().expect("stored")).unwrap();
+    findings(&view)
+}
+
+fn beijing() -> time::UtcOffset {
+    time::UtcOffset::from_hms(8, 0, 0).unwrap()
+}
+
+const WECHAT_HEADER: &str = "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注";
+const WECHAT_SUMMARY: &str =
+    "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额";
+
+fn yuan(minor: i64) -> String {
+    let sign = if minor < 0 { "-" } else { "" };
+    format!("{sign}{}.{:02}", minor.abs() / 100, minor.abs() % 100)
+}
+
+/// A WeChat trade-bill payment row (every value behind a backtick, the fee with five decimals).
+fn wechat_payment(day: &str, out_trade_no: &str, txn: &str, amount: i64, currency: &str, fee: i64) -> String {
+    let y = yuan(amount);
+    format!(
+        "`{day} 10:00:00,`wxd930ea5d5a258f4f,`1900000001,`0,`,`{txn},`{out_trade_no},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`SUCCESS,`OTHERS,`{currency},`{y},`0.00,`0,`0,`0.00,`0.00,`,`,`Longjing tea,`,`{}000,`0.60%,`{y},`0.00,`",
+        yuan(fee)
+    )
+}
+
+fn wechat_refund_row(day: &str, out_trade_no: &str, refund_no: &str, amount: i64, fee: i64) -> String {
+    let y = yuan(amount);
+    format!(
+        "`{day} 12:00:00,`wxd930ea5d5a258f4f,`1900000001,`0,`,`4200000000000000000000000000,`{out_trade_no},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`REFUND,`OTHERS,`CNY,`0.00,`0.00,`503{:026},`{refund_no},`{y},`0.00,`ORIGINAL,`SUCCESS,`Longjing tea,`,`{}000,`0.60%,`0.00,`{y},`",
+        amount,
+        yuan(fee)
+    )
+}
+
+/// A whole bill: header, rows, and the summary (its count as given), CRLF after every line.
+fn wechat_bill(rows: &[String], count: usize) -> String {
+    let mut gross = 0;
+    let mut refunds = 0;
+    let mut fees = 0;
+    for r in rows {
+        let v: Vec<&str> = r.split(',').map(|x| x.trim_start_matches('`')).collect();
+        let minor = |x: &str| -> i64 {
+            let negative = x.starts_with('-');
+            let (w, f) = x.trim_start_matches('-').split_once('.').unwrap();
+            let m = w.parse::<i64>().unwrap() * 100 + f[..2].parse::<i64>().unwrap();
+            if negative { -m } else { m }
+        };
+        gross += minor(v[24]);
+        refunds += minor(v[25]);
+        fees += minor(v[22]);
+    }
+    let mut text = format!("{WECHAT_HEADER}\r\n");
+    for r in rows {
+        text.push_str(r);
+        text.push_str("\r\n");
+    }
+    text.push_str(&format!(
+        "{WECHAT_SUMMARY}\r\n`{count},`{},`{},`0.00,`{}000,`{},`{}\r\n",
+        yuan(gross),
+        yuan(refunds),
+        yuan(fees),
+        yuan(gross),
+        yuan(refunds)
+    ));
+    text
+}
+
+on_both!(wechat_pays_trade_bill_is_downloaded_checked_and_reconciled, wechat_bill_day);
+async fn wechat_bill_day(backend: Backend) {
+    let w = world(backend).await;
+    let day = w.today(beijing());
+    let d = kassa::workers::statements::format_day(day);
+    let (a, a_ref) = w.paid("wechatpay").await;
+    let (b, b_ref) = w.paid("wechatpay").await;
+    let (c, c_ref) = w.paid("wechatpay").await;
+    let (dd, d_ref) = w.paid("wechatpay").await;
+    let (e, e_ref) = w.paid("wechatpay").await;
+    w.refund(&a, "R1", 1_000).await;
+    w.refund(&dd, "R2", 100).await;
+    let rows = vec![
+        wechat_payment(&d, &a_ref, "4200000001", 8_888, "CNY", 53),
+        wechat_payment(&d, &b_ref, "4200000002", 8_000, "CNY", 48),
+        wechat_payment(&d, &d_ref, "4200000004", 8_888, "CNY", 53),
+        wechat_payment(&d, &d_ref, "4200000004", 8_888, "CNY", 53),
+        wechat_payment(&d, &e_ref, "4200000005", 8_888, "USD", 53),
+        wechat_payment(&d, "KSUNKNOWN0000000000000000_1", "4200000009", 500, "CNY", 3),
+        wechat_refund_row(&d, &a_ref, "R1", 1_000, -6),
+        wechat_refund_row(&d, &b_ref, "RF-CONSOLE", 500, -3),
+    ];
+    // A file that fails its hash is a finding, never read.
+    w.wechat.publish_bill(&d, &wechat_bill(&rows, rows.len() + 1), Some("0000000000000000000000000000000000000000"));
+    let run = w.run("wechatpay", day).await;
+    assert_eq!(run.result, "unreadable", "{run:?}");
+    assert!(run.detail.as_deref().unwrap_or_default().contains("SHA-1"), "{run:?}");
+    assert_eq!(run_findings(&run), vec![("statement_unreadable".into(), "file".into(), String::new(), "open".into())]);
+    assert_eq!(
+        w.t.count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'statement_discrepancy' AND severity = 'critical'"
+        )
+        .await,
+        1
+    );
+    // Not generated yet: waiting, tried again later.
+    w.wechat.ledger.lock().unwrap().wechat_bill_errors.insert(d.clone(), "STATEMENT_CREATING");
+    let run = w.run("wechatpay", day).await;
+    assert_eq!(run.result, "waiting", "{run:?}");
+    // The real file, with every kind of disagreement planted (its summary miscounts by one).
+    w.wechat.publish_bill(&d, &wechat_bill(&rows, rows.len() + 1), None);
+    let run = w.run("wechatpay", day).await;
+    assert_eq!(run.result, "reconciled", "{run:?}");
+    let open = |kind: &str, subject: &str, order: &str| (kind.into(), subject.into(), order.into(), "open".into());
+    assert_eq!(
+        run_findings(&run),
+        vec![
+            open("amount_differs", &b_ref, &b),
+            open("currency_differs", &e_ref, &e),
+            open("duplicate", &d_ref, &dd),
+            open("paid_at_gateway_only", "KSUNKNOWN0000000000000000_1", ""),
+            open("paid_in_kassa_only", &c_ref, &c),
+            open("refund_at_gateway_only", "RF-CONSOLE", &b),
+            open("refund_in_kassa_only", "R2", &dd),
+            ("statement_unreadable".into(), "file".into(), String::new(), "closed".into()),
+            open("summary_differs", "count", ""),
+        ]
+    );
+    let view = run.view.as_ref().unwrap();
+    assert_eq!(view.gateway_totals.count, 6);
+    assert_eq!(view.gateway_totals.fees_minor, 53 + 48 + 53 + 53 + 53 + 3 - 6 - 3);
+    assert_eq!((view.kassa_totals.count, view.kassa_totals.gross_minor), (5, 5 * 8_888));
+    assert_eq!(view.kassa_totals.refunds_minor, 1_100);
+    assert_eq!(w.t.order(&a).await["attempts"][0]["fee_minor"], 53);
+    assert!(w.wechat.ledger.lock().unwrap().bad_signatures == 0);
+    // Again: the same findings, none new.
+    let again = w.run("wechatpay", day).await;
+    assert_eq!((again.changes.opened, again.changes.closed), (0, 0), "{again:?}");
+    assert_eq!(run_findings(&again), run_findings(&run));
+    // A day WeChat has no bill for (nothing traded) is an empty day.
+    let empty = w.run("wechatpay", day.previous_day().unwrap()).await;
+    assert_eq!((empty.result.as_str(), empty.view.unwrap().findings.len()), ("reconciled", 0));
+    let _ = (&w.alipay, &w.stripe);
+}
