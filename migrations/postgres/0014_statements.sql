@@ -7,6 +7,8 @@ ALTER TABLE payment_attempts ADD COLUMN fee_minor BIGINT;
 ALTER TABLE refunds ADD COLUMN fee_minor BIGINT;
 -- Payments and refunds that succeeded in a time window, for kassa's side of a day.
 CREATE INDEX status_events_succeeded ON status_events (at) WHERE to_status = 'succeeded';
+-- Statement lines that name only the gateway's transaction id (Stripe's PaymentIntent).
+CREATE INDEX payment_attempts_by_txn ON payment_attempts (gateway_txn_id) WHERE gateway_txn_id IS NOT NULL;
 
 CREATE TABLE statement_days (
     gateway               TEXT NOT NULL,

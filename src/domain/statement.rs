@@ -85,6 +85,9 @@ pub struct Ours {
     /// Payments and refunds of the day that another day's statement already showed (paid just
     /// before midnight, heard of just after): not missing from this one.
     pub settled_elsewhere: BTreeSet<(LineKind, String)>,
+    /// The merchant reference of each gateway transaction id kassa recorded, for statements whose
+    /// payment lines name only the gateway's id (Stripe's PaymentIntent).
+    pub ref_of_txn: BTreeMap<String, String>,
 }
 
 /// The kinds of disagreement, each with a stable code.
@@ -269,6 +272,9 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
     for line in &statement.lines {
         out.gateway.add(line.kind, line.amount_minor, line.fee_minor);
         let key = match line.kind {
+            LineKind::Payment if line.merchant_ref.is_empty() => {
+                ours.ref_of_txn.get(&line.gateway_txn_id).map_or(line.gateway_txn_id.as_str(), String::as_str)
+            }
             LineKind::Payment => line.merchant_ref.as_str(),
             // A refund line without kassa's number is keyed by the gateway's own refund id.
             LineKind::Refund => line.refund_no.as_deref().unwrap_or(line.gateway_txn_id.as_str()),
@@ -605,6 +611,24 @@ mod tests {
         assert_eq!(out.findings.len(), 1);
         assert_eq!(out.findings[0].kind, FindingKind::PaidInKassaOnly);
         assert_eq!(out.findings[0].subject, "B_1");
+    }
+
+    #[test]
+    fn a_line_naming_only_the_gateways_id_is_matched_through_kassas_record_of_it() {
+        let line = StatementLine { merchant_ref: String::new(), ..pay("", "pi_1", 600, 20) };
+        let statement = Statement {
+            lines: vec![line, StatementLine { merchant_ref: String::new(), ..pay("", "pi_9", 5, 0) }],
+            declared: None,
+        };
+        let ours = Ours {
+            payments: vec![ours_pay("A", "A_1", 600)],
+            ref_of_txn: [("pi_1".to_string(), "A_1".to_string())].into(),
+            ..Default::default()
+        };
+        let out = reconcile(&statement, &ours);
+        assert_eq!(out.payment_fees.get("A_1"), Some(&20));
+        let found: Vec<(&str, &str)> = out.findings.iter().map(|f| (f.kind.code(), f.subject.as_str())).collect();
+        assert_eq!(found, vec![("paid_at_gateway_only", "pi_9")]);
     }
 
     #[test]

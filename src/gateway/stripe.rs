@@ -9,12 +9,13 @@ use super::config::StripeConfig;
 use super::keys::hmac_sha256_verify_hex;
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, IGNORED_EVENT,
-    PaymentState, RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, http_client,
+    PaymentState, RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, http_client,
     json_error_reply, reject, transport_error, unix_seconds,
 };
 use crate::clock::Millis;
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
+use crate::domain::statement::{LineKind, Statement, StatementLine};
 use crate::domain::{Currency, Money};
 
 pub const NAME: &str = "stripe";
@@ -60,6 +61,61 @@ pub fn verify_stripe_signature(secrets: &[String], header: &str, body: &[u8], no
         .iter()
         .any(|secret| signatures.iter().any(|sig| hmac_sha256_verify_hex(secret.as_bytes(), &message, sig)));
     if ok { Ok(()) } else { Err("no v1 signature matches") }
+}
+
+/// Balance transactions asked for per page (Stripe's most).
+const BALANCE_PAGE: usize = 100;
+/// Pages of one day's balance transactions read at most (a statement's line limit).
+const BALANCE_PAGES_MAX: usize = crate::domain::statement::STATEMENT_LINES_MAX / BALANCE_PAGE;
+
+/// A balance transaction as a statement line: a payment (`charge`, `payment`) keyed by the
+/// attempt reference in its charge's metadata, else its PaymentIntent; a refund (`refund`,
+/// `payment_refund`) by the refund number in its metadata, else its id. `None` for movements that
+/// are not trades (payouts, fees billed apart, adjustments, disputes).
+pub fn balance_line(bt: &Value) -> Result<Option<StatementLine>, String> {
+    let kind = match text(bt, &["type"]) {
+        "charge" | "payment" => LineKind::Payment,
+        "refund" | "payment_refund" => LineKind::Refund,
+        _ => return Ok(None),
+    };
+    let id = text(bt, &["id"]);
+    let number = |v: &Value, name: &str| v.get(name).and_then(Value::as_i64);
+    let source = bt.get("source").filter(|s| s.is_object()).ok_or_else(|| format!("{id}: source not expanded"))?;
+    // The charge's (refund's) own amount and currency: the balance's differ when converted.
+    let amount = number(source, "amount").or_else(|| number(bt, "amount")).ok_or_else(|| format!("{id}: no amount"))?;
+    let currency = match text(source, &["currency"]) {
+        "" => text(bt, &["currency"]),
+        c => c,
+    }
+    .to_ascii_uppercase();
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!("{id}: currency {currency:?}"));
+    }
+    let fee = number(bt, "fee").ok_or_else(|| format!("{id}: no fee"))?;
+    let line = match kind {
+        LineKind::Payment => StatementLine {
+            kind,
+            merchant_ref: text(source, &["metadata", "attempt_ref"]).to_string(),
+            gateway_txn_id: text(source, &["payment_intent"]).to_string(),
+            refund_no: None,
+            amount_minor: amount.checked_abs().ok_or_else(|| format!("{id}: amount"))?,
+            fee_minor: fee,
+            currency,
+        },
+        LineKind::Refund => StatementLine {
+            kind,
+            merchant_ref: text(source, &["metadata", "attempt_ref"]).to_string(),
+            gateway_txn_id: text(source, &["id"]).to_string(),
+            refund_no: Some(text(source, &["metadata", "refund_no"]).to_string()).filter(|r| !r.is_empty()),
+            amount_minor: amount.checked_abs().ok_or_else(|| format!("{id}: amount"))?,
+            fee_minor: fee,
+            currency,
+        },
+    };
+    if line.gateway_txn_id.is_empty() && line.merchant_ref.is_empty() {
+        return Err(format!("{id}: names neither an attempt nor a payment intent"));
+    }
+    Ok(Some(line))
 }
 
 fn text<'a>(v: &'a Value, path: &[&str]) -> &'a str {
@@ -320,6 +376,62 @@ impl Gateway for Stripe {
                 RefundState::Processing | RefundState::NotFound => RefundAnswer::Accepted { gateway_refund_id: id },
                 RefundState::Failed { reason } => RefundAnswer::Rejected { reason },
             })
+        })
+    }
+
+    /// Stripe's days are UTC days.
+    fn statement_offset(&self) -> Option<time::UtcOffset> {
+        Some(time::UtcOffset::UTC)
+    }
+
+    /// The balance transactions created in `day` (UTC), page by page, each with its source (the
+    /// charge or the refund) expanded: payments and refunds become lines; payouts, fees billed
+    /// apart and other movements are not trades and are left out.
+    fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
+        Box::pin(async move {
+            let (from, to) = crate::domain::statement::day_window(day, time::UtcOffset::UTC);
+            let mut statement = Statement::default();
+            let mut after: Option<String> = None;
+            for _ in 0..BALANCE_PAGES_MAX {
+                let mut query = vec![
+                    ("limit", BALANCE_PAGE.to_string()),
+                    ("created[gte]", unix_seconds(from).to_string()),
+                    ("created[lt]", unix_seconds(to).to_string()),
+                    ("expand[]", "data.source".to_string()),
+                ];
+                if let Some(id) = &after {
+                    query.push(("starting_after", id.clone()));
+                }
+                let query = serde_urlencoded::to_string(&query)
+                    .map_err(|e| StatementError::Unavailable(format!("stripe: {e}")))?;
+                let (status, page) = self.call("GET", &format!("/v1/balance_transactions?{query}"), &[], None).await?;
+                if status != 200 {
+                    return Err(StatementError::Unavailable(format!(
+                        "stripe balance transactions answered {status}: {}",
+                        text(&page, &["error", "message"])
+                    )));
+                }
+                let Some(items) = page.get("data").and_then(Value::as_array) else {
+                    return Err(StatementError::Unreadable("stripe balance transactions: no data list".into()));
+                };
+                for item in items {
+                    if let Some(line) = balance_line(item).map_err(StatementError::Unreadable)? {
+                        statement.lines.push(line);
+                    }
+                }
+                if page.get("has_more").and_then(Value::as_bool) != Some(true) {
+                    return Ok(statement);
+                }
+                after = items.last().map(|i| text(i, &["id"]).to_string()).filter(|id| !id.is_empty());
+                if after.is_none() {
+                    return Err(StatementError::Unreadable(
+                        "stripe balance transactions: more pages, no cursor".into(),
+                    ));
+                }
+            }
+            Err(StatementError::Unreadable(format!(
+                "stripe balance transactions: more than {BALANCE_PAGES_MAX} pages in a day"
+            )))
         })
     }
 

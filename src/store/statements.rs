@@ -71,9 +71,36 @@ pub async fn ours(db: &Db, gateway: &str, window: (Millis, Millis), statement: &
         refunds.insert(rf.refund_no.clone(), (rf, shown_elsewhere));
     }
 
-    let refs: BTreeSet<&str> =
-        statement.lines.iter().filter(|l| l.kind == LineKind::Payment).map(|l| l.merchant_ref.as_str()).collect();
-    let refs: Vec<&str> = refs.into_iter().collect();
+    // Payment lines that name only the gateway's id (Stripe's PaymentIntent): kassa's reference
+    // for it.
+    let txns: BTreeSet<&str> = statement
+        .lines
+        .iter()
+        .filter(|l| l.kind == LineKind::Payment && l.merchant_ref.is_empty() && !l.gateway_txn_id.is_empty())
+        .map(|l| l.gateway_txn_id.as_str())
+        .collect();
+    let txns: Vec<&str> = txns.into_iter().collect();
+    for chunk in txns.chunks(LOOKUP_CHUNK) {
+        let sql = format!(
+            "SELECT attempt_ref, gateway_txn_id FROM payment_attempts WHERE gateway = $1 AND gateway_txn_id IN ({})",
+            placeholders(2, chunk.len())
+        );
+        let mut q = sql::query(&sql).bind(gateway);
+        for t in chunk {
+            q = q.bind(*t);
+        }
+        for r in &q.fetch_all(pool).await? {
+            out.ref_of_txn.insert(col(r, "gateway_txn_id")?, col(r, "attempt_ref")?);
+        }
+    }
+    let mut refs: BTreeSet<&str> = statement
+        .lines
+        .iter()
+        .filter(|l| l.kind == LineKind::Payment && !l.merchant_ref.is_empty())
+        .map(|l| l.merchant_ref.as_str())
+        .collect();
+    refs.extend(out.ref_of_txn.values().map(String::as_str));
+    let refs: Vec<String> = refs.into_iter().map(str::to_string).collect();
     for chunk in refs.chunks(LOOKUP_CHUNK) {
         let sql = format!(
             "SELECT attempt_ref, order_no, gateway_txn_id, COALESCE(captured_minor, amount_minor) AS amount, currency, \
@@ -82,7 +109,7 @@ pub async fn ours(db: &Db, gateway: &str, window: (Millis, Millis), statement: &
         );
         let mut q = sql::query(&sql).bind(gateway);
         for r in chunk {
-            q = q.bind(*r);
+            q = q.bind(r.as_str());
         }
         for r in &q.fetch_all(pool).await? {
             let p = payment(r)?;

@@ -135,6 +135,16 @@ pub struct Ledger {
     pub bill_downloads: usize,
     /// The fake's own address (for the links it hands out).
     pub base_url: String,
+    /// Alipay: the trade bills published (their ZIPs), by `bill_date`; and whether download links
+    /// have expired (answered with Alipay's error page).
+    pub alipay_bills: HashMap<String, Vec<u8>>,
+    pub alipay_links_expired: bool,
+    /// Stripe: the balance transactions, oldest first, each with its source object; and the most
+    /// a page holds (Stripe's 100 unless a test makes pages short).
+    pub stripe_balance: Vec<Value>,
+    pub stripe_page_max: Option<usize>,
+    /// Stripe: balance transaction pages served.
+    pub stripe_pages: usize,
 }
 
 pub type Shared = Arc<Mutex<Ledger>>;
@@ -307,14 +317,49 @@ async fn alipay_gateway(State(ledger): State<Shared>, body: String) -> Response 
                 None => alipay_answer(&method, alipay_error("ACQ.TRADE_NOT_EXIST")),
             }
         }
+        "alipay.data.dataservice.bill.downloadurl.query" => {
+            let date = biz["bill_date"].as_str().unwrap_or_default().to_string();
+            if biz["bill_type"] != "trade" {
+                return alipay_answer(&method, alipay_error("isv.invalid-bill-type"));
+            }
+            if l.alipay_bills.contains_key(&date) {
+                let url = format!("{}/bills/{date}.csv.zip?token={}", l.base_url, uuid::Uuid::now_v7().simple());
+                alipay_answer(&method, json!({"code": "10000", "msg": "Success", "bill_download_url": url}))
+            } else {
+                alipay_answer(&method, alipay_error("isp.bill_not_exist"))
+            }
+        }
         _ => alipay_answer(&method, json!({"code": "40004", "sub_code": "isv.invalid-method"})),
+    }
+}
+
+/// `GET /bills/{date}.csv.zip`: the bill's ZIP, unsigned (a late download gets an error page).
+async fn alipay_bill_download(State(ledger): State<Shared>, UrlPath(name): UrlPath<String>) -> Response {
+    let mut l = lock(&ledger);
+    l.bill_downloads += 1;
+    let date = name.strip_suffix(".csv.zip").unwrap_or_default();
+    match l.alipay_bills.get(date) {
+        Some(zip) if !l.alipay_links_expired => {
+            (StatusCode::OK, [("content-type", "application/zip")], zip.clone()).into_response()
+        }
+        _ => (
+            StatusCode::OK,
+            [("content-type", "text/html; charset=gbk")],
+            encoding_rs::GBK.encode("<html>下载超时</html>").0.into_owned(),
+        )
+            .into_response(),
     }
 }
 
 impl FakeAlipay {
     pub async fn start() -> FakeAlipay {
         let ledger: Shared = Arc::default();
-        let url = serve(Router::new().route("/gateway.do", post(alipay_gateway)).with_state(ledger.clone())).await;
+        let router = Router::new()
+            .route("/gateway.do", post(alipay_gateway))
+            .route("/bills/{name}", get(alipay_bill_download))
+            .with_state(ledger.clone());
+        let url = serve(router).await;
+        lock(&ledger).base_url = url.clone();
         FakeAlipay { url: format!("{url}/gateway.do"), ledger }
     }
 
@@ -1047,10 +1092,63 @@ async fn stripe_refund(State(s): State<StripeState>, headers: HeaderMap, body: S
     t.refunds.insert(refund_no.clone(), amount);
     let id = format!("re_{}", refund_no);
     let v = refund_json(&id, t, &refund_no, amount, if pending { "pending" } else { "succeeded" });
+    let source = json!({"id": id, "object": "refund", "amount": amount, "currency": "cny", "payment_intent": intent,
+                        "status": "succeeded", "metadata": v["metadata"].clone()});
+    l.stripe_balance.push(balance_transaction("refund", -amount, 0, source));
     if let Some(k) = idem {
         s.idempotency.lock().expect("idem").insert(k, v.clone());
     }
     Json(v).into_response()
+}
+
+/// A balance transaction as Stripe lists it: `amount` signed, `net` = amount − fee.
+pub fn balance_transaction(kind: &str, amount: i64, fee: i64, source: Value) -> Value {
+    json!({"id": format!("txn_{}", uuid::Uuid::now_v7().simple()), "object": "balance_transaction", "type": kind,
+           "reporting_category": kind, "amount": amount, "fee": fee, "net": amount - fee, "currency": "cny",
+           "created": now_s(), "status": "pending", "source": source})
+}
+
+/// `GET /v1/balance_transactions`: newest first, `created[gte|lt]`, `starting_after`, `limit`;
+/// sources are ids unless `expand[]=data.source`.
+async fn stripe_balance(
+    State(s): State<StripeState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
+    }
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&query.unwrap_or_default()).unwrap_or_default();
+    let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let number = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+    let expanded = pairs.iter().any(|(n, v)| n == "expand[]" && v == "data.source");
+    let mut l = lock(&s.ledger);
+    l.stripe_pages += 1;
+    let limit = number("limit").unwrap_or(10).clamp(1, 100) as usize;
+    let limit = l.stripe_page_max.map_or(limit, |m| limit.min(m));
+    let mut items: Vec<Value> = l
+        .stripe_balance
+        .iter()
+        .rev()
+        .filter(|t| number("created[gte]").is_none_or(|g| t["created"].as_i64().unwrap_or(0) >= g))
+        .filter(|t| number("created[lt]").is_none_or(|g| t["created"].as_i64().unwrap_or(0) < g))
+        .cloned()
+        .collect();
+    if let Some(after) = get("starting_after") {
+        match items.iter().position(|t| t["id"] == after.as_str()) {
+            Some(i) => items.drain(..=i).for_each(drop),
+            None => return stripe_error(StatusCode::BAD_REQUEST, "No such balance transaction"),
+        }
+    }
+    let has_more = items.len() > limit;
+    items.truncate(limit);
+    if !expanded {
+        for t in &mut items {
+            t["source"] = t["source"]["id"].clone();
+        }
+    }
+    Json(json!({"object": "list", "url": "/v1/balance_transactions", "has_more": has_more, "data": items}))
+        .into_response()
 }
 
 async fn stripe_get_refund(State(s): State<StripeState>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
@@ -1076,6 +1174,7 @@ impl FakeStripe {
             .route("/v1/checkout/sessions/{id}/expire", post(stripe_expire))
             .route("/v1/refunds", post(stripe_refund))
             .route("/v1/refunds/{id}", get(stripe_get_refund))
+            .route("/v1/balance_transactions", get(stripe_balance))
             .with_state(state);
         FakeStripe { url: serve(router).await, ledger, webhook_url: Arc::default() }
     }
@@ -1122,7 +1221,13 @@ impl FakeStripe {
             assert_eq!(t.status, "open", "only an open session can be paid");
             t.status = "paid".to_string();
             t.txn_id = format!("pi_{}", uuid::Uuid::now_v7().simple());
-            session_json(t)
+            let charge = json!({"id": format!("ch_{}", uuid::Uuid::now_v7().simple()), "object": "charge",
+                                "amount": t.amount_minor, "currency": "cny", "payment_intent": t.txn_id, "metadata": {}});
+            let fee = t.amount_minor * 29 / 1000 + 30;
+            let bt = balance_transaction("charge", t.amount_minor, fee, charge);
+            let session = session_json(t);
+            l.stripe_balance.push(bt);
+            session
         };
         if !deliver {
             return None;

@@ -315,6 +315,7 @@ impl World {
         let basket = self.t.basket(&buyer, &[("TEA", 1)]).await;
         let body = match gateway {
             "wechatpay" => json!({"gateway": "wechatpay", "channel": "native"}),
+            "alipay" => json!({"gateway": "alipay", "channel": "qr"}),
             other => json!({"gateway": other}),
         };
         let r = self
@@ -510,4 +511,162 @@ async fn wechat_bill_day(backend: Backend) {
     let empty = w.run("wechatpay", day.previous_day().unwrap()).await;
     assert_eq!((empty.result.as_str(), empty.view.unwrap().findings.len()), ("reconciled", 0));
     let _ = (&w.alipay, &w.stripe);
+}
+
+/// An Alipay detail row: TABs after the values Alipay puts them after, a refund's amounts negative.
+fn alipay_row(trade_no: &str, out_trade_no: &str, refund_no: Option<&str>, amount: i64, fee: i64) -> String {
+    let (kind, amount, fee, batch) = match refund_no {
+        None => ("交易", yuan(amount), yuan(-fee), String::new()),
+        Some(no) => ("退款", yuan(-amount), yuan(fee), no.to_string()),
+    };
+    format!(
+        "{trade_no}\t,{out_trade_no}\t,{kind}\t,龙井茶,2026-12-01 10:06:24,2026-12-01 10:06:33,\t,\t,\t,\t,*王(138****1234)\t,{amount},{amount},0.00,0.00,0.00,0.00,0.00,,0.00\t,0.00,{batch}\t,{fee},0.00,"
+    )
+}
+
+/// Alipay's ZIP for `day`: the detail file with its footer totals, the summary with its `合计`,
+/// both GBK, the members named in GBK without the UTF-8 flag.
+fn alipay_zip(day: &str, rows: &[(String, bool, i64, i64)]) -> Vec<u8> {
+    use std::io::Write as _;
+    let compact = day.replace('-', "");
+    let (mut trades, mut trade_sum, mut refunds, mut refund_sum, mut fees) = (0, 0, 0, 0, 0);
+    for (_, refund, amount, fee) in rows {
+        if *refund {
+            refunds += 1;
+            refund_sum += amount;
+            fees -= fee;
+        } else {
+            trades += 1;
+            trade_sum += amount;
+            fees += fee;
+        }
+    }
+    let mut detail = format!(
+        "#支付宝业务明细查询\r\n#账号：[20881021462251350156]\r\n#起始日期：[{day} 00:00:00]   终止日期：[{day} 23:59:59]\r\n#-----------------------------------------业务明细列表----------------------------------------\r\n支付宝交易号,商户订单号,业务类型,商品名称,创建时间,完成时间,门店编号,门店名称,操作员,终端号,对方账户,订单金额（元）,商家实收（元）,支付宝红包（元）,集分宝（元）,支付宝优惠（元）,商家优惠（元）,券核销金额（元）,券名称,商家红包消费金额（元）,卡消费金额（元）,退款批次号/请求号,服务费（元）,分润（元）,备注\r\n"
+    );
+    for (row, ..) in rows {
+        detail.push_str(row);
+        detail.push_str("\r\n");
+    }
+    detail.push_str(&format!(
+        "#-----------------------------------------业务明细列表结束------------------------------------\r\n#交易合计：{trades}笔，商家实收共{}元，商家优惠共0.00元\r\n#退款合计：{refunds}笔，商家实收退款共{}元，商家优惠退款共0.00元\r\n#导出时间：[{day} 05:46:49]\r\n",
+        yuan(trade_sum),
+        yuan(-refund_sum)
+    ));
+    let summary = format!(
+        "#支付宝业务汇总查询\r\n#账号：[20881021462251350156]\r\n#起始日期：[{day} 00:00:00]   终止日期：[{day} 23:59:59]\r\n#-----------------------------------------业务汇总列表----------------------------------------\r\n门店编号,门店名称,交易订单总笔数,退款订单总笔数,订单金额（元）,商家实收（元）,支付宝优惠（元）,商家优惠（元）,卡消费金额（元）,服务费（元）,分润（元）,实收净额（元）\r\n合计,,{trades},{refunds},{0},{0},0.00,0.00,0.00,{1},0.00,{0}\r\n#----------------------------------------业务汇总列表结束-------------------------------------\r\n",
+        yuan(trade_sum - refund_sum),
+        yuan(-fees)
+    );
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    for (name, text) in [
+        (format!("20881021462251350156_{compact}_业务明细.csv"), detail),
+        (format!("20881021462251350156_{compact}_业务明细(汇总).csv"), summary),
+    ] {
+        let (name, _, _) = encoding_rs::GBK.encode(&name);
+        w.start_file_with_options(options.name(&name)).unwrap();
+        w.write_all(&encoding_rs::GBK.encode(&text).0).unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+on_both!(alipays_gbk_zip_bill_is_downloaded_and_reconciled, alipay_bill_day);
+async fn alipay_bill_day(backend: Backend) {
+    let w = world(backend).await;
+    let day = w.today(beijing());
+    let d = kassa::workers::statements::format_day(day);
+    let (a, a_ref) = w.paid("alipay").await;
+    let (b, b_ref) = w.paid("alipay").await;
+    let (c, c_ref) = w.paid("alipay").await;
+    w.refund(&a, "R1", 1_000).await;
+    let rows = vec![
+        (alipay_row("2026120122001400000000000001", &a_ref, None, 8_888, 53), false, 8_888, 53),
+        (alipay_row("2026120122001400000000000002", &b_ref, None, 8_000, 48), false, 8_000, 48),
+        (alipay_row("2026120122001400000000000009", "KSNOTOURS_1", None, 100, 1), false, 100, 1),
+        (alipay_row("2026120122001400000000000001", &a_ref, Some("R1"), 1_000, 6), true, 1_000, 6),
+    ];
+    let zip = alipay_zip(&d, &rows);
+    // A ZIP cut short is a finding; a link that expired is fetched again later.
+    w.alipay.ledger.lock().unwrap().alipay_bills.insert(d.clone(), zip[..zip.len() / 2].to_vec());
+    let run = w.run("alipay", day).await;
+    assert_eq!(run.result, "unreadable", "{run:?}");
+    w.alipay.ledger.lock().unwrap().alipay_bills.insert(d.clone(), zip);
+    w.alipay.ledger.lock().unwrap().alipay_links_expired = true;
+    let run = w.run("alipay", day).await;
+    assert_eq!(run.result, "waiting", "{run:?}");
+    assert!(run.detail.as_deref().unwrap_or_default().contains("expired"), "{run:?}");
+    w.alipay.ledger.lock().unwrap().alipay_links_expired = false;
+    let run = w.run("alipay", day).await;
+    assert_eq!(run.result, "reconciled", "{run:?}");
+    let open = |kind: &str, subject: &str, order: &str| (kind.into(), subject.into(), order.into(), "open".into());
+    assert_eq!(
+        run_findings(&run),
+        vec![
+            open("amount_differs", &b_ref, &b),
+            open("paid_at_gateway_only", "KSNOTOURS_1", ""),
+            open("paid_in_kassa_only", &c_ref, &c),
+            ("statement_unreadable".into(), "file".into(), String::new(), "closed".into()),
+        ]
+    );
+    let view = run.view.as_ref().unwrap();
+    assert_eq!((view.gateway_totals.count, view.gateway_totals.gross_minor), (3, 8_888 + 8_000 + 100));
+    assert_eq!((view.gateway_totals.refunds_minor, view.gateway_totals.fees_minor), (1_000, 53 + 48 + 1 - 6));
+    assert_eq!(w.t.order(&a).await["refunds"][0]["fee_minor"], -6);
+    // A day Alipay has no bill for is an empty day.
+    let empty = w.run("alipay", day.previous_day().unwrap()).await;
+    assert_eq!((empty.result.as_str(), empty.view.unwrap().findings.len()), ("reconciled", 0));
+}
+
+on_both!(stripes_balance_transactions_are_read_page_by_page_and_reconciled, stripe_day);
+async fn stripe_day(backend: Backend) {
+    let w = world(backend).await;
+    let day = w.today(time::UtcOffset::UTC);
+    let (a, _) = w.paid("stripe").await;
+    let (b, b_ref) = w.paid("stripe").await;
+    let (c, c_ref) = w.paid("stripe").await;
+    w.refund(&a, "R1", 1_000).await;
+    {
+        let mut l = w.stripe.ledger.lock().unwrap();
+        let intent_of =
+            |l: &crate::fakes::Ledger, r: &str| l.trades.values().find(|t| t.out_trade_no == r).unwrap().txn_id.clone();
+        let (b_pi, c_pi) = (intent_of(&l, &b_ref), intent_of(&l, &c_ref));
+        // The charge of B captured less; C's never reached the balance; a charge kassa never made;
+        // a payout, which is not a trade.
+        for bt in l.stripe_balance.iter_mut() {
+            if bt["source"]["payment_intent"] == b_pi.as_str() && bt["type"] == "charge" {
+                bt["source"]["amount"] = json!(8_000);
+            }
+        }
+        l.stripe_balance.retain(|bt| !(bt["type"] == "charge" && bt["source"]["payment_intent"] == c_pi.as_str()));
+        let foreign = json!({"id": "ch_foreign", "object": "charge", "amount": 100, "currency": "cny",
+                             "payment_intent": "pi_foreign", "metadata": {}});
+        l.stripe_balance.push(crate::fakes::balance_transaction("charge", 100, 33, foreign));
+        l.stripe_balance.push(crate::fakes::balance_transaction(
+            "payout",
+            -5_000,
+            0,
+            json!({"id": "po_1", "object": "payout"}),
+        ));
+        l.stripe_page_max = Some(2);
+    }
+    let run = w.run("stripe", day).await;
+    assert_eq!(run.result, "reconciled", "{run:?}");
+    assert!(w.stripe.ledger.lock().unwrap().stripe_pages >= 3, "read page by page");
+    let open = |kind: &str, subject: &str, order: &str| (kind.into(), subject.into(), order.into(), "open".into());
+    assert_eq!(
+        run_findings(&run),
+        vec![
+            open("amount_differs", &b_ref, &b),
+            open("paid_at_gateway_only", "pi_foreign", ""),
+            open("paid_in_kassa_only", &c_ref, &c),
+        ]
+    );
+    let view = run.view.as_ref().unwrap();
+    let fee = |amount: i64| amount * 29 / 1000 + 30;
+    assert_eq!((view.gateway_totals.count, view.gateway_totals.refunds_minor), (3, 1_000));
+    assert_eq!(view.gateway_totals.fees_minor, fee(8_888) * 2 + 33);
+    assert_eq!(view.kassa_totals.fees_minor, fee(8_888) * 2, "{view:?}");
+    assert_eq!(w.t.order(&a).await["attempts"][0]["fee_minor"], fee(8_888));
+    assert_eq!(w.t.order(&a).await["refunds"][0]["fee_minor"], 0);
 }
