@@ -1,10 +1,13 @@
 -- Statement reconciliation (对账): each gateway's statement of a day against kassa's records of it.
 -- A day is kept once per gateway with both sides' totals; a finding is kept once per (gateway,
 -- day, kind, subject), so re-running a day updates it, and closes it when it no longer holds.
--- The gateway's fee is kept on the payment and refund it was charged on.
+-- The gateway's fee is kept on the payment and refund it was charged on, with the day whose
+-- statement showed it.
 -- Additive only: a previous version's kassa serving beside this one writes none of it.
 ALTER TABLE payment_attempts ADD COLUMN fee_minor BIGINT;
+ALTER TABLE payment_attempts ADD COLUMN statement_day TEXT;
 ALTER TABLE refunds ADD COLUMN fee_minor BIGINT;
+ALTER TABLE refunds ADD COLUMN statement_day TEXT;
 -- Payments and refunds that succeeded in a time window, for kassa's side of a day.
 CREATE INDEX status_events_succeeded ON status_events (at) WHERE to_status = 'succeeded';
 -- Statement lines that name only the gateway's transaction id (Stripe's PaymentIntent).

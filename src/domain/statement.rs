@@ -51,6 +51,9 @@ pub struct Declared {
 pub struct Statement {
     pub lines: Vec<StatementLine>,
     pub declared: Option<Declared>,
+    /// Further totals a companion file declares and its own rows add up to (WeChat's fund-flow
+    /// bill), each `(subject, declared, summed)`: one that differs is a `summary_differs` finding.
+    pub checks: Vec<(String, i64, i64)>,
 }
 
 /// A payment kassa recorded as captured that day.
@@ -398,6 +401,17 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             }
         }
     }
+    for (subject, said, summed) in &statement.checks {
+        if said != summed {
+            out.findings.push(Finding {
+                kind: FindingKind::SummaryDiffers,
+                subject: subject.clone(),
+                order_no: None,
+                ours: format!("the rows add up to {summed}"),
+                theirs: format!("the summary says {said}"),
+            });
+        }
+    }
     out.findings.sort();
     out
 }
@@ -515,6 +529,7 @@ mod tests {
         let statement = Statement {
             lines: vec![pay("A_1", "42001", 6000, 32), pay("B_1", "42002", 2000, 12), refund("A_1", "RF1", 1000, -5)],
             declared: Some(Declared { count: 3, gross_minor: 8000, refunds_minor: 1000, fees_minor: 39 }),
+            checks: Vec::new(),
         };
         let ours = Ours {
             payments: vec![ours_pay("A", "A_1", 6000), ours_pay("B", "B_1", 2000)],
@@ -553,6 +568,7 @@ mod tests {
                 refund("A_1", "RF-CONSOLE", 300, 0),
             ],
             declared: Some(Declared { count: 7, gross_minor: 1, refunds_minor: 300, fees_minor: 0 }),
+            checks: Vec::new(),
         };
         let ours = Ours {
             payments: vec![
@@ -596,7 +612,7 @@ mod tests {
 
     #[test]
     fn a_payment_another_days_statement_showed_is_not_missing_from_this_one() {
-        let statement = Statement { lines: vec![pay("A_1", "t1", 600, 4)], declared: None };
+        let statement = Statement { lines: vec![pay("A_1", "t1", 600, 4)], declared: None, checks: Vec::new() };
         let mut ours = Ours {
             payments: vec![ours_pay("A", "A_1", 600), ours_pay("B", "B_1", 900)],
             settled_elsewhere: [(LineKind::Payment, "B_1".to_string()), (LineKind::Payment, "A_1".to_string())].into(),
@@ -619,6 +635,7 @@ mod tests {
         let statement = Statement {
             lines: vec![line, StatementLine { merchant_ref: String::new(), ..pay("", "pi_9", 5, 0) }],
             declared: None,
+            checks: Vec::new(),
         };
         let ours = Ours {
             payments: vec![ours_pay("A", "A_1", 600)],
@@ -671,7 +688,7 @@ mod tests {
                 payments: ours_amounts.iter().map(|(r, a)| ours_pay("O", &format!("R_{r}"), *a)).collect(),
                 ..Default::default()
             };
-            let out = reconcile(&Statement { lines: lines.clone(), declared: None }, &ours);
+            let out = reconcile(&Statement { lines: lines.clone(), declared: None, checks: Vec::new() }, &ours);
             let gross: i64 = lines.iter().filter(|l| l.kind == LineKind::Payment).map(|l| l.amount_minor).sum();
             proptest::prop_assert_eq!(out.gateway.gross_minor, gross);
             proptest::prop_assert_eq!(out.gateway.net_minor, out.gateway.gross_minor - out.gateway.refunds_minor - out.gateway.fees_minor);

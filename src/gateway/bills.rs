@@ -160,6 +160,75 @@ fn wechat_summary(names: &[&str], values: &str, n: usize) -> Result<Declared, Bi
     Ok(Declared { count, gross_minor: gross, refunds_minor: refunds, fees_minor: amount("手续费总金额")? })
 }
 
+/// Reads WeChat Pay's fund-flow bill (资金账单, the BASIC account's movements of the day) and
+/// checks it against its own summary: the count of rows, of income and of expense rows, and the
+/// income and expense totals, each `(subject, declared, summed)`. Amount columns are found with
+/// ASCII or full-width parentheses (`收支金额(元)`, `收支金额（元）`).
+pub fn parse_wechat_fundflow_bill(bytes: &[u8]) -> Result<Vec<(String, i64, i64)>, BillError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| unreadable(0, format!("not UTF-8: {e}")))?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).enumerate();
+    let (_, header) = lines.next().ok_or_else(|| unreadable(1, "empty file"))?;
+    let names: Vec<String> = header.split(',').map(|n| wechat_value(n).replace('（', "(").replace('）', ")")).collect();
+    let find =
+        |name: &str| names.iter().position(|n| n == name).ok_or_else(|| unreadable(1, format!("no column {name}")));
+    let (direction_at, amount_at) = (find("收支类型")?, find("收支金额(元)")?);
+    let (mut rows, mut income_rows, mut expense_rows, mut income, mut expense) = (0_i64, 0_i64, 0_i64, 0_i64, 0_i64);
+    while let Some((i, raw)) = lines.next() {
+        let n = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let values: Vec<&str> = raw.split(',').map(wechat_value).collect();
+        if values.first() == Some(&"资金流水总笔数") {
+            let (_, said) = lines
+                .by_ref()
+                .find(|(_, l)| !l.trim().is_empty())
+                .ok_or_else(|| unreadable(n, "summary without values"))?;
+            let said: Vec<&str> = said.split(',').map(wechat_value).collect();
+            let get = |name: &str| -> Result<&str, BillError> {
+                let i = values
+                    .iter()
+                    .position(|c| *c == name)
+                    .ok_or_else(|| unreadable(n, format!("summary without {name}")))?;
+                said.get(i).copied().ok_or_else(|| unreadable(n + 1, format!("summary without a value for {name}")))
+            };
+            let count =
+                |name: &str| get(name)?.parse::<i64>().map_err(|_| unreadable(n + 1, format!("{name} is not a count")));
+            let amount = |name: &str| {
+                parse_decimal(get(name)?).ok_or_else(|| unreadable(n + 1, format!("{name} is not an amount")))
+            };
+            return Ok(vec![
+                ("fundflow.count".to_string(), count("资金流水总笔数")?, rows),
+                ("fundflow.income_count".to_string(), count("收入笔数")?, income_rows),
+                ("fundflow.income".to_string(), amount("收入金额")?, income),
+                ("fundflow.expense_count".to_string(), count("支出笔数")?, expense_rows),
+                ("fundflow.expense".to_string(), amount("支出金额")?, expense),
+            ]);
+        }
+        if values.len() < names.len() {
+            return Err(unreadable(n, format!("{} values for {} columns", values.len(), names.len())));
+        }
+        if rows >= i64::try_from(STATEMENT_LINES_MAX).unwrap_or(i64::MAX) {
+            return Err(unreadable(n, format!("more than {STATEMENT_LINES_MAX} lines")));
+        }
+        let amount = parse_decimal(values[amount_at]).ok_or_else(|| unreadable(n, "收支金额 is not an amount"))?;
+        rows += 1;
+        match values[direction_at] {
+            "收入" => {
+                income_rows += 1;
+                income = income.saturating_add(amount);
+            }
+            "支出" => {
+                expense_rows += 1;
+                expense = expense.saturating_add(amount);
+            }
+            other => return Err(unreadable(n, format!("收支类型 {other:?}"))),
+        }
+    }
+    Err(unreadable(0, "no summary: the file is cut short"))
+}
+
 /// Most members an Alipay bill ZIP may hold (it has two).
 const ZIP_MEMBERS_MAX: usize = 16;
 
@@ -564,6 +633,28 @@ mod tests {
         );
     }
 
+    pub const FUNDFLOW: &str = "记账时间,微信支付业务单号,资金流水单号,业务名称,业务类型,收支类型,收支金额(元),账户结余(元),资金变更提交申请人,备注,业务凭证号\r
+`2026-12-01 10:06:33,`4200002001202612011234567890,`1000000001,`交易,`交易,`收入,`60.00,`60.00,`system,`,`\r
+`2026-12-01 10:06:33,`4200002001202612011234567890,`1000000002,`扣除交易手续费,`扣除交易手续费,`支出,`0.32,`59.68,`system,`,`\r
+`2026-12-01 15:00:00,`50300000000000000000000000001,`1000000003,`退款,`退款,`支出,`10.00,`49.68,`1900000001API,`,`\r
+资金流水总笔数,收入笔数,收入金额,支出笔数,支出金额\r
+`3,`1,`60.00,`2,`10.32\r
+";
+
+    #[test]
+    fn a_fund_flow_bill_is_checked_against_its_summary() {
+        let checks = parse_wechat_fundflow_bill(FUNDFLOW.as_bytes()).unwrap();
+        assert!(checks.iter().all(|(_, said, summed)| said == summed), "{checks:?}");
+        assert_eq!(checks[4], ("fundflow.expense".to_string(), 1032, 1032));
+        let off = FUNDFLOW.replace("`3,`1,`60.00,`2,`10.32", "`3,`1,`60.00,`2,`10.33");
+        let checks = parse_wechat_fundflow_bill(off.as_bytes()).unwrap();
+        assert_eq!(checks[4], ("fundflow.expense".to_string(), 1033, 1032));
+        let v2 = FUNDFLOW.replace("收支金额(元)", "收支金额（元）");
+        assert!(parse_wechat_fundflow_bill(v2.as_bytes()).is_ok());
+        let cut = FUNDFLOW.split("资金流水总笔数").next().unwrap();
+        assert!(parse_wechat_fundflow_bill(cut.as_bytes()).unwrap_err().to_string().contains("cut short"));
+    }
+
     proptest::proptest! {
         #[test]
         fn no_file_makes_the_parser_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)) {
@@ -578,6 +669,14 @@ mod tests {
             let at = at % bytes.len();
             if cut { bytes.truncate(at) } else { bytes[at] = byte }
             let _ = parse_wechat_trade_bill(&bytes);
+        }
+
+        #[test]
+        fn no_damaged_fund_flow_bill_makes_the_parser_panic(at in 0usize..2000, byte in proptest::num::u8::ANY, cut in proptest::bool::ANY) {
+            let mut bytes = FUNDFLOW.as_bytes().to_vec();
+            let at = at % bytes.len();
+            if cut { bytes.truncate(at) } else { bytes[at] = byte }
+            let _ = parse_wechat_fundflow_bill(&bytes);
         }
 
         #[test]

@@ -244,6 +244,11 @@ pub trait Gateway: Send + Sync {
     fn statement_offset(&self) -> Option<time::UtcOffset> {
         None
     }
+    /// Whether a statement of the day so far can be had before the day is over (the sandbox's,
+    /// so a demo shows a reconciled day at once); a real gateway's comes the day after.
+    fn statement_so_far(&self) -> bool {
+        false
+    }
     /// Downloads and reads the gateway's statement of `day` (its trades, refunds and fees).
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         let _ = day;

@@ -226,6 +226,10 @@ impl Gateway for SandboxGateway {
         Some(time::UtcOffset::UTC)
     }
 
+    fn statement_so_far(&self) -> bool {
+        true
+    }
+
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         Box::pin(async move {
             let (from, to) = statement::day_window(day, time::UtcOffset::UTC);

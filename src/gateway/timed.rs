@@ -94,6 +94,9 @@ impl Gateway for Timed {
     fn statement_offset(&self) -> Option<time::UtcOffset> {
         self.0.statement_offset()
     }
+    fn statement_so_far(&self) -> bool {
+        self.0.statement_so_far()
+    }
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         timed(self.name(), "statement", self.0.statement(day))
     }

@@ -687,14 +687,24 @@ impl Gateway for WechatPay {
         time::UtcOffset::from_hms(8, 0, 0).ok()
     }
 
-    /// The trade bill (`bill_type=ALL`) of `day`: applied for, downloaded at once (the link is
-    /// short-lived), its SHA-1 checked, then read.
+    /// The trade bill (`bill_type=ALL`) of `day` and the basic account's fund-flow bill: each
+    /// applied for, downloaded at once (the link is short-lived), its SHA-1 checked, then read; the
+    /// fund flow is checked against its own summary.
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         Box::pin(async move {
-            let bytes = self.bill("/v3/bill/tradebill", &format!("bill_date={}&bill_type=ALL", bill_date(day))).await?;
-            let Some(bytes) = bytes else { return Ok(Statement::default()) };
-            bills::parse_wechat_trade_bill(&bytes)
-                .map_err(|e| StatementError::Unreadable(format!("the trade bill: {e}")))
+            let date = bill_date(day);
+            let trade = self.bill("/v3/bill/tradebill", &format!("bill_date={date}&bill_type=ALL")).await?;
+            let mut statement = match trade {
+                Some(bytes) => bills::parse_wechat_trade_bill(&bytes)
+                    .map_err(|e| StatementError::Unreadable(format!("the trade bill: {e}")))?,
+                None => Statement::default(),
+            };
+            let flow = self.bill("/v3/bill/fundflowbill", &format!("bill_date={date}&account_type=BASIC")).await?;
+            if let Some(bytes) = flow {
+                statement.checks = bills::parse_wechat_fundflow_bill(&bytes)
+                    .map_err(|e| StatementError::Unreadable(format!("the fund-flow bill: {e}")))?;
+            }
+            Ok(statement)
         })
     }
 

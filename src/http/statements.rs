@@ -184,8 +184,9 @@ async fn run_flow(state: &AppState, gateway: &str, day: &str) -> Result<DayRun> 
             format!("the {gateway} gateway publishes no statements kassa reads"),
         ));
     };
-    let (_, end) = crate::domain::statement::day_window(day, offset);
-    if end > state.now_ms() {
+    let (start, end) = crate::domain::statement::day_window(day, offset);
+    let now = state.now_ms();
+    if start > now || (end > now && !g.statement_so_far()) {
         return Err(Error::conflict(
             "day_not_over",
             format!("{} is not over yet in {gateway}'s time; its statement comes the day after", format_day(day)),

@@ -516,7 +516,7 @@ impl Sandbox {
         if lines.len() > STATEMENT_LINES_MAX {
             return Err(Error::internal(format!("the sandbox's statement has more than {STATEMENT_LINES_MAX} lines")));
         }
-        Ok(Statement { lines, declared: None })
+        Ok(Statement { lines, ..Statement::default() })
     }
 
     /// The merchant asks what became of a refund.

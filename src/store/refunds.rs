@@ -38,6 +38,12 @@ pub struct RefundView {
 }
 
 impl RefundView {
+    /// The gateway's fee on the refund as money (negative: returned), empty until a statement
+    /// showed it.
+    pub fn fee_display(&self) -> String {
+        self.fee_minor.map(|f| crate::domain::money::format_minor(f, &self.currency)).unwrap_or_default()
+    }
+
     pub fn amount_display(&self) -> String {
         crate::domain::money::format_minor(self.amount_minor, &self.currency)
     }

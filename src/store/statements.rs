@@ -31,16 +31,20 @@ fn placeholders(from: usize, n: usize) -> String {
 
 /// kassa's side of `gateway`'s day `[from, to)`: the payments and refunds that succeeded then,
 /// those of any day the statement shows, and the order of every reference the statement names.
-/// A payment or refund of the day that another day's statement already showed (its fee is
-/// recorded) is settled there.
-pub async fn ours(db: &Db, gateway: &str, window: (Millis, Millis), statement: &Statement) -> Result<Ours> {
+/// A payment or refund of the day that another day's statement already showed is settled there.
+pub async fn ours(
+    db: &Db,
+    gateway: &str,
+    (day, window): (&str, (Millis, Millis)),
+    statement: &Statement,
+) -> Result<Ours> {
     let pool = db.read_pool();
     let mut out = Ours::default();
     let mut payments: BTreeMap<String, (OurPayment, bool)> = BTreeMap::new();
     let mut refunds: BTreeMap<String, (OurRefund, bool)> = BTreeMap::new();
     let rows = sql::query(
         "SELECT a.attempt_ref, a.order_no, a.gateway_txn_id, COALESCE(a.captured_minor, a.amount_minor) AS amount, \
-         a.currency, a.fee_minor FROM status_events e JOIN payment_attempts a ON a.attempt_ref = e.entity_id \
+         a.currency, a.statement_day FROM status_events e JOIN payment_attempts a ON a.attempt_ref = e.entity_id \
          WHERE e.to_status = 'succeeded' AND e.at >= $1 AND e.at < $2 AND e.entity = 'attempt' AND a.gateway = $3 \
          AND a.status = 'succeeded'",
     )
@@ -51,11 +55,11 @@ pub async fn ours(db: &Db, gateway: &str, window: (Millis, Millis), statement: &
     .await?;
     for r in &rows {
         let p = payment(r)?;
-        let shown_elsewhere = col::<Option<i64>>(r, "fee_minor")?.is_some();
+        let shown_elsewhere = col::<Option<String>>(r, "statement_day")?.is_some_and(|d| d != day);
         payments.insert(p.attempt_ref.clone(), (p, shown_elsewhere));
     }
     let rows = sql::query(
-        "SELECT r.refund_no, r.order_no, r.amount_minor, r.currency, r.fee_minor FROM status_events e \
+        "SELECT r.refund_no, r.order_no, r.amount_minor, r.currency, r.statement_day FROM status_events e \
          JOIN refunds r ON r.refund_no = e.entity_id JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
          WHERE e.to_status = 'succeeded' AND e.at >= $1 AND e.at < $2 AND e.entity = 'refund' AND a.gateway = $3 \
          AND r.status = 'succeeded'",
@@ -66,7 +70,7 @@ pub async fn ours(db: &Db, gateway: &str, window: (Millis, Millis), statement: &
     .fetch_all(pool)
     .await?;
     for r in &rows {
-        let shown_elsewhere = col::<Option<i64>>(r, "fee_minor")?.is_some();
+        let shown_elsewhere = col::<Option<String>>(r, "statement_day")?.is_some_and(|d| d != day);
         let rf = refund(r)?;
         refunds.insert(rf.refund_no.clone(), (rf, shown_elsewhere));
     }
@@ -201,15 +205,15 @@ pub async fn record(
         let mut fees = Batch::new();
         for (attempt_ref, fee) in &outcome.payment_fees {
             fees.add(
-                "UPDATE payment_attempts SET fee_minor = $1 WHERE attempt_ref = $2 AND gateway = $3",
-                args![*fee, attempt_ref.as_str(), gateway],
+                "UPDATE payment_attempts SET fee_minor = $1, statement_day = $4 WHERE attempt_ref = $2 AND gateway = $3",
+                args![*fee, attempt_ref.as_str(), gateway, day],
             );
         }
         for (refund_no, fee) in &outcome.refund_fees {
             fees.add(
-                "UPDATE refunds SET fee_minor = $1 WHERE refund_no = $2 \
+                "UPDATE refunds SET fee_minor = $1, statement_day = $4 WHERE refund_no = $2 \
                  AND attempt_ref IN (SELECT attempt_ref FROM payment_attempts WHERE gateway = $3)",
-                args![*fee, refund_no.as_str(), gateway],
+                args![*fee, refund_no.as_str(), gateway, day],
             );
         }
         fees.run(tx).await?;
@@ -306,13 +310,14 @@ pub async fn record_waiting(
     })
 }
 
-/// Claims `gateway`'s `day` for one run of the daily job (several instances never fetch the same
-/// day at once; a crashed run's claim runs out): the tries so far, or `None` when the day is
-/// reconciled, given up, or another run holds it.
+/// Claims `gateway`'s `day` (ending at `day_end`) for one run of the daily job (several instances
+/// never fetch the same day at once; a crashed run's claim runs out): the tries so far, or `None`
+/// when the day is reconciled, given up, or another run holds it. A day reconciled before it was
+/// over (the sandbox's day so far) is run again.
 pub async fn claim_day(
     db: &Db,
     gateway: &str,
-    day: &str,
+    (day, day_end): (&str, Millis),
     currency: &str,
     now: Millis,
     lease_ms: i64,
@@ -329,13 +334,14 @@ pub async fn claim_day(
         .execute(&mut **tx)
         .await?;
         let claimed = sql::query(
-            "UPDATE statement_days SET next_at = $1 WHERE gateway = $2 AND day = $3 AND status <> 'reconciled' \
-             AND next_at <= $4 RETURNING tries",
+            "UPDATE statement_days SET next_at = $1 WHERE gateway = $2 AND day = $3 \
+             AND (status <> 'reconciled' OR updated_at < $5) AND next_at <= $4 RETURNING tries",
         )
         .bind(now.saturating_add(lease_ms))
         .bind(gateway)
         .bind(day)
         .bind(now)
+        .bind(day_end)
         .fetch_optional(&mut **tx)
         .await?;
         claimed.map(|r| col::<i64>(&r, "tries")).transpose()

@@ -102,7 +102,7 @@ pub async fn run_day(
     let (result, detail, changes) = match fetched {
         Ok(statement) => {
             let window = statement::day_window(day, offset);
-            let ours = days::ours(db, name, window, &statement).await?;
+            let ours = days::ours(db, name, (&day_text, window), &statement).await?;
             let outcome = statement::reconcile(&statement, &ours);
             let currency = day_currency(gateway, Some(&statement));
             let lines = i64::try_from(statement.lines.len()).unwrap_or(i64::MAX);
@@ -167,8 +167,9 @@ impl StatementJob {
             };
             let day_text = format_day(day);
             let currency = day_currency(gateway.as_ref(), None);
-            let Some(tries) = days::claim_day(&self.db, name, &day_text, &currency, now, STATEMENT_LEASE_MS).await?
-            else {
+            let (_, day_end) = statement::day_window(day, offset);
+            let claim = days::claim_day(&self.db, name, (&day_text, day_end), &currency, now, STATEMENT_LEASE_MS);
+            let Some(tries) = claim.await? else {
                 continue;
             };
             runs.push(run_day(&self.db, gateway.as_ref(), day, tries + 1, &self.clock).await?);

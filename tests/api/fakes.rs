@@ -131,7 +131,9 @@ pub struct Ledger {
     /// WeChat: the error code a bill application answers, by `bill_date` (else, with no bill
     /// published, `NO_STATEMENT_EXIST`).
     pub wechat_bill_errors: HashMap<String, &'static str>,
-    /// WeChat: bill files downloaded.
+    /// WeChat: the fund-flow bills published, by `bill_date` (as the trade bills are).
+    pub wechat_fundflows: HashMap<String, (Vec<u8>, Option<String>)>,
+    /// Bill files downloaded.
     pub bill_downloads: usize,
     /// The fake's own address (for the links it hands out).
     pub base_url: String,
@@ -765,20 +767,19 @@ async fn wechat_refund_query(
     }
 }
 
-/// `GET /v3/bill/tradebill?bill_date=…&bill_type=ALL`: the hash and a short-lived link.
-async fn wechat_tradebill(
-    State(ledger): State<Shared>,
-    axum::extract::RawQuery(query): axum::extract::RawQuery,
-    headers: HeaderMap,
-) -> Response {
+/// `GET /v3/bill/tradebill?bill_date=…&bill_type=ALL` and `GET /v3/bill/fundflowbill?bill_date=…
+/// &account_type=BASIC`: the file's hash and a short-lived link to it.
+async fn wechat_bill_apply(ledger: Shared, path: &str, query: Option<String>, headers: HeaderMap) -> Response {
     let query = query.unwrap_or_default();
-    if !wechat_authorized(&headers, "GET", &format!("/v3/bill/tradebill?{query}"), "") {
+    if !wechat_authorized(&headers, "GET", &format!("{path}?{query}"), "") {
         lock(&ledger).bad_signatures += 1;
         return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
     }
     let params: HashMap<String, String> = serde_urlencoded::from_str(&query).unwrap_or_default();
     let date = params.get("bill_date").cloned().unwrap_or_default();
-    if params.get("bill_type").map(String::as_str) != Some("ALL")
+    let trade = path.ends_with("tradebill");
+    let (key, value) = if trade { ("bill_type", "ALL") } else { ("account_type", "BASIC") };
+    if params.get(key).map(String::as_str) != Some(value)
         || time::Date::parse(&date, &time::format_description::well_known::Iso8601::DATE).is_err()
     {
         return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
@@ -787,12 +788,14 @@ async fn wechat_tradebill(
     if let Some(code) = l.wechat_bill_errors.get(&date) {
         return wechat_error(StatusCode::BAD_REQUEST, code);
     }
-    let Some((bytes, hash)) = l.wechat_bills.get(&date) else {
+    let files = if trade { &l.wechat_bills } else { &l.wechat_fundflows };
+    let Some((bytes, hash)) = files.get(&date) else {
         return wechat_error(StatusCode::BAD_REQUEST, "NO_STATEMENT_EXIST");
     };
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, bytes);
     let hash = hash.clone().unwrap_or_else(|| hex::encode(digest.as_ref()).to_ascii_uppercase());
-    let url = format!("{}/v3/billdownload/file?token={date}", l.base_url);
+    let kind = if trade { "trade" } else { "fundflow" };
+    let url = format!("{}/v3/billdownload/file?token={kind}-{date}", l.base_url);
     wechat_answer(StatusCode::OK, Some(json!({"hash_type": "SHA1", "hash_value": hash, "download_url": url})))
 }
 
@@ -807,10 +810,15 @@ async fn wechat_billdownload(
         lock(&ledger).bad_signatures += 1;
         return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
     }
-    let date = query.strip_prefix("token=").unwrap_or_default().to_string();
+    let token = query.strip_prefix("token=").unwrap_or_default().to_string();
     let mut l = lock(&ledger);
     l.bill_downloads += 1;
-    match l.wechat_bills.get(&date) {
+    let file = match token.split_once('-') {
+        Some(("trade", date)) => l.wechat_bills.get(date),
+        Some(("fundflow", date)) => l.wechat_fundflows.get(date),
+        _ => None,
+    };
+    match file {
         Some((bytes, _)) => {
             (StatusCode::OK, [("content-type", "application/octet-stream")], bytes.clone()).into_response()
         }
@@ -824,6 +832,11 @@ impl FakeWechat {
         let mut l = lock(&self.ledger);
         l.wechat_bill_errors.remove(date);
         l.wechat_bills.insert(date.to_string(), (text.as_bytes().to_vec(), hash.map(str::to_string)));
+    }
+
+    /// Publishes the fund-flow bill of `date`, announced with its true SHA-1.
+    pub fn publish_fundflow(&self, date: &str, text: &str) {
+        lock(&self.ledger).wechat_fundflows.insert(date.to_string(), (text.as_bytes().to_vec(), None));
     }
 
     pub async fn start() -> FakeWechat {
@@ -854,7 +867,18 @@ impl FakeWechat {
             .route("/v3/certificates", get(wechat_certificates))
             .route("/cgi-bin/stable_token", post(mini_stable_token))
             .route("/wxa/sec/order/upload_shipping_info", post(mini_upload_shipping))
-            .route("/v3/bill/tradebill", get(wechat_tradebill))
+            .route(
+                "/v3/bill/tradebill",
+                get(|State(l): State<Shared>, q: axum::extract::RawQuery, h: HeaderMap| async move {
+                    wechat_bill_apply(l, "/v3/bill/tradebill", q.0, h).await
+                }),
+            )
+            .route(
+                "/v3/bill/fundflowbill",
+                get(|State(l): State<Shared>, q: axum::extract::RawQuery, h: HeaderMap| async move {
+                    wechat_bill_apply(l, "/v3/bill/fundflowbill", q.0, h).await
+                }),
+            )
             .route("/v3/billdownload/file", get(wechat_billdownload))
             .with_state(ledger.clone());
         let url = serve(router).await;

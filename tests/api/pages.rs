@@ -302,7 +302,7 @@ async fn h5_page(backend: Backend) {
 }
 
 /// A signed-in console: the client (no redirects followed), its cookie and the CSRF token.
-async fn console(t: &TestApp) -> (reqwest::Client, String, String) {
+pub async fn console(t: &TestApp) -> (reqwest::Client, String, String) {
     let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let r = browser.post(t.url("/admin/login")).form(&[("token", ADMIN)]).send().await.unwrap();
     let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();

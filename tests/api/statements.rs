@@ -106,8 +106,9 @@ async fn every_kind(backend: Backend) {
     )
     .await;
 
-    // The day is not over yet.
-    let (status, body) = run(&t, "sandbox", &day).await;
+    // A day to come has no statement yet.
+    let tomorrow = day_of(t.now_ms() + DAY_MS);
+    let (status, body) = run(&t, "sandbox", &tomorrow).await;
     assert_eq!((status, s(&body["error"]["code"])), (StatusCode::CONFLICT, "day_not_over".into()), "{body}");
     t.clock.as_ref().unwrap().advance_ms(DAY_MS);
     let (status, body) = run(&t, "sandbox", &day).await;
@@ -250,6 +251,10 @@ async fn midnight(backend: Backend) {
         kassa::args![before_midnight, m_ref.as_str()],
     )
     .await;
+    // The sandbox's day so far can be reconciled before it is over (the demo's); the daily job
+    // runs it again once it is.
+    let (status, body) = run(&t, "sandbox", &second).await;
+    assert_eq!((status, s(&body["result"])), (StatusCode::OK, "reconciled".into()), "{body}");
     // The daily job: nothing before 10:00 Beijing time (02:00 UTC), then the sandbox's previous day.
     to_next_day(&t, 1);
     assert!(t.app.statements.step().await.unwrap().is_empty());
@@ -477,8 +482,16 @@ async fn wechat_bill_day(backend: Backend) {
     w.wechat.ledger.lock().unwrap().wechat_bill_errors.insert(d.clone(), "STATEMENT_CREATING");
     let run = w.run("wechatpay", day).await;
     assert_eq!(run.result, "waiting", "{run:?}");
-    // The real file, with every kind of disagreement planted (its summary miscounts by one).
+    // The real file, with every kind of disagreement planted (its summary miscounts by one), and
+    // the fund-flow bill, whose summary misstates its expense.
     w.wechat.publish_bill(&d, &wechat_bill(&rows, rows.len() + 1), None);
+    w.wechat.publish_fundflow(
+        &d,
+        "记账时间,微信支付业务单号,资金流水单号,业务名称,业务类型,收支类型,收支金额(元),账户结余(元),资金变更提交申请人,备注,业务凭证号\r\n\
+         `2026-12-01 10:00:00,`4200000001,`1000000001,`交易,`交易,`收入,`88.88,`88.88,`system,`,`\r\n\
+         `2026-12-01 12:00:00,`503000000001,`1000000002,`退款,`退款,`支出,`10.00,`78.88,`1900000001API,`,`\r\n\
+         资金流水总笔数,收入笔数,收入金额,支出笔数,支出金额\r\n`2,`1,`88.88,`1,`10.01\r\n",
+    );
     let run = w.run("wechatpay", day).await;
     assert_eq!(run.result, "reconciled", "{run:?}");
     let open = |kind: &str, subject: &str, order: &str| (kind.into(), subject.into(), order.into(), "open".into());
@@ -494,6 +507,7 @@ async fn wechat_bill_day(backend: Backend) {
             open("refund_in_kassa_only", "R2", &dd),
             ("statement_unreadable".into(), "file".into(), String::new(), "closed".into()),
             open("summary_differs", "count", ""),
+            open("summary_differs", "fundflow.expense", ""),
         ]
     );
     let view = run.view.as_ref().unwrap();
@@ -669,4 +683,100 @@ async fn stripe_day(backend: Backend) {
     assert_eq!(view.kassa_totals.fees_minor, fee(8_888) * 2, "{view:?}");
     assert_eq!(w.t.order(&a).await["attempts"][0]["fee_minor"], fee(8_888));
     assert_eq!(w.t.order(&a).await["refunds"][0]["fee_minor"], 0);
+}
+
+/// `kassa` run as a command against the test's database, the sandbox mounted.
+fn kassa_cli(t: &TestApp, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+        .args(args)
+        .args(["--database-url", &t.database_url, "--sandbox"])
+        .env("CI", "")
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+on_both!(a_day_is_reconciled_from_the_command_line_and_the_console, cli_and_console);
+async fn cli_and_console(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("LAMP", "Lamp", 1000, 50).await;
+    let (a, _) = paid(&t, "LAMP").await;
+    let (_, b_ref) = paid(&t, "LAMP").await;
+    let today = day_of(t.now_ms());
+    let args = ["reconcile", "--statement", "--gateway", "sandbox", "--date", today.as_str()];
+    let (code, stdout, stderr) = kassa_cli(&t, &args);
+    assert_eq!(code, 0, "a day that agrees: {stdout}{stderr}");
+    assert!(stdout.contains("sandbox statement of") && stdout.contains("0 open"), "{stdout}");
+    assert!(stdout.contains("20.00 CNY") && stdout.contains("0.12 CNY"), "totals as money: {stdout}");
+    // The sandbox loses a payment: exit 1, the finding named, as text and as JSON.
+    sandbox_exec(&t, "DELETE FROM sandbox_payments WHERE attempt_ref = $1", kassa::args![b_ref.as_str()]).await;
+    let (code, stdout, _) = kassa_cli(&t, &args);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains(&format!("paid_in_kassa_only {b_ref}")), "{stdout}");
+    let json_args = [&args[..], &["--json"]].concat();
+    let (code, stdout, _) = kassa_cli(&t, &json_args);
+    assert_eq!(code, 1);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["result"], "reconciled");
+    assert_eq!(report["view"]["findings"][0]["kind"], "paid_in_kassa_only", "{report}");
+    assert_eq!(report["changes"], json!({"opened": 0, "closed": 0}), "the second run of the day: {report}");
+    // Refusals: an unknown gateway, a date that is not one.
+    let (code, _, stderr) = kassa_cli(&t, &["reconcile", "--statement", "--gateway", "nowhere", "--date", &today]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("not configured here"), "{stderr}");
+    let (code, _, stderr) = kassa_cli(&t, &["reconcile", "--statement", "--gateway", "sandbox", "--date", "3/12/2026"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("YYYY-MM-DD"), "{stderr}");
+
+    // The console: the list, the day with both sides and its findings linked to their orders,
+    // resolving one with a note, running the day again, and refusals shown on the page.
+    let (browser, cookie, csrf) = crate::pages::console(&t).await;
+    let get = |path: String| {
+        let (browser, cookie, url) = (browser.clone(), cookie.clone(), t.url(&path));
+        async move { browser.get(url).header("cookie", cookie).send().await.unwrap().text().await.unwrap() }
+    };
+    let post = |path: String, form: Vec<(&'static str, String)>| {
+        let (browser, cookie, url) = (browser.clone(), cookie.clone(), t.url(&path));
+        async move {
+            let r = browser.post(url).header("cookie", cookie).form(&form).send().await.unwrap();
+            let location = r.headers().get("location").map(|l| l.to_str().unwrap().to_string()).unwrap_or_default();
+            (r.status(), location)
+        }
+    };
+    let page = get("/admin/statements".into()).await;
+    assert!(page.contains(&format!("/admin/statements/sandbox/{today}")), "{page}");
+    let html = get(format!("/admin/statements/sandbox/{today}")).await;
+    assert!(html.contains("id=\"totals\"") && html.contains("Gateway") && html.contains("Report (CSV)"), "{html}");
+    assert!(html.contains("data-kind=\"paid_in_kassa_only\""), "{html}");
+    let b = b_ref.trim_end_matches("_1");
+    assert!(html.contains(&format!("href=\"/admin/orders/{b}\"")), "findings link to their orders: {html}");
+    let id = html.split("/admin/statement-findings/").nth(1).unwrap().split('/').next().unwrap().to_string();
+    let note = "the buyer paid again; refunded by hand";
+    let (status, location) = post(
+        format!("/admin/statement-findings/{id}/resolve"),
+        vec![("csrf", csrf.clone()), ("note", note.to_string())],
+    )
+    .await;
+    assert_eq!((status, location), (StatusCode::SEE_OTHER, format!("/admin/statements/sandbox/{today}?done=resolved")));
+    let html = get(format!("/admin/statements/sandbox/{today}?done=resolved")).await;
+    assert!(html.contains(note) && html.contains("pill resolved") && html.contains("Finding resolved."), "{html}");
+    let (status, location) = post(format!("/admin/statements/sandbox/{today}/run"), vec![("csrf", csrf.clone())]).await;
+    assert_eq!((status, location), (StatusCode::SEE_OTHER, format!("/admin/statements/sandbox/{today}?done=run")));
+    let tomorrow = day_of(t.now_ms() + DAY_MS);
+    let (status, location) = post(
+        "/admin/statements/run".into(),
+        vec![("csrf", csrf.clone()), ("gateway", "sandbox".into()), ("day", tomorrow.clone())],
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.starts_with("/admin/statements?error="), "{location}");
+    let html = get(location).await;
+    assert!(html.contains("is not over yet"), "{html}");
+    // Without the form's token nothing is done.
+    let (status, _) = post(format!("/admin/statements/sandbox/{today}/run"), vec![("csrf", "forged".into())]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // The order's fee shows on its page.
+    let html = get(format!("/admin/orders/{a}")).await;
+    assert!(html.contains("0.06 CNY"), "{html}");
 }
