@@ -248,13 +248,21 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::reconciler::ReconcileReport> {
-    let settings = Settings::resolve(&args.serve)?;
+/// A command's database (migrated) and gateways, as `serve` would have them.
+async fn open_gateways(
+    args: &ServeArgs,
+) -> anyhow::Result<(Settings, Db, kassa::clock::SharedClock, kassa::gateway::Gateways)> {
+    let settings = Settings::resolve(args)?;
     let db = Db::connect_with(&settings.database_url, settings.db_max_connections, settings.engine).await?;
     db.migrate().await?;
     let clock: kassa::clock::SharedClock = Arc::new(SystemClock);
     let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
     let (gateways, _sandbox) = kassa::app::mount_gateways(&settings, &db, &clock, &public_url).await?;
+    Ok((settings, db, clock, gateways))
+}
+
+async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::reconciler::ReconcileReport> {
+    let (settings, db, clock, gateways) = open_gateways(&args.serve).await?;
     let reconciler = kassa::workers::reconciler::Reconciler {
         db: db.clone(),
         gateways,
@@ -295,12 +303,7 @@ async fn reconcile_statement(args: &ReconcileArgs) -> anyhow::Result<bool> {
     };
     let day = kassa::workers::statements::parse_day(date)
         .ok_or_else(|| anyhow::anyhow!("--date {date:?}: use YYYY-MM-DD (2026-03-01)"))?;
-    let settings = Settings::resolve(&args.serve)?;
-    let db = Db::connect_with(&settings.database_url, settings.db_max_connections, settings.engine).await?;
-    db.migrate().await?;
-    let clock: kassa::clock::SharedClock = Arc::new(SystemClock);
-    let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
-    let (gateways, _sandbox) = kassa::app::mount_gateways(&settings, &db, &clock, &public_url).await?;
+    let (_, db, clock, gateways) = open_gateways(&args.serve).await?;
     let Some(g) = gateways.get(gateway) else {
         let names = gateways.names().join(", ");
         anyhow::bail!("--gateway {gateway:?} is not configured here (configured: {names})");

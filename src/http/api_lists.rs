@@ -124,14 +124,14 @@ pub struct WebhooksQuery {
 }
 
 /// A query string read into `T`; one that cannot be is `invalid_filter`.
-fn read_query<T>(query: std::result::Result<Query<T>, QueryRejection>) -> Result<T> {
+pub(super) fn read_query<T>(query: std::result::Result<Query<T>, QueryRejection>) -> Result<T> {
     query
         .map(|Query(q)| q)
         .map_err(|e| Error::invalid("invalid_filter", format!("the query string: {}", e.body_text())))
 }
 
 /// A query parameter that is text, bounded.
-fn text(value: Option<&String>, name: &str) -> Result<Option<String>> {
+pub(super) fn text(value: Option<&String>, name: &str) -> Result<Option<String>> {
     let refused = || Error::invalid("invalid_filter", format!("{name}: at most {FILTER_LEN_MAX} printable characters"));
     match value {
         Some(v) if v.chars().count() > FILTER_LEN_MAX || v.chars().any(char::is_control) => Err(refused()),
@@ -180,7 +180,7 @@ fn cursor(value: Option<&String>) -> Result<Option<Cursor>> {
     value.filter(|c| !c.is_empty()).map(|c| Cursor::parse(c)).transpose()
 }
 
-fn page_limit(value: Option<&String>) -> Result<i64> {
+pub(super) fn page_limit(value: Option<&String>) -> Result<i64> {
     let asked = value
         .map(|l| {
             let l = l.trim();

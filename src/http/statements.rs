@@ -37,7 +37,8 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (
             op("get", "/api/v1/admin/statements", "Statement days, newest first, with both sides' totals", "admin", Auth::Admin)
                 .query::<DaysQuery>()
-                .ok::<StatementDayList>(200, "the days"),
+                .ok::<StatementDayList>(200, "the days")
+                .errors(400, &["invalid_filter"]),
             get(list_days),
         ),
         (
@@ -88,7 +89,8 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             )
             .body::<ResolveBody>("the note")
             .ok::<StatementFindingView>(200, "the finding, resolved")
-            .errors(404, &["not_found"]),
+            .errors(404, &["not_found"])
+            .errors(422, &["invalid_note"]),
             post(resolve),
         ),
         (page("get", "/admin/statements", "Admin console: statement days of every gateway"), get(days_page)),
@@ -119,7 +121,7 @@ pub struct DaysQuery {
     /// Days of this gateway only.
     #[param(schema_with = schema::filter_text)]
     gateway: Option<String>,
-    /// Days to list, newest first (1-200, default 30).
+    /// Days to list, newest first.
     #[param(schema_with = schema::page_limit)]
     limit: Option<String>,
 }
@@ -138,18 +140,15 @@ pub struct ResolveBody {
     note: String,
 }
 
-/// Days listed when the query names no limit.
-const DAYS_DEFAULT: i64 = 30;
-
 async fn list_days(
     State(state): State<AppState>,
     _admin: Admin,
     query: std::result::Result<Query<DaysQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let Query(query) = query.map_err(|e| Error::invalid("invalid_filter", e.body_text()))?;
-    let limit = query.limit.as_deref().and_then(|l| l.trim().parse::<i64>().ok()).unwrap_or(DAYS_DEFAULT);
-    let gateway = query.gateway.as_deref().map(str::trim).filter(|g| !g.is_empty());
-    let days = days::days(&state.db, gateway, limit).await?;
+    let query = super::api_lists::read_query(query)?;
+    let limit = super::api_lists::page_limit(query.limit.as_ref())?;
+    let gateway = super::api_lists::text(query.gateway.as_ref(), "gateway")?;
+    let days = days::days(&state.db, gateway.as_deref(), limit).await?;
     Ok(axum::Json(StatementDayList { days }).into_response())
 }
 
@@ -347,7 +346,7 @@ struct DaysPage<'a> {
     csrf: &'a str,
     rows: Vec<StatementDaySummary>,
     gateways: Vec<&'static str>,
-    yesterday: String,
+    suggested_day: String,
     message: String,
 }
 
@@ -366,9 +365,11 @@ async fn days_page(
     let today = time::OffsetDateTime::from_unix_timestamp(state.now_ms().div_euclid(1000))
         .map(|t| t.date())
         .unwrap_or(time::Date::MIN);
-    let yesterday = today.previous_day().map(format_day).unwrap_or_default();
+    // The sandbox's day so far can be run at once (the demo's); a real gateway's day the day after.
+    let so_far = gateways.iter().any(|n| state.gateways.get(n).is_some_and(|g| g.statement_so_far()));
+    let suggested_day = if so_far { Some(today) } else { today.previous_day() }.map(format_day).unwrap_or_default();
     let message = query.get("error").cloned().unwrap_or_default();
-    Ok(render(&DaysPage { csrf: &op.csrf, rows, gateways, yesterday, message }))
+    Ok(render(&DaysPage { csrf: &op.csrf, rows, gateways, suggested_day, message }))
 }
 
 #[derive(Template)]

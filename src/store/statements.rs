@@ -23,79 +23,57 @@ use crate::store::{Conn, Db, col, sql};
 /// References looked up in one statement (an `IN` list's length).
 const LOOKUP_CHUNK: usize = 500;
 /// Days listed on one page of the console.
-pub const DAYS_PAGE_MAX: i64 = 200;
+pub const DAYS_PAGE_MAX: i64 = crate::store::listing::PAGE_MAX;
 
 fn placeholders(from: usize, n: usize) -> String {
     (from..from + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
-/// kassa's side of `gateway`'s day `[from, to)`: the payments and refunds that succeeded then,
-/// those of any day the statement shows, and the order of every reference the statement names.
-/// A payment or refund of the day that another day's statement already showed is settled there.
+/// Rows of `select` for `keys`, a chunk at a time: `select` ends in `… IN` and takes the gateway
+/// as `$1`.
+async fn rows_for(db: &Db, select: &str, gateway: &str, keys: &[&str]) -> Result<Vec<sql::Row>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(LOOKUP_CHUNK) {
+        let sql = format!("{select} ({})", placeholders(2, chunk.len()));
+        let mut q = sql::query(&sql).bind(gateway);
+        for key in chunk {
+            q = q.bind(*key);
+        }
+        rows.extend(q.fetch_all(db.read_pool()).await?);
+    }
+    Ok(rows)
+}
+
+/// Rows of `select` for the day's window `[$1, $2)`, the gateway as `$3`.
+async fn rows_in(db: &Db, select: &str, gateway: &str, (from, to): (Millis, Millis)) -> Result<Vec<sql::Row>> {
+    sql::query(select).bind(from).bind(to).bind(gateway).fetch_all(db.read_pool()).await
+}
+
+const PAYMENT_COLUMNS: &str = "a.attempt_ref, a.order_no, a.gateway_txn_id, \
+     COALESCE(a.captured_minor, a.amount_minor) AS amount, a.currency, a.status, a.statement_day";
+const REFUND_COLUMNS: &str = "r.refund_no, r.order_no, r.amount_minor, r.currency, r.status, r.statement_day";
+
+/// kassa's side of `gateway`'s `day` (its instants `window`): the payments and refunds that
+/// succeeded then, those of any day the statement shows, and the order of every reference the
+/// statement names. A payment or refund of the day that another day's statement already showed is
+/// settled there.
 pub async fn ours(
     db: &Db,
     gateway: &str,
     (day, window): (&str, (Millis, Millis)),
     statement: &Statement,
 ) -> Result<Ours> {
-    let pool = db.read_pool();
     let mut out = Ours::default();
-    let mut payments: BTreeMap<String, (OurPayment, bool)> = BTreeMap::new();
-    let mut refunds: BTreeMap<String, (OurRefund, bool)> = BTreeMap::new();
-    let rows = sql::query(
-        "SELECT a.attempt_ref, a.order_no, a.gateway_txn_id, COALESCE(a.captured_minor, a.amount_minor) AS amount, \
-         a.currency, a.statement_day FROM status_events e JOIN payment_attempts a ON a.attempt_ref = e.entity_id \
-         WHERE e.to_status = 'succeeded' AND e.at >= $1 AND e.at < $2 AND e.entity = 'attempt' AND a.gateway = $3 \
-         AND a.status = 'succeeded'",
-    )
-    .bind(window.0)
-    .bind(window.1)
-    .bind(gateway)
-    .fetch_all(pool)
-    .await?;
-    for r in &rows {
-        let p = payment(r)?;
-        let shown_elsewhere = col::<Option<String>>(r, "statement_day")?.is_some_and(|d| d != day);
-        payments.insert(p.attempt_ref.clone(), (p, shown_elsewhere));
-    }
-    let rows = sql::query(
-        "SELECT r.refund_no, r.order_no, r.amount_minor, r.currency, r.statement_day FROM status_events e \
-         JOIN refunds r ON r.refund_no = e.entity_id JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
-         WHERE e.to_status = 'succeeded' AND e.at >= $1 AND e.at < $2 AND e.entity = 'refund' AND a.gateway = $3 \
-         AND r.status = 'succeeded'",
-    )
-    .bind(window.0)
-    .bind(window.1)
-    .bind(gateway)
-    .fetch_all(pool)
-    .await?;
-    for r in &rows {
-        let shown_elsewhere = col::<Option<String>>(r, "statement_day")?.is_some_and(|d| d != day);
-        let rf = refund(r)?;
-        refunds.insert(rf.refund_no.clone(), (rf, shown_elsewhere));
-    }
-
-    // Payment lines that name only the gateway's id (Stripe's PaymentIntent): kassa's reference
-    // for it.
+    // Payment lines that name only the gateway's id (Stripe's PaymentIntent): kassa's reference.
     let txns: BTreeSet<&str> = statement
         .lines
         .iter()
         .filter(|l| l.kind == LineKind::Payment && l.merchant_ref.is_empty() && !l.gateway_txn_id.is_empty())
         .map(|l| l.gateway_txn_id.as_str())
         .collect();
-    let txns: Vec<&str> = txns.into_iter().collect();
-    for chunk in txns.chunks(LOOKUP_CHUNK) {
-        let sql = format!(
-            "SELECT attempt_ref, gateway_txn_id FROM payment_attempts WHERE gateway = $1 AND gateway_txn_id IN ({})",
-            placeholders(2, chunk.len())
-        );
-        let mut q = sql::query(&sql).bind(gateway);
-        for t in chunk {
-            q = q.bind(*t);
-        }
-        for r in &q.fetch_all(pool).await? {
-            out.ref_of_txn.insert(col(r, "gateway_txn_id")?, col(r, "attempt_ref")?);
-        }
+    let select = "SELECT attempt_ref, gateway_txn_id FROM payment_attempts WHERE gateway = $1 AND gateway_txn_id IN";
+    for r in &rows_for(db, select, gateway, &txns.into_iter().collect::<Vec<_>>()).await? {
+        out.ref_of_txn.insert(col(r, "gateway_txn_id")?, col(r, "attempt_ref")?);
     }
     let mut refs: BTreeSet<&str> = statement
         .lines
@@ -104,44 +82,50 @@ pub async fn ours(
         .map(|l| l.merchant_ref.as_str())
         .collect();
     refs.extend(out.ref_of_txn.values().map(String::as_str));
-    let refs: Vec<String> = refs.into_iter().map(str::to_string).collect();
-    for chunk in refs.chunks(LOOKUP_CHUNK) {
-        let sql = format!(
-            "SELECT attempt_ref, order_no, gateway_txn_id, COALESCE(captured_minor, amount_minor) AS amount, currency, \
-             status FROM payment_attempts WHERE gateway = $1 AND attempt_ref IN ({})",
-            placeholders(2, chunk.len())
-        );
-        let mut q = sql::query(&sql).bind(gateway);
-        for r in chunk {
-            q = q.bind(r.as_str());
-        }
-        for r in &q.fetch_all(pool).await? {
-            let p = payment(r)?;
-            out.known_refs.insert(p.attempt_ref.clone(), p.order_no.clone());
-            if col::<String>(r, "status")? == "succeeded" {
-                payments.insert(p.attempt_ref.clone(), (p, false));
-            }
-        }
-    }
     let refund_nos: BTreeSet<&str> =
         statement.lines.iter().filter(|l| l.kind == LineKind::Refund).filter_map(|l| l.refund_no.as_deref()).collect();
-    let refund_nos: Vec<&str> = refund_nos.into_iter().collect();
-    for chunk in refund_nos.chunks(LOOKUP_CHUNK) {
-        let sql = format!(
-            "SELECT r.refund_no, r.order_no, r.amount_minor, r.currency, r.status FROM refunds r \
-             JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref WHERE a.gateway = $1 AND r.refund_no IN ({})",
-            placeholders(2, chunk.len())
-        );
-        let mut q = sql::query(&sql).bind(gateway);
-        for r in chunk {
-            q = q.bind(*r);
+
+    // (record, shown on another day's statement), by key.
+    let mut payments: BTreeMap<String, (OurPayment, bool)> = BTreeMap::new();
+    let mut refunds: BTreeMap<String, (OurRefund, bool)> = BTreeMap::new();
+    let elsewhere =
+        |r: &sql::Row| -> Result<bool> { Ok(col::<Option<String>>(r, "statement_day")?.is_some_and(|d| d != day)) };
+    let select = format!(
+        "SELECT {PAYMENT_COLUMNS} FROM status_events e JOIN payment_attempts a ON a.attempt_ref = e.entity_id \
+         WHERE e.to_status = 'succeeded' AND e.at >= $1 AND e.at < $2 AND e.entity = 'attempt' AND a.gateway = $3 \
+         AND a.status = 'succeeded'"
+    );
+    for r in &rows_in(db, &select, gateway, window).await? {
+        let p = payment(r)?;
+        payments.insert(p.attempt_ref.clone(), (p, elsewhere(r)?));
+    }
+    let select = format!("SELECT {PAYMENT_COLUMNS} FROM payment_attempts a WHERE a.gateway = $1 AND a.attempt_ref IN");
+    for r in &rows_for(db, &select, gateway, &refs.iter().copied().collect::<Vec<_>>()).await? {
+        let p = payment(r)?;
+        out.known_refs.insert(p.attempt_ref.clone(), p.order_no.clone());
+        if col::<String>(r, "status")? == "succeeded" {
+            payments.insert(p.attempt_ref.clone(), (p, false));
         }
-        for r in &q.fetch_all(pool).await? {
-            let rf = refund(r)?;
-            out.known_refunds.insert(rf.refund_no.clone(), rf.order_no.clone());
-            if col::<String>(r, "status")? == "succeeded" {
-                refunds.insert(rf.refund_no.clone(), (rf, false));
-            }
+    }
+    let select = format!(
+        "SELECT {REFUND_COLUMNS} FROM status_events e JOIN refunds r ON r.refund_no = e.entity_id \
+         JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
+         WHERE e.to_status = 'succeeded' AND e.at >= $1 AND e.at < $2 AND e.entity = 'refund' AND a.gateway = $3 \
+         AND r.status = 'succeeded'"
+    );
+    for r in &rows_in(db, &select, gateway, window).await? {
+        let rf = refund(r)?;
+        refunds.insert(rf.refund_no.clone(), (rf, elsewhere(r)?));
+    }
+    let select = format!(
+        "SELECT {REFUND_COLUMNS} FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
+         WHERE a.gateway = $1 AND r.refund_no IN"
+    );
+    for r in &rows_for(db, &select, gateway, &refund_nos.into_iter().collect::<Vec<_>>()).await? {
+        let rf = refund(r)?;
+        out.known_refunds.insert(rf.refund_no.clone(), rf.order_no.clone());
+        if col::<String>(r, "status")? == "succeeded" {
+            refunds.insert(rf.refund_no.clone(), (rf, false));
         }
     }
     for (key, (p, shown_elsewhere)) in payments {

@@ -54,6 +54,8 @@ impl Monitor {
         }
         metrics::gauge!("kassa_outbox_backlog").set(outbox::backlog(&self.db).await? as f64);
         metrics::gauge!("kassa_shipping_reports_backlog").set(crate::store::shipping::backlog(&self.db).await? as f64);
+        metrics::gauge!("kassa_statement_findings_open")
+            .set(crate::store::statements::open_findings(&self.db).await? as f64);
         let (open, idle) = self.db.connections();
         metrics::gauge!("kassa_db_pool_connections", "state" => "open").set(open as f64);
         metrics::gauge!("kassa_db_pool_connections", "state" => "idle").set(idle as f64);

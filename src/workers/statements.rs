@@ -155,7 +155,7 @@ pub struct StatementJob {
 
 impl StatementJob {
     /// Runs each gateway's due day when it is not reconciled yet and its next fetch is due;
-    /// returns the runs made.
+    /// returns the runs made (a run that failed is logged and left to its claim running out).
     pub async fn step(&self) -> Result<Vec<DayRun>> {
         let mut runs = Vec::new();
         for name in self.gateways.names() {
@@ -172,7 +172,12 @@ impl StatementJob {
             let Some(tries) = claim.await? else {
                 continue;
             };
-            runs.push(run_day(&self.db, gateway.as_ref(), day, tries + 1, &self.clock).await?);
+            // One gateway's failure (its claim runs out, so it is tried again) does not hold up
+            // the others'.
+            match run_day(&self.db, gateway.as_ref(), day, tries + 1, &self.clock).await {
+                Ok(run) => runs.push(run),
+                Err(e) => tracing::error!(gateway = name, day = %day_text, error = %e, "statement day failed"),
+            }
         }
         Ok(runs)
     }
