@@ -477,4 +477,55 @@ mod tests {
         assert!(verify_stripe_signature(&secrets, &h, body, now).is_ok());
         assert!(verify_stripe_signature(&secrets, "garbage", body, now).is_err());
     }
+
+    const BALANCE_CHARGE: &str = r#"{"id":"txn_1","object":"balance_transaction","type":"charge","amount":8888,"fee":288,"net":8600,"currency":"cny","created":1764547200,"source":{"id":"ch_1","object":"charge","amount":8888,"currency":"cny","payment_intent":"pi_1","metadata":{}}}"#;
+    const BALANCE_REFUND: &str = r#"{"id":"txn_2","object":"balance_transaction","type":"refund","amount":-1000,"fee":0,"net":-1000,"currency":"cny","created":1764547300,"source":{"id":"re_1","object":"refund","amount":1000,"currency":"cny","payment_intent":"pi_1","metadata":{"refund_no":"R1","attempt_ref":"KS1_1"}}}"#;
+
+    #[test]
+    fn balance_transactions_become_statement_lines() {
+        let charge = balance_line(&serde_json::from_str(BALANCE_CHARGE).unwrap()).unwrap().unwrap();
+        assert_eq!(
+            (
+                charge.kind,
+                charge.merchant_ref.as_str(),
+                charge.gateway_txn_id.as_str(),
+                charge.amount_minor,
+                charge.fee_minor
+            ),
+            (LineKind::Payment, "", "pi_1", 8888, 288)
+        );
+        assert_eq!(charge.currency, "CNY");
+        let refund = balance_line(&serde_json::from_str(BALANCE_REFUND).unwrap()).unwrap().unwrap();
+        assert_eq!(
+            (refund.kind, refund.refund_no.as_deref(), refund.merchant_ref.as_str(), refund.amount_minor),
+            (LineKind::Refund, Some("R1"), "KS1_1", 1000)
+        );
+        let payout = serde_json::json!({"id": "txn_3", "type": "payout", "amount": -5000, "fee": 0, "source": "po_1"});
+        assert_eq!(balance_line(&payout), Ok(None));
+        let unexpanded = BALANCE_CHARGE.replace(r#""source":{"id":"ch_1","object":"charge","amount":8888,"currency":"cny","payment_intent":"pi_1","metadata":{}}"#, r#""source":"ch_1""#);
+        assert!(balance_line(&serde_json::from_str(&unexpanded).unwrap()).unwrap_err().contains("not expanded"));
+    }
+
+    proptest::proptest! {
+        /// Any JSON, or a real balance transaction with a byte changed: a line, nothing or a
+        /// refusal, never a panic.
+        #[test]
+        fn no_balance_transaction_makes_the_reader_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+            at in 0usize..600,
+            byte in proptest::num::u8::ANY,
+        ) {
+            if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+                let _ = balance_line(&v);
+            }
+            for real in [BALANCE_CHARGE, BALANCE_REFUND] {
+                let mut damaged = real.as_bytes().to_vec();
+                let i = at % damaged.len();
+                damaged[i] = byte;
+                if let Ok(v) = serde_json::from_slice::<Value>(&damaged) {
+                    let _ = balance_line(&v);
+                }
+            }
+        }
+    }
 }
