@@ -398,18 +398,25 @@ async fn day_page(
     Ok(render(&DayPage { csrf: &op.csrf, totals: totals_rows(&d), open, d, message }))
 }
 
-/// Where a console form goes back to, with what to say.
-fn back(gateway: &str, day: &str, outcome: std::result::Result<&str, Error>) -> Response {
-    let (key, value) = match outcome {
-        Ok(done) => ("done", done.to_string()),
-        Err(e) => ("error", e.to_string()),
-    };
-    let query = serde_urlencoded::to_string([(key, value)]).unwrap_or_default();
-    let path = match read_day(gateway, day) {
+/// A day's console page; the list of days when `gateway` and `day` name none.
+fn day_path(gateway: &str, day: &str) -> String {
+    match read_day(gateway, day) {
         Some((g, d)) => format!("/admin/statements/{g}/{}", format_day(d)),
         None => "/admin/statements".to_string(),
+    }
+}
+
+/// Where a console form goes back to: `done` to its page saying what was done, a refusal to
+/// `refused` saying why. Anything but a refusal is answered as the error it is (logged, never
+/// shown).
+fn back(outcome: std::result::Result<(String, &str), Error>, refused: String) -> Result<Response> {
+    let (path, key, value) = match outcome {
+        Ok((path, done)) => (path, "done", done.to_string()),
+        Err(Error::Refused(r)) => (refused, "error", r.message),
+        Err(e) => return Err(e),
     };
-    Redirect::to(&format!("{path}?{query}")).into_response()
+    let query = serde_urlencoded::to_string([(key, value)]).unwrap_or_default();
+    Ok(Redirect::to(&format!("{path}?{query}")).into_response())
 }
 
 async fn run_form(
@@ -419,8 +426,8 @@ async fn run_form(
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Result<Response> {
     op.check(&form)?;
-    let outcome = run_flow(&state, &gateway, &day).await.map(|_| "run");
-    Ok(back(&gateway, &day, outcome))
+    let outcome = run_flow(&state, &gateway, &day).await.map(|_| (day_path(&gateway, &day), "run"));
+    back(outcome, "/admin/statements".to_string())
 }
 
 async fn run_chosen(
@@ -429,15 +436,10 @@ async fn run_chosen(
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Result<Response> {
     op.check(&form)?;
-    let gateway = form.get("gateway").cloned().unwrap_or_default();
-    let day = form.get("day").cloned().unwrap_or_default();
-    match run_flow(&state, &gateway, &day).await {
-        Ok(_) => Ok(back(&gateway, &day, Ok("run"))),
-        Err(e) => {
-            let query = serde_urlencoded::to_string([("error", e.to_string())]).unwrap_or_default();
-            Ok(Redirect::to(&format!("/admin/statements?{query}")).into_response())
-        }
-    }
+    let gateway = form.get("gateway").map_or("", String::as_str);
+    let day = form.get("day").map_or("", String::as_str);
+    let outcome = run_flow(&state, gateway, day).await.map(|_| (day_path(gateway, day), "run"));
+    back(outcome, "/admin/statements".to_string())
 }
 
 async fn resolve_form(
@@ -447,17 +449,16 @@ async fn resolve_form(
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Result<Response> {
     op.check(&form)?;
-    let id: i64 = id.parse().map_err(|_| Error::not_found("finding"))?;
-    let note = form.get("note").map(String::as_str).unwrap_or_default();
-    let outcome = match read_note(note) {
-        Ok(note) => {
-            days::resolve(&state.db, id, &note, state.now_ms()).await?.ok_or_else(|| Error::not_found("finding"))
-        }
-        Err(e) => Err(e),
+    // The day's page the form is on.
+    let page = day_path(form.get("gateway").map_or("", String::as_str), form.get("day").map_or("", String::as_str));
+    let note = read_note(form.get("note").map_or("", String::as_str));
+    let outcome = match (id.parse::<i64>(), note) {
+        (Ok(id), Ok(note)) => days::resolve(&state.db, id, &note, state.now_ms())
+            .await?
+            .map(|f| (day_path(&f.gateway, &f.day), "resolved"))
+            .ok_or_else(|| Error::not_found("finding")),
+        (Err(_), _) => Err(Error::not_found("finding")),
+        (_, Err(e)) => Err(e),
     };
-    let (gateway, day) = match &outcome {
-        Ok(f) => (f.gateway.clone(), f.day.clone()),
-        Err(_) => (form.get("gateway").cloned().unwrap_or_default(), form.get("day").cloned().unwrap_or_default()),
-    };
-    Ok(back(&gateway, &day, outcome.map(|_| "resolved")))
+    back(outcome, page)
 }

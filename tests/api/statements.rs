@@ -752,6 +752,17 @@ async fn cli_and_console(backend: Backend) {
     let b = b_ref.trim_end_matches("_1");
     assert!(html.contains(&format!("href=\"/admin/orders/{b}\"")), "findings link to their orders: {html}");
     let id = html.split("/admin/statement-findings/").nth(1).unwrap().split('/').next().unwrap().to_string();
+    let (status, location) = post(
+        format!("/admin/statement-findings/{id}/resolve"),
+        vec![("csrf", csrf.clone()), ("gateway", "sandbox".into()), ("day", today.clone()), ("note", " ".into())],
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(
+        location.starts_with(&format!("/admin/statements/sandbox/{today}?error=")),
+        "a note is required: {location}"
+    );
+    assert!(get(location).await.contains("a note is 1-500 printable characters"));
     let note = "the buyer paid again; refunded by hand";
     let (status, location) = post(
         format!("/admin/statement-findings/{id}/resolve"),
