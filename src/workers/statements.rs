@@ -66,12 +66,12 @@ pub struct DayRun {
     pub view: Option<StatementDayView>,
 }
 
-/// The currency a day's totals are in: the statement's most common, else the gateway's first,
-/// else `XXX`.
-fn day_currency(gateway: &dyn Gateway, statement: Option<&statement::Statement>) -> String {
+/// The currency a day's totals are in: the most common of `currencies` (the statement's lines,
+/// else kassa's payments of the day), else the gateway's first, else `XXX` (no currency).
+fn day_currency<'a>(gateway: &dyn Gateway, currencies: impl Iterator<Item = &'a str>) -> String {
     let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-    for line in statement.map(|s| s.lines.as_slice()).unwrap_or_default() {
-        *counts.entry(line.currency.as_str()).or_default() += 1;
+    for currency in currencies {
+        *counts.entry(currency).or_default() += 1;
     }
     counts
         .into_iter()
@@ -104,20 +104,24 @@ pub async fn run_day(
             let window = statement::day_window(day, offset);
             let ours = days::ours(db, name, (&day_text, window), &statement).await?;
             let outcome = statement::reconcile(&statement, &ours);
-            let currency = day_currency(gateway, Some(&statement));
+            let currency = if statement.lines.is_empty() {
+                day_currency(gateway, ours.payments.iter().map(|p| p.currency.as_str()))
+            } else {
+                day_currency(gateway, statement.lines.iter().map(|l| l.currency.as_str()))
+            };
             let lines = i64::try_from(statement.lines.len()).unwrap_or(i64::MAX);
             let changes = days::record(db, name, &day_text, &currency, lines, &outcome, now).await?;
             metrics::counter!("kassa_statement_days_total", "gateway" => name, "result" => "reconciled").increment(1);
             ("reconciled", None, changes)
         }
         Err(StatementError::Unreadable(detail)) => {
-            let currency = day_currency(gateway, None);
+            let currency = day_currency(gateway, std::iter::empty());
             let changes = days::record_unreadable(db, name, &day_text, &currency, &detail, tries, now).await?;
             metrics::counter!("kassa_statement_days_total", "gateway" => name, "result" => "unreadable").increment(1);
             ("unreadable", Some(detail), changes)
         }
         Err(StatementError::NotYet(detail) | StatementError::Unavailable(detail)) => {
-            let currency = day_currency(gateway, None);
+            let currency = day_currency(gateway, std::iter::empty());
             let given_up = days::record_waiting(db, name, &day_text, &currency, &detail, tries, now).await?;
             let result = if given_up { "given_up" } else { "waiting" };
             metrics::counter!("kassa_statement_days_total", "gateway" => name, "result" => result).increment(1);
@@ -166,7 +170,7 @@ impl StatementJob {
                 continue;
             };
             let day_text = format_day(day);
-            let currency = day_currency(gateway.as_ref(), None);
+            let currency = day_currency(gateway.as_ref(), std::iter::empty());
             let (_, day_end) = statement::day_window(day, offset);
             let claim = days::claim_day(&self.db, name, (&day_text, day_end), &currency, now, STATEMENT_LEASE_MS);
             let Some(tries) = claim.await? else {

@@ -286,6 +286,7 @@ async fn midnight(backend: Backend) {
     );
     assert_eq!(body["view"]["kassa_totals"]["count"], 0, "{body}");
     assert_eq!(body["changes"], json!({"opened": 0, "closed": 0}), "{body}");
+    assert_eq!(body["view"]["currency"], "CNY", "an empty statement's day is in kassa's payments' currency: {body}");
 }
 
 // ------------------------------------------------------------------------------------------------
