@@ -449,6 +449,12 @@ pub const STATEMENT_TRIES_MAX: i64 = 48;
 /// Time between fetches of a statement not published yet or not reachable.
 pub const STATEMENT_RETRY_MS: i64 = 15 * 60 * 1000;
 
+/// When a day's statement is fetched again after its `tries`th fetch failed (not published, not
+/// reached, not readable); `None` once it has had its last try (given up and alerted).
+pub fn next_fetch_at(tries: i64, now_ms: i64) -> Option<i64> {
+    (tries < STATEMENT_TRIES_MAX).then(|| now_ms.saturating_add(STATEMENT_RETRY_MS))
+}
+
 /// Yuan (or any two-decimal major unit) as written in a statement (`60.00`, `-0.27000`, `5`) in
 /// minor units, exactly: more decimals are allowed only as zeros (a fee printed with five).
 pub fn parse_decimal(text: &str) -> Option<i64> {
@@ -646,6 +652,13 @@ mod tests {
         assert_eq!(out.payment_fees.get("A_1"), Some(&20));
         let found: Vec<(&str, &str)> = out.findings.iter().map(|f| (f.kind.code(), f.subject.as_str())).collect();
         assert_eq!(found, vec![("paid_at_gateway_only", "pi_9")]);
+    }
+
+    #[test]
+    fn a_statement_is_fetched_again_until_its_last_try() {
+        assert_eq!(next_fetch_at(1, 1_000), Some(1_000 + STATEMENT_RETRY_MS));
+        assert_eq!(next_fetch_at(STATEMENT_TRIES_MAX - 1, 0), Some(STATEMENT_RETRY_MS));
+        assert_eq!(next_fetch_at(STATEMENT_TRIES_MAX, 0), None);
     }
 
     #[test]

@@ -12,8 +12,7 @@ use serde::Serialize;
 use crate::args;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::statement::{
-    Finding, FindingKind, LineKind, OurPayment, OurRefund, Ours, Outcome, STATEMENT_RETRY_MS, STATEMENT_TRIES_MAX,
-    Statement, Totals,
+    Finding, FindingKind, LineKind, OurPayment, OurRefund, Ours, Outcome, Statement, Totals, next_fetch_at,
 };
 use crate::error::Result;
 use crate::store::batch::Batch;
@@ -233,7 +232,7 @@ pub async fn record_unreadable(
     now: Millis,
 ) -> Result<Changes> {
     let finding = Finding::unreadable(detail);
-    let next_at = if tries >= STATEMENT_TRIES_MAX { i64::MAX } else { now.saturating_add(STATEMENT_RETRY_MS) };
+    let next_at = next_fetch_at(tries, now).unwrap_or(i64::MAX);
     crate::write_tx!(db, |tx| {
         let none = Totals::default();
         upsert_day(tx, gateway, day, "unreadable", Some(detail), currency, 0, (&none, &none), (tries, now)).await?;
@@ -260,7 +259,8 @@ pub async fn record_waiting(
     tries: i64,
     now: Millis,
 ) -> Result<bool> {
-    let given_up = tries >= STATEMENT_TRIES_MAX;
+    let next_at = next_fetch_at(tries, now);
+    let given_up = next_at.is_none();
     crate::write_tx!(db, |tx| {
         sql::query(
             "INSERT INTO statement_days (gateway, day, status, detail, currency, tries, next_at, created_at, updated_at) \
@@ -273,7 +273,7 @@ pub async fn record_waiting(
         .bind(detail)
         .bind(currency)
         .bind(tries)
-        .bind(if given_up { i64::MAX } else { now.saturating_add(STATEMENT_RETRY_MS) })
+        .bind(next_at.unwrap_or(i64::MAX))
         .bind(now)
         .execute(&mut **tx)
         .await?;
