@@ -12,6 +12,8 @@ pub(super) struct Server {
     pub(super) pid: Option<u32>,
     pub(super) child: Option<std::process::Child>,
     pub(super) database_url: Option<String>,
+    /// The spawned server's settings that differ from `kassa serve`'s defaults.
+    pub(super) settings: Vec<String>,
     pub(super) _dir: Option<ScratchDir>,
 }
 
@@ -56,6 +58,7 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
             pid: args.server_pid,
             child: None,
             database_url: args.database_url.clone(),
+            settings: Vec::new(),
             _dir: None,
         });
     }
@@ -64,12 +67,19 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
         args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let admin = kassa::domain::ids::new_secret_token();
-    let child = std::process::Command::new(std::env::current_exe()?)
-        .args(["serve", "--sandbox", "--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--hold-seconds", &hold_seconds.to_string(), "--sweep-interval-ms", "500"])
-        // A load generator is many buyers from one address, each with orders in flight.
-        .args(["--rate-limits", "off", "--max-open-orders-per-session", "0"])
-        // Through the environment, not argv: the process list is readable by every local user.
+    // What differs from `kassa serve`'s defaults (the database, address and directory aside).
+    let mut settings: Vec<String> = vec!["--sandbox".into()];
+    settings.extend(["--hold-seconds".into(), hold_seconds.to_string(), "--sweep-interval-ms".into(), "500".into()]);
+    if args.protections == "off" {
+        settings.extend(["--rate-limits", "off", "--max-open-orders-per-session", "0"].map(String::from));
+    }
+    let bin = match &args.server_bin {
+        Some(bin) => bin.clone(),
+        None => std::env::current_exe()?,
+    };
+    let child = std::process::Command::new(&bin)
+        .args(["serve", "--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}")])
+        .args(&settings)
         .env("KASSA_ADMIN_TOKEN", &admin)
         .arg("--data-dir")
         .arg(&dir.0)
@@ -81,7 +91,7 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
             std::process::Stdio::null()
         })
         .spawn()
-        .context("starting kassa serve")?;
+        .with_context(|| format!("starting {} serve", bin.display()))?;
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     for _ in 0..400 {
@@ -92,6 +102,7 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
                 pid: Some(child.id()),
                 child: Some(child),
                 database_url: Some(database_url),
+                settings,
                 _dir: Some(dir),
             });
         }
@@ -144,7 +155,6 @@ fn code_of(body: &Value, status: reqwest::StatusCode) -> String {
     body["error"]["code"].as_str().map(str::to_string).unwrap_or_else(|| format!("http_{}", status.as_u16()))
 }
 
-/// One simulated buyer: basket, confirm, pay (when `pay`), until `stop`.
 /// What each simulated buyer does.
 #[derive(Clone, Copy)]
 struct Plan {
@@ -158,6 +168,39 @@ pub(super) fn flow(line_request: bool) -> String {
     if line_request { "basket-then-line" } else { "basket-with-line" }.into()
 }
 
+/// Orders one simulated person places before the next person takes their place: the default
+/// open-orders limit, well under every per-address rate limit's default.
+const ORDERS_PER_PERSON: usize = kassa::domain::checkout::OPEN_ORDERS_PER_SESSION_DEFAULT as usize;
+
+/// The people behind the simulated buyers: each has an address of their own, sent as a reverse
+/// proxy would (`X-Forwarded-For`, which kassa believes from its default trusted proxies, the
+/// loopback), so the per-address rate limits apply to each person as they do in production.
+static PEOPLE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// The next person's address, in 10.0.0.0/8 (16 million of them before one repeats).
+fn next_person_addr() -> String {
+    let n = PEOPLE.fetch_add(1, Ordering::Relaxed) & 0x00FF_FFFF;
+    std::net::Ipv4Addr::from(0x0A00_0000 | n).to_string()
+}
+
+/// One person: an address and a buyer session.
+struct Person {
+    addr: String,
+    token: String,
+    orders: usize,
+}
+
+async fn new_person(http: &reqwest::Client, base: &str) -> Option<Person> {
+    let addr = next_person_addr();
+    let r = http.post(format!("{base}/api/v1/sessions")).header("x-forwarded-for", &addr).send().await.ok()?;
+    let v = r.json::<Value>().await.ok()?;
+    let token = v["token"].as_str()?.to_string();
+    Some(Person { addr, token, orders: 0 })
+}
+
+/// One simulated buyer: basket, confirm, pay (when `pay`), until `stop`. A buyer is a stream of
+/// people: each places up to [`ORDERS_PER_PERSON`] orders from their own address and session, and
+/// one refused by the open-orders limit or a rate limit makes way for the next.
 async fn buyer(
     http: reqwest::Client,
     base: String,
@@ -168,18 +211,26 @@ async fn buyer(
     tally: Arc<Mutex<Tally>>,
 ) {
     let Plan { pay_every, line_request } = plan;
-    let Ok(r) = http.post(format!("{base}/api/v1/sessions")).send().await else { return };
-    let Ok(v) = r.json::<Value>().await else { return };
-    let token = v["token"].as_str().unwrap_or_default().to_string();
+    let mut person: Option<Person> = None;
     let mut n = 0_usize;
     while !stop.load(Ordering::Relaxed) {
+        if person.as_ref().is_none_or(|p| p.orders >= ORDERS_PER_PERSON) {
+            person = new_person(&http, &base).await;
+        }
+        let Some(p) = person.as_mut() else {
+            *tally.lock().await.errors.entry("session".into()).or_default() += 1;
+            continue;
+        };
+        p.orders += 1;
         n += 1;
         let sku = &skus[(i * 7919 + n * 104_729) % skus.len()];
+        let (addr, token) = (p.addr.as_str(), p.token.as_str());
         let step = async {
             let lines = if line_request { json!({}) } else { json!({"lines": [{"sku": sku, "quantity": 1}]}) };
             let basket: Value = http
                 .post(format!("{base}/api/v1/baskets"))
-                .bearer_auth(&token)
+                .bearer_auth(token)
+                .header("x-forwarded-for", addr)
                 .json(&lines)
                 .send()
                 .await?
@@ -188,7 +239,8 @@ async fn buyer(
             let id = basket["basket_id"].as_str().unwrap_or_default().to_string();
             if line_request {
                 http.put(format!("{base}/api/v1/baskets/{id}/lines/{sku}"))
-                    .bearer_auth(&token)
+                    .bearer_auth(token)
+                    .header("x-forwarded-for", addr)
                     .json(&json!({"quantity": 1}))
                     .send()
                     .await?;
@@ -196,7 +248,8 @@ async fn buyer(
             let started = Instant::now();
             let r = http
                 .post(format!("{base}/api/v1/baskets/{id}/checkout"))
-                .bearer_auth(&token)
+                .bearer_auth(token)
+                .header("x-forwarded-for", addr)
                 .json(&json!({"gateway": "sandbox"}))
                 .send()
                 .await?;
@@ -232,9 +285,13 @@ async fn buyer(
                 }
             }
         } else {
-            *t.errors.entry(code_of(&body, status)).or_default() += 1;
-            if status == reqwest::StatusCode::CONFLICT && body["error"]["code"] == "out_of_stock" {
-                drop(t);
+            let code = code_of(&body, status);
+            *t.errors.entry(code.clone()).or_default() += 1;
+            drop(t);
+            if matches!(code.as_str(), "too_many_open_orders" | "rate_limited") {
+                // This person is done; the next one steps up.
+                person = None;
+            } else if code == "out_of_stock" {
                 // Sold out: nothing more to buy; keep the request rate honest but do not spin.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -398,6 +455,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
 async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow::Result<Report> {
     report.mode = if args.url.is_some() { "http (external server)".into() } else { "http (spawned server)".into() };
     report.buyers = args.buyers;
+    report.settings = server.settings.clone();
     report.flow = flow(args.line_request);
     report.server_peak_rss_mb = server.pid.and_then(peak_rss_mb);
     if let Some(url) = &server.database_url {

@@ -76,6 +76,14 @@ pub struct BenchArgs {
     /// Write the JSON report here as well
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// The kassa binary a spawned server runs (default: this one), so that one load generator
+    /// drives two builds alike (`scripts/bench-compare.sh`)
+    #[arg(long)]
+    pub server_bin: Option<std::path::PathBuf>,
+    /// `on` (the default): the spawned server keeps the rate limits and the open-orders limit at
+    /// their defaults, as production runs; `off`: both off, to see what they cost
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub protections: String,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -85,6 +93,9 @@ pub struct Report {
     /// How each buyer builds a basket: `basket-with-line` (one request) or `basket-then-line`.
     pub flow: String,
     pub database: String,
+    /// The spawned server's settings that differ from `kassa serve`'s defaults.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<String>,
     pub buyers: usize,
     pub seconds: f64,
     pub confirms: u64,
@@ -280,6 +291,9 @@ pub fn table(r: &Report) -> String {
     let mut row = |k: &str, v: String| out.push_str(&format!("{k:<24} {v}\n"));
     row("scenario", format!("{} ({}, {})", r.scenario, r.mode, r.database));
     row("buyers / seconds", format!("{} / {:.1}", r.buyers, r.seconds));
+    if !r.settings.is_empty() {
+        row("settings off default", r.settings.join(" "));
+    }
     if let Some(c) = r.commits_per_s {
         row("durable commits/s", format!("{c:.0}"));
         return out;
