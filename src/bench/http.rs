@@ -219,6 +219,8 @@ async fn buyer(
         }
         let Some(p) = person.as_mut() else {
             *tally.lock().await.errors.entry("session".into()).or_default() += 1;
+            // No session to be had: do not spin against a server that refuses them.
+            tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         };
         p.orders += 1;
