@@ -37,6 +37,25 @@ pub struct VerifiedEvent {
     pub raw_body: Vec<u8>,
 }
 
+/// What an event is whose gateway and event id are claimed already, by the attempt that claimed
+/// them: the same event again (a gateway's retry, acknowledged and dropped), or the id reused for
+/// another attempt. A gateway names each of its events once, so a reuse is never a copy: the event
+/// is weighed on its own, under a key of its id and attempt, and the operator is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    Again,
+    Reused { key: String },
+}
+
+/// See [`Claimed`]; `claimed_by` is the claiming notification's attempt.
+pub fn on_claimed(event_id: &str, attempt_ref: &str, claimed_by: Option<&str>) -> Claimed {
+    if claimed_by == Some(attempt_ref) {
+        Claimed::Again
+    } else {
+        Claimed::Reused { key: format!("{event_id}@{attempt_ref}") }
+    }
+}
+
 /// What an active query says about an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentState {
@@ -82,4 +101,16 @@ pub enum RefundAnswer {
     Succeeded { gateway_refund_id: String },
     /// Refused for good (e.g. more than was paid, refund window over).
     Rejected { reason: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_id_reused_for_another_attempt_is_not_a_copy() {
+        assert_eq!(on_claimed("evt_1", "A-1", Some("A-1")), Claimed::Again);
+        assert_eq!(on_claimed("evt_1", "B-1", Some("A-1")), Claimed::Reused { key: "evt_1@B-1".into() });
+        assert_eq!(on_claimed("evt_1", "B-1", None), Claimed::Reused { key: "evt_1@B-1".into() });
+    }
 }

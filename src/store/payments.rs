@@ -16,7 +16,7 @@ use crate::store::reservations::{add_moves, reallocate};
 use crate::store::sql;
 use crate::store::{Db, Tx, col, fulfilment, new_id};
 
-use crate::domain::event::{Outcome, VerifiedEvent};
+use crate::domain::event::{Claimed, Outcome, VerifiedEvent, on_claimed};
 
 /// The result of applying one event, which decides the gateway's reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,21 +40,38 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
         let applied = crate::write_tx!(db, |tx| {
             let id = new_id();
             // Claim the event id first: a concurrent copy waits here and then sees the claim.
-            let claimed = sql::query(
-                    "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
-                     VALUES ($1, $2, $3, $3, 'received', $4, $5, $6) ON CONFLICT (gateway, event_id) DO NOTHING",
+            if !claim(tx, &id, ev, &ev.event_id, now).await? {
+                let claimed_by: Option<Option<String>> =
+                    sql::query_scalar("SELECT attempt_ref FROM notifications WHERE gateway = $1 AND event_id = $2")
+                        .bind(&ev.gateway)
+                        .bind(&ev.event_id)
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                let Claimed::Reused { key } =
+                    on_claimed(&ev.event_id, &ev.attempt_ref, claimed_by.flatten().as_deref())
+                else {
+                    record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
+                    return Ok(Applied::Duplicate);
+                };
+                if !claim(tx, &id, ev, &key, now).await? {
+                    record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
+                    return Ok(Applied::Duplicate);
+                }
+                let details = format!(
+                    "{} sent event id {} for attempt {} after it was used for another attempt; weighed on its own",
+                    ev.gateway, ev.event_id, ev.attempt_ref
+                );
+                let subject = format!("{}:{}", ev.gateway, ev.event_id);
+                events::raise_alert(
+                    tx,
+                    "notification_event_id_reused",
+                    Severity::Warning,
+                    &subject,
+                    None,
+                    &details,
+                    now,
                 )
-                .bind(&id)
-                .bind(&ev.gateway)
-                .bind(&ev.event_id)
-                .bind(&ev.attempt_ref)
-                .bind(&ev.raw_body)
-                .bind(now)
-                .execute(&mut **tx)
                 .await?;
-            if claimed.rows_affected() == 0 {
-                record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
-                return Ok(Applied::Duplicate);
             }
             // The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
             // write transaction already excludes every other writer). Then, under the lock, what the
@@ -91,7 +108,8 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                     others.push((attempt_ref.clone(), status));
                 }
             }
-            let attempt_status = attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?;
+            let attempt_status =
+                attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?;
             let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
             let effect = match &ev.outcome {
                 Outcome::Succeeded { gateway_txn_id, amount } => {
@@ -127,12 +145,13 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                     apply_success(tx, &success, order_status, attempt_status, policy, cause).await?
                 }
                 Outcome::RefundSucceeded { refund_no, .. } | Outcome::RefundFailed { refund_no } => {
-                    let refund =
-                        sql::query("SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2")
-                            .bind(refund_no)
-                            .bind(&ev.attempt_ref)
-                            .fetch_optional(&mut **tx)
-                            .await?;
+                    let refund = sql::query(
+                        "SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2",
+                    )
+                    .bind(refund_no)
+                    .bind(&ev.attempt_ref)
+                    .fetch_optional(&mut **tx)
+                    .await?;
                     let Some(refund) = refund else {
                         return reject(tx, &id, ev, "unknown_reference", "no such refund for this attempt".into(), now)
                             .await;
@@ -159,11 +178,13 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                 }
                 Outcome::Pending => None,
                 Outcome::Failed | Outcome::Cancelled => {
-                    let to = if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
+                    let to =
+                        if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
                     match decide_failure(attempt_status, to) {
                         FailureDecision::CloseAttempt(to) => {
                             let cause = Cause { trigger: "gateway_failure", ..cause };
-                            events::set_attempt_status(tx, &order_no, &ev.attempt_ref, attempt_status, to, cause).await?;
+                            events::set_attempt_status(tx, &order_no, &ev.attempt_ref, attempt_status, to, cause)
+                                .await?;
                             Some("attempt_closed")
                         }
                         FailureDecision::Ignore => None,
@@ -173,7 +194,12 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
             // A payment of a pending order recorded its notification's outcome in its own batch.
             if effect != Some(PAID) {
                 let mut batch = Batch::new();
-                add_notification_outcome(&mut batch, &id, if effect.is_some() { "applied" } else { "ignored" }, &order_no);
+                add_notification_outcome(
+                    &mut batch,
+                    &id,
+                    if effect.is_some() { "applied" } else { "ignored" },
+                    &order_no,
+                );
                 batch.run_checked(tx).await?;
             }
             Ok(match effect {
@@ -192,6 +218,25 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
         applied
     })
     .await
+}
+
+/// Claims `key` (the event id, or the id with its attempt when the id was reused) for the
+/// notification `id`; false when it is claimed already.
+async fn claim(tx: &mut Tx<'_>, id: &str, ev: &VerifiedEvent, key: &str, now: Millis) -> Result<bool> {
+    let claimed = sql::query(
+        "INSERT INTO notifications (id, gateway, event_id, claimed_event_id, status, attempt_ref, raw_body, received_at) \
+         VALUES ($1, $2, $3, $4, 'received', $5, $6, $7) ON CONFLICT (gateway, event_id) DO NOTHING",
+    )
+    .bind(id)
+    .bind(&ev.gateway)
+    .bind(key)
+    .bind(&ev.event_id)
+    .bind(&ev.attempt_ref)
+    .bind(&ev.raw_body)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(claimed.rows_affected() == 1)
 }
 
 /// The effect of a notification that paid a pending order.

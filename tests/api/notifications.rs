@@ -343,3 +343,43 @@ async fn recorded_together(backend: Backend) {
     assert_eq!(t.status(&late_order).await, "pending_payment");
     t.assert_clean().await;
 }
+
+on_both!(an_event_id_reused_for_another_order_is_weighed_and_alerted, event_id_reused);
+async fn event_id_reused(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let (_, order_a, attempt_a) = t.pending_order(&[("MUG", 1)]).await;
+    let (status, done) = t.complete(&attempt_a, "succeeded", 1).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    t.settle().await;
+    assert_eq!(t.status(&order_a).await, "paid");
+    // Order B's payment arrives under A's event id: not a copy of A's event, so B is paid, and the
+    // operator is told.
+    let (_, order_b, attempt_b) = t.pending_order(&[("MUG", 2)]).await;
+    let wire = json!({
+        "event_id": s(&done["event_id"]), "event_type": "payment.succeeded", "merchant_id": "kassa-demo-merchant",
+        "attempt_ref": attempt_b, "txn_id": "txn_reused_b", "amount_minor": 17800, "currency": "CNY", "created_at": 0
+    })
+    .to_string()
+    .into_bytes();
+    let (status, text) = post(&t, wire.clone(), signed(&t, &wire)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(t.status(&order_b).await, "paid");
+    assert_eq!(t.status(&order_a).await, "paid");
+    assert_eq!(
+        t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'notification_event_id_reused'").await,
+        1
+    );
+    // B's own retry of it is the duplicate; A's event is untouched.
+    let (status, _) = post(&t, wire.clone(), signed(&t, &wire)).await;
+    assert_eq!(status, StatusCode::OK);
+    let order = t.order(&order_b).await;
+    let to_paid = order["events"].as_array().unwrap().iter().filter(|e| e["to"] == "paid").count();
+    assert_eq!(to_paid, 1, "B paid once: {order}");
+    assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM notifications WHERE status = 'applied'").await, 2);
+    assert_eq!(
+        t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM notifications WHERE status = 'ignored_duplicate'").await,
+        1
+    );
+    t.assert_clean().await;
+}
