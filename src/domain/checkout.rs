@@ -158,6 +158,22 @@ impl SkuLimits {
     }
 }
 
+/// A SKU's price as the shop sets it: a price of zero gives goods away, so it is taken only when
+/// the shop says so (`free`); and `free` with a price is a contradiction.
+pub fn check_price(price_minor: i64, free: bool) -> Result<(), Refusal> {
+    match (price_minor, free) {
+        (p, _) if p < 0 => Err(Refusal::unprocessable("invalid_amount", "price must not be negative")),
+        (0, false) => Err(Refusal::unprocessable(
+            "free_not_confirmed",
+            "a price of 0 gives the goods away: send \"free\": true to mean it",
+        )),
+        (p, true) if p > 0 => {
+            Err(Refusal::unprocessable("free_not_confirmed", "\"free\": true goes with a price of 0 only"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Unpaid orders one buyer session may have open at once, unless configured otherwise.
 pub const OPEN_ORDERS_PER_SESSION_DEFAULT: u32 = 3;
 
@@ -183,6 +199,15 @@ pub fn hold_expires_at(now_ms: i64, hold_ms: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zero_price_is_taken_only_when_the_shop_says_free() {
+        assert!(check_price(1, false).is_ok());
+        assert!(check_price(0, true).is_ok());
+        assert_eq!(check_price(0, false).unwrap_err().code, "free_not_confirmed");
+        assert_eq!(check_price(100, true).unwrap_err().code, "free_not_confirmed");
+        assert_eq!(check_price(-1, false).unwrap_err().code, "invalid_amount");
+    }
 
     fn quoted(sku: &str, quoted: i64, price: i64, currency: &str) -> QuotedLine {
         QuotedLine {

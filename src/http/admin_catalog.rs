@@ -94,14 +94,17 @@ async fn create(
 ) -> Response {
     let action = async {
         let currency = Currency::parse(form.get("currency").map(String::as_str).unwrap_or("CNY"))?;
-        let draft = SkuDraft {
+        let mut draft = SkuDraft {
             sku: form.get("sku").map(|s| s.trim()).unwrap_or_default(),
             name: form.get("name").map(String::as_str).unwrap_or_default(),
             kind: form.get("kind").map(String::as_str),
             price: price(&form, currency)?,
+            free: false,
             stock: whole(&form, "stock")?,
             limits: SkuLimits::default(),
         };
+        // The box confirms a price of 0; left ticked beside a price, it is moot.
+        draft.free = form.contains_key("free") && draft.price.amount_minor() == 0;
         create_sku_flow(&state, &draft).await?;
         Ok("created".to_string())
     };
@@ -119,7 +122,8 @@ async fn edit(
         let current = catalog::get_sku(&state.db, &sku).await?;
         let price = price(&form, Currency::parse(&current.currency)?)?;
         let name = form.get("name").map(String::as_str);
-        edit_sku_flow(&state, &sku, name, Some(price.amount_minor()), LimitsPatch::default()).await?;
+        let free = form.contains_key("free") && price.amount_minor() == 0;
+        edit_sku_flow(&state, &sku, name, Some((price.amount_minor(), free)), LimitsPatch::default()).await?;
         Ok("edited".to_string())
     };
     act(op, &form, action).await

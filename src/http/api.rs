@@ -387,6 +387,9 @@ pub struct SkuBody {
     #[serde(default)]
     #[schema(schema_with = schema::hold_seconds)]
     hold_seconds: Option<i64>,
+    /// Required, and true, with a price of 0: the goods are given away on purpose.
+    #[serde(default)]
+    free: bool,
 }
 
 pub(super) async fn create_sku(
@@ -399,6 +402,7 @@ pub(super) async fn create_sku(
         name: &body.name,
         kind: body.kind.as_deref(),
         price: Money::new(body.price_minor, Currency::parse(&body.currency)?)?,
+        free: body.free,
         stock: body.stock,
         limits: SkuLimits { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds },
     };
@@ -432,6 +436,9 @@ pub struct SkuPatch {
     #[serde(default, deserialize_with = "present")]
     #[schema(schema_with = schema::hold_seconds)]
     hold_seconds: Option<Option<i64>>,
+    /// Required, and true, with a new price of 0: the goods are given away on purpose.
+    #[serde(default)]
+    free: bool,
 }
 
 /// A field that is present, with a value or `null` (an absent one stays `None` by `default`).
@@ -449,7 +456,8 @@ pub(super) async fn update_sku(
 ) -> Result<Response> {
     let sku = Sku::parse(&sku)?;
     let limits = LimitsPatch { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds };
-    let view = edit_sku_flow(&state, &sku, body.name.as_deref(), body.price_minor, limits).await?;
+    let price = body.price_minor.map(|p| (p, body.free));
+    let view = edit_sku_flow(&state, &sku, body.name.as_deref(), price, limits).await?;
     Ok(axum::Json(view).into_response())
 }
 

@@ -166,6 +166,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                         "invalid_sku",
                         "invalid_name",
                         "invalid_amount",
+                        "free_not_confirmed",
                         "unsupported_kind",
                         "unsupported_currency",
                         "unknown_currency",
@@ -202,7 +203,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             .body::<SkuPatch>("the changes")
             .ok::<SkuView>(200, "the SKU")
             .errors(404, &["not_found"])
-            .errors(422, &["invalid_name", "invalid_amount", "invalid_price", "invalid_limit"]),
+            .errors(422, &["invalid_name", "invalid_amount", "free_not_confirmed", "invalid_price", "invalid_limit"]),
             patch(update_sku),
         ),
         (

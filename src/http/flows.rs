@@ -418,6 +418,8 @@ pub struct SkuDraft<'a> {
     /// `physical` (the default) or `digital`.
     pub kind: Option<&'a str>,
     pub price: crate::domain::Money,
+    /// The shop means a price of 0 (`free: true`).
+    pub free: bool,
     /// Units on hand (a digital SKU's stock is its keys: ignored).
     pub stock: i64,
     pub limits: crate::domain::checkout::SkuLimits,
@@ -429,6 +431,7 @@ pub async fn create_sku_flow(state: &AppState, draft: &SkuDraft<'_>) -> Result<c
     let sku = crate::domain::ids::Sku::parse(draft.sku)
         .map_err(|_| Error::unprocessable("invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
     let name = valid_name(draft.name)?;
+    crate::domain::checkout::check_price(draft.price.amount_minor(), draft.free)?;
     let kind = match draft.kind {
         None | Some("physical") => SkuKind::Physical,
         Some("digital") => SkuKind::Digital,
@@ -440,15 +443,20 @@ pub async fn create_sku_flow(state: &AppState, draft: &SkuDraft<'_>) -> Result<c
     catalog::create_sku(&state.db, &new, false, state.now_ms()).await
 }
 
-/// Changes a SKU's name, price and/or limits (API and console).
+/// Changes a SKU's name, price (with whether the shop means a price of 0) and/or limits (API and
+/// console).
 pub async fn edit_sku_flow(
     state: &AppState,
     sku: &crate::domain::ids::Sku,
     name: Option<&str>,
-    price_minor: Option<i64>,
+    price: Option<(i64, bool)>,
     limits: catalog::LimitsPatch,
 ) -> Result<catalog::SkuView> {
     let name = name.map(valid_name).transpose()?;
+    if let Some((price_minor, free)) = price {
+        crate::domain::checkout::check_price(price_minor, free)?;
+    }
+    let price_minor = price.map(|(p, _)| p);
     catalog::update_sku(&state.db, sku, name, price_minor, limits, state.now_ms()).await
 }
 

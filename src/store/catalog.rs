@@ -156,9 +156,6 @@ pub async fn update_sku(
     limits: LimitsPatch,
     now: Millis,
 ) -> Result<SkuView> {
-    if price_minor.is_some_and(|p| p < 0) {
-        return Err(Error::unprocessable("invalid_amount", "price must not be negative"));
-    }
     SkuLimits { max_per_order: limits.max_per_order.flatten(), hold_seconds: limits.hold_seconds.flatten() }.check()?;
     let set = |patch: Option<Option<i64>>| (i64::from(patch.is_some()), patch.flatten());
     let (set_max, max) = set(limits.max_per_order);

@@ -15,7 +15,7 @@ async fn digital_sku(t: &TestApp, sku: &str, price_minor: i64, keys: &[&str]) {
     let (status, body) = t
         .admin_post(
             "/api/v1/admin/skus",
-            json!({"sku": sku, "name": "Key", "price_minor": price_minor, "currency": "CNY", "kind": "digital"}),
+            json!({"sku": sku, "name": "Key", "price_minor": price_minor, "currency": "CNY", "kind": "digital", "free": price_minor == 0}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -373,7 +373,26 @@ on_both!(a_zero_total_completes_without_a_gateway, zero_total);
 async fn zero_total(backend: Backend) {
     let t = TestApp::spawn(backend).await;
     digital_sku(&t, "FREEBIE", 0, &["GIFT-1"]).await;
-    t.create_sku("SAMPLE", "Sample", 0, 3).await;
+    // A price of 0 is taken only when the shop says it means it; `free` with a price is refused.
+    let sample = json!({"sku": "SAMPLE", "name": "Sample", "price_minor": 0, "currency": "CNY", "stock": 3});
+    let (status, body) = t.admin_post("/api/v1/admin/skus", sample.clone()).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "free_not_confirmed".into()));
+    let priced = json!({"sku": "SAMPLE", "name": "Sample", "price_minor": 100, "currency": "CNY", "free": true});
+    let (status, body) = t.admin_post("/api/v1/admin/skus", priced).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "free_not_confirmed".into()));
+    let mut sample = sample;
+    sample["free"] = json!(true);
+    let (status, body) = t.admin_post("/api/v1/admin/skus", sample).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A typo'd price change to 0 is refused too, and the price stays.
+    let patch = |body: Value| t.http.patch(t.url("/api/v1/admin/skus/MUG0")).bearer_auth(ADMIN).json(&body).send();
+    t.create_sku("MUG0", "Mug", 500, 1).await;
+    let r = patch(json!({"price_minor": 0})).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(t.sku("MUG0").await["price_minor"], 500);
+    let r = patch(json!({"price_minor": 0, "free": true})).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(t.sku("MUG0").await["price_minor"], 0);
     let buyer = t.buyer().await;
     let basket = t.basket(&buyer, &[("FREEBIE", 1)]).await;
     let (status, body) = t.checkout(&buyer, &basket, None).await;
