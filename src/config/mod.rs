@@ -16,8 +16,8 @@ use crate::gateway::config::GatewaysFile;
 mod protection;
 
 pub use protection::{
-    ADMIN_TOKEN_LEN_MIN, Captcha, Protection, RETENTION_DAYS_MAX, RateLimits, Retention, SHOP_API_KEY_LEN_MIN,
-    parse_proxies,
+    ADMIN_TOKEN_LEN_MIN, Captcha, ClientAddressHeader, Protection, RETENTION_DAYS_MAX, RateLimits, Retention,
+    SHOP_API_KEY_LEN_MIN, parse_proxies,
 };
 
 /// Options shared by `serve`, `check` and `migrate`.
@@ -149,10 +149,14 @@ pub struct ProtectionArgs {
     /// How long a locked-out address waits, in seconds [default: 900]
     #[arg(long, env = "KASSA_SIGNIN_LOCKOUT_SECONDS")]
     pub signin_lockout_seconds: Option<u64>,
-    /// Proxies whose X-Forwarded-For / Forwarded hops are believed, as a comma-separated CIDR list
+    /// Proxies whose --client-address-header is believed, as a comma-separated CIDR list
     /// [default: 127.0.0.1/32,::1/128]; "none" believes no proxy
     #[arg(long, env = "KASSA_TRUSTED_PROXIES")]
     pub trusted_proxies: Option<String>,
+    /// The one header a trusted proxy names the client in: x-forwarded-for, forwarded, x-real-ip
+    /// or none; any other forwarding header is ignored [default: x-forwarded-for]
+    #[arg(long, env = "KASSA_CLIENT_ADDRESS_HEADER")]
+    pub client_address_header: Option<String>,
     /// API key of the shop's own server (at least 32 characters), sent as Kassa-Shop-Key: its
     /// requests are not limited as one address, and may name the buyer's in Kassa-Buyer-Ip
     #[arg(long, env = "KASSA_SHOP_API_KEY", hide_env_values = true)]
@@ -239,6 +243,7 @@ pub struct FileConfig {
     pub signin_lockout_failures: Option<u32>,
     pub signin_lockout_seconds: Option<u64>,
     pub trusted_proxies: Option<String>,
+    pub client_address_header: Option<String>,
     pub shop_api_key: Option<String>,
     pub captcha_verify_url: Option<String>,
     pub captcha_secret: Option<String>,
@@ -541,12 +546,13 @@ mod tests {
         assert_eq!(p.rate_limits, Some(RateLimits::default()));
         assert!(p.trusted_proxies.iter().any(|n| n.contains(&std::net::IpAddr::from([127, 0, 0, 1]))));
         assert_eq!(p.retention.notification_body_ms, 180 * DAY_MS);
+        assert_eq!(p.client_address_header, ClientAddressHeader::XForwardedFor);
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("kassa.toml");
         std::fs::write(
             &file,
             "rate_limits = \"on\"\nrate_confirms_per_minute = 5\ntrusted_proxies = \"10.0.0.0/8, 192.0.2.1\"\n\
-             max_open_orders_per_session = 0\nnotification_body_days = 30\n",
+             max_open_orders_per_session = 0\nnotification_body_days = 30\nclient_address_header = \"Forwarded\"\n",
         )
         .unwrap();
         let mut args = ServeArgs::default();
@@ -554,6 +560,7 @@ mod tests {
         let p = Settings::resolve(&args).unwrap().protection;
         assert_eq!(p.rate_limits.map(|r| r.confirms_per_minute), Some(5));
         assert_eq!(p.trusted_proxies.len(), 2);
+        assert_eq!(p.client_address_header, ClientAddressHeader::Forwarded);
         assert_eq!(p.max_open_orders_per_session, 0);
         assert_eq!(p.retention.notification_body_ms, 30 * DAY_MS);
         args.protection.rate_limits = Some("off".into());
@@ -563,6 +570,7 @@ mod tests {
             ProtectionArgs { rate_sessions_per_minute: Some(0), ..Default::default() },
             ProtectionArgs { trusted_proxies: Some("10.0.0.0/33".into()), ..Default::default() },
             ProtectionArgs { shop_api_key: Some("short".into()), ..Default::default() },
+            ProtectionArgs { client_address_header: Some("x-client-ip".into()), ..Default::default() },
             ProtectionArgs { captcha_verify_url: Some("https://v.example/siteverify".into()), ..Default::default() },
             ProtectionArgs { max_connections: Some(0), ..Default::default() },
             ProtectionArgs { retention_days: Some(0), ..Default::default() },

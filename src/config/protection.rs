@@ -15,6 +15,8 @@ pub struct Protection {
     /// `None`: rate limits off.
     pub rate_limits: Option<RateLimits>,
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The one header a trusted proxy names the client in; every other is ignored.
+    pub client_address_header: ClientAddressHeader,
     pub shop_api_key: Option<String>,
     pub captcha: Option<Captcha>,
     pub admin_idle_ms: i64,
@@ -51,6 +53,46 @@ impl Default for RateLimits {
     }
 }
 
+/// The one header kassa reads the client's address from when the peer is a trusted proxy: the one
+/// the operator's proxy writes. Any other forwarding header is the client's own word and ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAddressHeader {
+    /// `X-Forwarded-For`, appended to by each proxy (nginx's `$proxy_add_x_forwarded_for`, Caddy,
+    /// HAProxy's `option forwardfor`, Traefik).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded`, its `for=` parameters.
+    Forwarded,
+    /// `X-Real-IP`: one address, set (not appended) by the proxy.
+    XRealIp,
+    /// No header: the peer is the client (kassa faces the internet itself).
+    None,
+}
+
+impl ClientAddressHeader {
+    pub fn parse(text: &str) -> anyhow::Result<ClientAddressHeader> {
+        Ok(match text.trim().to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => ClientAddressHeader::XForwardedFor,
+            "forwarded" => ClientAddressHeader::Forwarded,
+            "x-real-ip" => ClientAddressHeader::XRealIp,
+            "none" => ClientAddressHeader::None,
+            other => {
+                anyhow::bail!("--client-address-header {other:?}: use x-forwarded-for, forwarded, x-real-ip or none")
+            }
+        })
+    }
+
+    /// The header's name as sent (lower case), if any.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            ClientAddressHeader::XForwardedFor => Some("x-forwarded-for"),
+            ClientAddressHeader::Forwarded => Some("forwarded"),
+            ClientAddressHeader::XRealIp => Some("x-real-ip"),
+            ClientAddressHeader::None => None,
+        }
+    }
+}
+
 /// The siteverify endpoint a confirm's `captcha_token` is checked at.
 #[derive(Debug, Clone)]
 pub struct Captcha {
@@ -81,6 +123,7 @@ impl Default for Protection {
             max_open_orders_per_session: crate::domain::checkout::OPEN_ORDERS_PER_SESSION_DEFAULT,
             rate_limits: Some(RateLimits::default()),
             trusted_proxies: loopback_proxies(),
+            client_address_header: ClientAddressHeader::default(),
             shop_api_key: None,
             captcha: None,
             admin_idle_ms: 30 * 60 * 1000,
@@ -176,6 +219,10 @@ impl Protection {
             Some(list) => parse_proxies(&list)?,
             None => d.trusted_proxies,
         };
+        let client_address_header = match args.client_address_header.clone().or(file.client_address_header.clone()) {
+            Some(text) => ClientAddressHeader::parse(&text)?,
+            None => d.client_address_header,
+        };
         let shop_api_key = args.shop_api_key.clone().or(file.shop_api_key.clone()).filter(|k| !k.is_empty());
         if shop_api_key.as_ref().is_some_and(|k| k.chars().count() < SHOP_API_KEY_LEN_MIN) {
             anyhow::bail!(
@@ -223,6 +270,7 @@ impl Protection {
                 .unwrap_or(d.max_open_orders_per_session),
             rate_limits,
             trusted_proxies,
+            client_address_header,
             shop_api_key,
             captcha,
             admin_idle_ms: i64::try_from(minutes * 60_000).unwrap_or(i64::MAX),

@@ -1,11 +1,48 @@
 //! Admin sign-in lockout: an address that fails too often within the lockout time is locked out
-//! for as long. The store keeps the count per address (shared by every instance).
+//! for as long, and so is every address when all of them together fail [`ALL_ADDRESSES_FACTOR`]
+//! times as often. A lockout backs off wrong tokens only: the right token always signs in, so no
+//! one can lock the admin out by failing in their name. The store keeps the counts (shared by
+//! every instance). Guessing stays out of reach by the token's length (at least 32 characters).
+
+/// The key the failures of all addresses together are counted under.
+pub const ALL_ADDRESSES: &str = "*";
+/// All addresses together may fail this many times as often as one before wrong tokens are backed
+/// off everywhere (a guess spread over many addresses).
+pub const ALL_ADDRESSES_FACTOR: u32 = 10;
 
 /// How many failures lock an address out, and for how long (also the window they are counted in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockoutPolicy {
     pub max_failures: u32,
     pub lockout_ms: i64,
+}
+
+impl LockoutPolicy {
+    /// The policy of all addresses together.
+    pub fn all_addresses(self) -> LockoutPolicy {
+        LockoutPolicy { max_failures: self.max_failures.saturating_mul(ALL_ADDRESSES_FACTOR), ..self }
+    }
+}
+
+/// What a sign-in attempt gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The right token: signed in, whatever failed before.
+    Admit,
+    /// A wrong token, to be counted.
+    Refuse,
+    /// A wrong token while locked out, until then: backed off, not counted again.
+    BackedOff(i64),
+}
+
+/// The verdict on an attempt with a token that is `correct`, from an address locked out until
+/// `locked_until` (its own lockout or all addresses'), at `now`.
+pub fn verdict(correct: bool, locked_until: Option<i64>, now: i64) -> Verdict {
+    match (correct, locked_until) {
+        (true, _) => Verdict::Admit,
+        (false, Some(until)) if until > now => Verdict::BackedOff(until),
+        (false, _) => Verdict::Refuse,
+    }
 }
 
 /// The failures of one address as stored.
@@ -54,6 +91,15 @@ mod tests {
         assert_eq!(three.locked_until, Some(1_020));
         assert_eq!(three.may_try(500), Err(1_020));
         assert_eq!(three.may_try(1_020), Ok(()));
+    }
+
+    #[test]
+    fn the_right_token_is_admitted_even_while_locked_out() {
+        assert_eq!(verdict(true, Some(1_000), 10), Verdict::Admit);
+        assert_eq!(verdict(false, Some(1_000), 10), Verdict::BackedOff(1_000));
+        assert_eq!(verdict(false, Some(1_000), 1_000), Verdict::Refuse, "the lockout is over");
+        assert_eq!(verdict(false, None, 10), Verdict::Refuse);
+        assert_eq!(POLICY.all_addresses(), LockoutPolicy { max_failures: 30, lockout_ms: 1_000 });
     }
 
     #[test]

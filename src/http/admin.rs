@@ -11,11 +11,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
 use super::flows::{cancel_flow, refund_flow};
-use super::guard::Client;
+use super::guard::{Bucket, Client};
 use super::{AppState, Content, FormBody, RouteDoc, cookie, render};
 use crate::clock::Millis;
 use crate::domain::ids::{self, OrderNo, RefundNo, Sku};
-use crate::domain::signin::LockoutPolicy;
+use crate::domain::signin::{LockoutPolicy, Verdict, verdict};
 use crate::error::{Error, Result};
 use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, SkuRow};
 use crate::store::listing::{self, Cursor, MessageView, OrderFilter, OrderSummary};
@@ -118,8 +118,11 @@ fn login_refused(status: StatusCode, error: &str) -> Response {
     r
 }
 
-/// Signs in with the admin token. With rate limits on, an address that fails too often is locked
-/// out for a while (every instance agrees: the count is in the database) and an alert is raised.
+/// Signs in with the admin token. The right token always signs in. With rate limits on, wrong
+/// tokens draw from the address's sign-in bucket, and an address that fails too often (or all
+/// addresses together, ten times as often) is backed off for a while: its wrong tokens are answered
+/// 429 without being counted again. The counts are in the database, so every instance agrees, and
+/// a lockout raises an alert.
 async fn login(
     State(state): State<AppState>,
     axum::Extension(client): axum::Extension<Client>,
@@ -135,34 +138,46 @@ async fn login(
         let seconds = until.saturating_sub(now).max(1000) / 1000;
         let mut r = login_refused(
             StatusCode::TOO_MANY_REQUESTS,
-            &format!("Too many failed sign-ins from this address. Try again in {} minutes.", (seconds + 59) / 60),
+            &format!("Too many failed sign-ins. Try again in {} minutes.", (seconds + 59) / 60),
         );
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         r
     };
-    if lockout.is_some() {
-        match admin::signin_locked_until(&state.db, &address, now).await {
-            Ok(Some(until)) => return locked(until),
-            Ok(None) => {}
-            Err(e) => return e.into_response(),
-        }
-    }
     let token = form.get("token").map(String::as_str).unwrap_or_default();
-    if !state.is_admin_token(token) {
-        tracing::warn!(client = %address, "admin sign-in refused");
-        if let Some(policy) = lockout {
-            match admin::record_signin_failure(&state.db, &address, now, policy).await {
-                Ok(Some(until)) => return locked(until),
-                Ok(None) => {}
-                Err(e) => return e.into_response(),
+    let correct = state.is_admin_token(token);
+    if let Some(policy) = lockout {
+        if !correct {
+            tracing::warn!(client = %address, "admin sign-in refused");
+            if let Err(e) = state.guard.take(Bucket::Signins, &client) {
+                return e.into_response();
             }
         }
+        let locked_until = if correct {
+            None
+        } else {
+            match admin::signin_locked_until(&state.db, &address, now).await {
+                Ok(until) => until,
+                Err(e) => return e.into_response(),
+            }
+        };
+        match verdict(correct, locked_until, now) {
+            Verdict::Admit => {
+                if let Err(e) = admin::clear_signin_failures(&state.db, &address).await {
+                    return e.into_response();
+                }
+            }
+            Verdict::BackedOff(until) => return locked(until),
+            Verdict::Refuse => {
+                return match admin::record_signin_failure(&state.db, &address, now, policy).await {
+                    Ok(Some(until)) => locked(until),
+                    Ok(None) => login_refused(StatusCode::UNAUTHORIZED, "That token is not valid."),
+                    Err(e) => e.into_response(),
+                };
+            }
+        }
+    } else if !correct {
+        tracing::warn!(client = %address, "admin sign-in refused");
         return login_refused(StatusCode::UNAUTHORIZED, "That token is not valid.");
-    }
-    if lockout.is_some()
-        && let Err(e) = admin::clear_signin_failures(&state.db, &address).await
-    {
-        return e.into_response();
     }
     match admin::create_session(&state.db, now, state.protection.admin_idle_ms).await {
         Ok((session, _)) => {

@@ -13,7 +13,7 @@ use governor::clock::Clock as _;
 use serde_json::json;
 
 use super::AppState;
-use crate::config::{Captcha, Protection, RateLimits};
+use crate::config::{Captcha, ClientAddressHeader, Protection, RateLimits};
 use crate::error::{Error, RefusalKind};
 
 /// Header with the shop server's API key.
@@ -166,6 +166,7 @@ impl Buckets {
 pub struct Guard {
     buckets: Option<Buckets>,
     trusted: Vec<ipnet::IpNet>,
+    header: ClientAddressHeader,
     /// SHA-256 of the shop's API key; compared in constant time.
     shop_key_hash: Option<Vec<u8>>,
     captcha: Option<(Captcha, reqwest::Client)>,
@@ -184,6 +185,7 @@ impl Guard {
         Ok(Guard {
             buckets: p.rate_limits.as_ref().map(Buckets::new),
             trusted: p.trusted_proxies.clone(),
+            header: p.client_address_header,
             shop_key_hash: p.shop_api_key.as_deref().map(sha256),
             captcha,
         })
@@ -221,13 +223,13 @@ impl Guard {
         Ok(Client { addr: self.forwarded_client(peer, headers), shop: false, exempt: false })
     }
 
-    /// The peer, or — when the peer is a trusted proxy — the right-most forwarded hop that is not
-    /// one (`Forwarded` if sent, else `X-Forwarded-For`). Every hop trusted: the left-most.
+    /// The peer, or — when the peer is a trusted proxy — the right-most hop of the configured
+    /// client address header that is not one. Every hop trusted: the left-most.
     fn forwarded_client(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         if !self.trusts(peer) {
             return peer;
         }
-        let hops = forwarded_hops(headers);
+        let hops = forwarded_hops(headers, self.header);
         let mut client = peer;
         for hop in hops.iter().rev() {
             match hop {
@@ -335,29 +337,24 @@ fn key_of(addr: IpAddr) -> IpAddr {
     }
 }
 
-/// The forwarded hops, left (first client) to right (nearest proxy): `None` for a hop that is no
-/// address. At most [`FORWARDED_HOPS_MAX`], the right-most ones.
-fn forwarded_hops(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-    let forwarded: Vec<&str> = headers.get_all("forwarded").iter().filter_map(|v| v.to_str().ok()).collect();
-    let mut hops: Vec<Option<IpAddr>> = if forwarded.is_empty() {
-        headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
+/// The hops `header` names, left (first client) to right (nearest proxy): `None` for a hop that is
+/// no address. At most [`FORWARDED_HOPS_MAX`], the right-most ones. Only that header is read: any
+/// other forwarding header is the client's own word.
+fn forwarded_hops(headers: &HeaderMap, header: ClientAddressHeader) -> Vec<Option<IpAddr>> {
+    let Some(name) = header.name() else { return Vec::new() };
+    let values = headers.get_all(name).iter().filter_map(|v| v.to_str().ok());
+    let mut hops: Vec<Option<IpAddr>> = match header {
+        ClientAddressHeader::Forwarded => values
             .flat_map(|v| v.split(','))
-            .map(|hop| parse_hop(hop.trim()))
-            .collect()
-    } else {
-        forwarded
-            .iter()
-            .flat_map(|v| v.split(','))
-            .filter_map(|element| {
+            .map(|element| {
+                // An element without `for=` names no address: nothing left of it is believed.
                 element.split(';').find_map(|pair| {
                     let (k, v) = pair.trim().split_once('=')?;
                     k.trim().eq_ignore_ascii_case("for").then(|| parse_hop(v.trim().trim_matches('"')))
-                })
+                })?
             })
-            .collect()
+            .collect(),
+        _ => values.flat_map(|v| v.split(',')).map(|hop| parse_hop(hop.trim())).collect(),
     };
     if hops.len() > FORWARDED_HOPS_MAX {
         hops.drain(..hops.len() - FORWARDED_HOPS_MAX);
@@ -377,7 +374,8 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
 }
 
 /// Middleware: finds the client (kept in the request's extensions for the handlers) and takes a
-/// token of the route's bucket. The admin, by its bearer token, is never limited.
+/// token of the route's bucket. The admin, by its bearer token, is never limited; sign-ins draw
+/// from theirs in the handler, and only when the token is wrong (the right one is never refused).
 pub async fn guard_requests(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let peer = req
         .extensions()
@@ -389,7 +387,7 @@ pub async fn guard_requests(State(state): State<AppState>, mut req: Request, nex
     };
     let bucket =
         req.extensions().get::<MatchedPath>().and_then(|p| bucket_of_request(req.method(), p.as_str(), req.headers()));
-    if let Some(bucket) = bucket {
+    if let Some(bucket) = bucket.filter(|b| *b != Bucket::Signins) {
         let admin = super::bearer(req.headers()).is_some_and(|t| state.is_admin_token(t));
         if !admin && let Err(e) = state.guard.take(bucket, &client) {
             return e.into_response();
@@ -404,8 +402,13 @@ mod tests {
     use super::*;
 
     fn guard(trusted: &str, limits: Option<RateLimits>) -> Guard {
+        guard_reading(trusted, ClientAddressHeader::XForwardedFor, limits)
+    }
+
+    fn guard_reading(trusted: &str, header: ClientAddressHeader, limits: Option<RateLimits>) -> Guard {
         let p = Protection {
             trusted_proxies: crate::config::parse_proxies(trusted).unwrap(),
+            client_address_header: header,
             rate_limits: limits,
             shop_api_key: Some("k".repeat(32)),
             ..Protection::default()
@@ -446,13 +449,26 @@ mod tests {
     }
 
     #[test]
-    fn the_forwarded_header_wins_and_names_addresses_with_ports() {
-        let g = guard("10.0.0.0/8", None);
+    fn only_the_configured_header_is_read() {
+        // Every forwarding header at once: the client wrote all but the one its proxy writes.
         let h = headers(&[
             ("forwarded", "for=192.0.2.60;proto=https, for=\"[2001:db8:cafe::17]:4711\""),
-            ("x-forwarded-for", "203.0.113.1"),
+            ("x-forwarded-for", "203.0.113.1, 198.51.100.7"),
+            ("x-real-ip", "198.51.100.99"),
         ]);
-        assert_eq!(g.client(ip("10.0.0.1"), &h).unwrap().addr, ip("2001:db8:cafe::17"));
+        let read = |header| guard_reading("10.0.0.0/8", header, None).client(ip("10.0.0.1"), &h).unwrap().addr;
+        assert_eq!(read(ClientAddressHeader::Forwarded), ip("2001:db8:cafe::17"));
+        assert_eq!(read(ClientAddressHeader::XForwardedFor), ip("198.51.100.7"));
+        assert_eq!(read(ClientAddressHeader::XRealIp), ip("198.51.100.99"));
+        assert_eq!(read(ClientAddressHeader::None), ip("10.0.0.1"));
+        // A proxy that writes X-Forwarded-For passes a client's own `Forwarded` through: ignored.
+        let forged = headers(&[("forwarded", "for=10.1.2.9"), ("x-forwarded-for", "198.51.100.7")]);
+        let g = guard("10.0.0.0/8", None);
+        assert_eq!(g.client(ip("10.0.0.1"), &forged).unwrap().addr, ip("198.51.100.7"));
+        // An element without `for=` (`proto=https` alone) is a hop that names no address.
+        let g = guard_reading("10.0.0.0/8", ClientAddressHeader::Forwarded, None);
+        let no_for = headers(&[("forwarded", "for=198.51.100.7, proto=https, for=10.0.0.2")]);
+        assert_eq!(g.client(ip("10.0.0.1"), &no_for).unwrap().addr, ip("10.0.0.2"));
     }
 
     #[test]

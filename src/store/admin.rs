@@ -2,11 +2,12 @@
 
 use crate::clock::{Millis, rfc3339};
 use crate::domain::ids;
+use crate::domain::signin::{ALL_ADDRESSES, LockoutPolicy};
 use crate::error::Result;
 use crate::store::catalog::{SkuView, list_skus, token_hash};
 use crate::store::listing::{self, Cursor, Page};
 use crate::store::sql;
-use crate::store::{Db, col, new_id};
+use crate::store::{Db, Tx, col, new_id};
 
 /// How long an admin console session lasts at most, however busy its operator.
 pub const ADMIN_SESSION_MS: Millis = 12 * 3600 * 1000;
@@ -77,14 +78,20 @@ pub async fn end_session(db: &Db, token: &str) -> Result<()> {
     })
 }
 
-/// Until when `address` is locked out of signing in, if it is.
+/// Until when `address` is locked out of signing in (its own lockout, or all addresses'), if it is.
 pub async fn signin_locked_until(db: &Db, address: &str, now: Millis) -> Result<Option<Millis>> {
-    let row = sql::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
-        .bind(address)
-        .fetch_optional(db.read_pool())
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    Ok(failures_of(&row)?.may_try(now).err())
+    let rows = sql::query(
+        "SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1 OR address = $2",
+    )
+    .bind(address)
+    .bind(ALL_ADDRESSES)
+    .fetch_all(db.read_pool())
+    .await?;
+    let mut until = None;
+    for row in &rows {
+        until = until.max(failures_of(row)?.may_try(now).err());
+    }
+    Ok(until)
 }
 
 fn failures_of(row: &sql::Row) -> Result<crate::domain::signin::Failures> {
@@ -95,53 +102,64 @@ fn failures_of(row: &sql::Row) -> Result<crate::domain::signin::Failures> {
     })
 }
 
-/// Counts a failed sign-in from `address`. Returns the end of the lockout when this failure
-/// locked the address out, and raises an alert then.
+/// Counts a failed sign-in from `address`, and among all addresses'. Returns the end of the
+/// lockout when this failure locked the address (or every address) out, and raises an alert then.
 pub async fn record_signin_failure(
     db: &Db,
     address: &str,
     now: Millis,
-    policy: crate::domain::signin::LockoutPolicy,
+    policy: LockoutPolicy,
 ) -> Result<Option<Millis>> {
-    use crate::domain::signin::after_failure;
     crate::write_tx!(db, |tx| {
-        let row =
-            sql::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
-                .bind(address)
-                .fetch_optional(&mut **tx)
-                .await?;
-        let before = row.as_ref().map(failures_of).transpose()?;
-        let after = after_failure(before, now, policy);
-        sql::query(
-            "INSERT INTO signin_failures (address, failures, window_started_at, locked_until) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (address) DO UPDATE SET failures = excluded.failures, \
-             window_started_at = excluded.window_started_at, locked_until = excluded.locked_until",
-        )
-        .bind(address)
-        .bind(after.failures)
-        .bind(after.window_started_at)
-        .bind(after.locked_until)
-        .execute(&mut **tx)
-        .await?;
-        if let Some(until) = after.locked_until {
-            let details = format!(
-                "{} failed admin sign-ins from {address}; locked out until {}",
-                policy.max_failures,
-                rfc3339(until)
-            );
-            crate::store::events::raise_alert(
-                tx,
-                "admin_signin_lockout",
-                crate::store::events::Severity::Warning,
-                address,
-                None,
-                &details,
-                now,
-            )
-            .await?;
-        }
-        Ok(after.locked_until)
+        let mine = count_signin_failure(tx, address, now, policy).await?;
+        let all = count_signin_failure(tx, ALL_ADDRESSES, now, policy.all_addresses()).await?;
+        Ok(mine.max(all))
     })
+}
+
+/// One more failure under `key` (an address, or all of them), by `policy`; alerts a lockout.
+async fn count_signin_failure(
+    tx: &mut Tx<'_>,
+    key: &str,
+    now: Millis,
+    policy: LockoutPolicy,
+) -> Result<Option<Millis>> {
+    let row = sql::query("SELECT failures, window_started_at, locked_until FROM signin_failures WHERE address = $1")
+        .bind(key)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let before = row.as_ref().map(failures_of).transpose()?;
+    let after = crate::domain::signin::after_failure(before, now, policy);
+    sql::query(
+        "INSERT INTO signin_failures (address, failures, window_started_at, locked_until) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (address) DO UPDATE SET failures = excluded.failures, \
+         window_started_at = excluded.window_started_at, locked_until = excluded.locked_until",
+    )
+    .bind(key)
+    .bind(after.failures)
+    .bind(after.window_started_at)
+    .bind(after.locked_until)
+    .execute(&mut **tx)
+    .await?;
+    if let Some(until) = after.locked_until {
+        let from = if key == ALL_ADDRESSES { "all addresses together".to_string() } else { key.to_string() };
+        let details = format!(
+            "{} failed admin sign-ins from {from}; wrong tokens backed off until {} (the right token still signs in)",
+            policy.max_failures,
+            rfc3339(until)
+        );
+        crate::store::events::raise_alert(
+            tx,
+            "admin_signin_lockout",
+            crate::store::events::Severity::Warning,
+            key,
+            None,
+            &details,
+            now,
+        )
+        .await?;
+    }
+    Ok(after.locked_until)
 }
 
 /// Forgets the failures of an address that signed in.

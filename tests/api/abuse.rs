@@ -225,9 +225,26 @@ async fn admin_sign_in_failures_lock_the_address_out(backend: Backend) {
     let locked = sign_in(&t, &browser, "guess-3", "198.51.100.7").await;
     assert_eq!(locked.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(locked.headers()["retry-after"], "60");
-    // Locked out: even the right token waits, and the operator is told.
-    assert_eq!(sign_in(&t, &browser, ADMIN, "198.51.100.7").await.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Locked out: wrong tokens are backed off (and not counted again), the operator is told, and
+    // the right token still signs in: failing in the admin's name never locks the admin out.
+    assert_eq!(sign_in(&t, &browser, "guess-4", "198.51.100.7").await.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(t.count("SELECT COUNT(*) FROM alerts WHERE kind = 'admin_signin_lockout'").await, 1);
+    assert_eq!(sign_in(&t, &browser, ADMIN, "198.51.100.7").await.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        sign_in(&t, &browser, "guess-5", "198.51.100.7").await.status(),
+        StatusCode::UNAUTHORIZED,
+        "counted anew"
+    );
+    // A guess spread over many addresses: all of them together fail ten times as often, then
+    // wrong tokens are backed off everywhere, and the right one still signs in.
+    for i in 0..25 {
+        let from = format!("203.0.113.{}", i + 1);
+        assert_eq!(sign_in(&t, &browser, "guess", &from).await.status(), StatusCode::UNAUTHORIZED, "{from}");
+    }
+    assert_eq!(sign_in(&t, &browser, "guess", "203.0.113.100").await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(sign_in(&t, &browser, "guess", "203.0.113.101").await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(t.count("SELECT COUNT(*) FROM alerts WHERE kind = 'admin_signin_lockout'").await, 2);
+    assert_eq!(sign_in(&t, &browser, ADMIN, "203.0.113.102").await.status(), StatusCode::SEE_OTHER);
     // Another address signs in; over https the cookie is Secure.
     let ok = sign_in(&t, &browser, ADMIN, "198.51.100.8").await;
     assert_eq!(ok.status(), StatusCode::SEE_OTHER);
@@ -236,7 +253,7 @@ async fn admin_sign_in_failures_lock_the_address_out(backend: Backend) {
     let cookie = set_cookie.split(';').next().unwrap().to_string();
     // The lockout ends.
     t.clock.as_ref().unwrap().advance_ms(60_001);
-    assert_eq!(sign_in(&t, &browser, ADMIN, "198.51.100.7").await.status(), StatusCode::SEE_OTHER);
+    assert_eq!(sign_in(&t, &browser, "guess", "203.0.113.101").await.status(), StatusCode::UNAUTHORIZED);
     // Idle for longer than the idle time, the console session has ended; used, it stays.
     let page = |cookie: String| browser.get(t.url("/admin")).header("cookie", cookie).send();
     assert_eq!(page(cookie.clone()).await.unwrap().status(), StatusCode::OK);

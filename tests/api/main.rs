@@ -21,6 +21,7 @@ mod model;
 mod notifications;
 mod ops;
 mod pages;
+mod proxy;
 mod rolling;
 mod schema;
 mod shipping;
