@@ -292,6 +292,7 @@ impl App {
             vault,
             refunder: refunder.clone(),
             metrics: metrics_handle(),
+            webhook_configured: settings.webhook_url.is_some() && settings.webhook_secret.is_some(),
         }));
         let reconciler = Arc::new(Reconciler {
             db: db.clone(),
@@ -306,7 +307,12 @@ impl App {
             gateways,
             clock: clock.clone(),
         });
-        let monitor = Arc::new(Monitor::new(db.clone(), clock.clone(), settings.alert_webhook_url.clone()));
+        let monitor = Arc::new(Monitor::new(
+            db.clone(),
+            clock.clone(),
+            settings.alert_webhook_url.clone(),
+            state.webhook_configured,
+        ));
         let keeper = Arc::new(KeyKeeper::new(db.clone(), clock.clone(), state.gateways.clone()));
         let relay = match (&settings.webhook_url, &settings.webhook_secret) {
             (Some(url), Some(secret)) => Some(Arc::new(Relay::new(db.clone(), clock.clone(), url.clone(), secret)?)),

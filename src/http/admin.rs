@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 
 use askama::Template;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
+use super::api_lists::{self, ExportQuery, OrderFilterQuery, RangeQuery, read_query};
 use super::flows::{cancel_flow, refund_flow};
 use super::guard::{Bucket, Client};
 use super::{AppState, Content, FormBody, RouteDoc, cookie, render};
@@ -28,6 +30,9 @@ const ADMIN_COOKIE: &str = "kassa_admin";
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let doc = |method, path, summary| {
         RouteDoc::page(method, path, summary, "admin console").answer(200, "HTML page", Content::Other("text/html"))
+    };
+    let csv = |path, summary| {
+        RouteDoc::page("get", path, summary, "admin console").answer(200, "the file", Content::Other("text/csv"))
     };
     vec![
         (doc("get", "/admin/login", "Admin console: sign in with the admin token (POST)"), get(login_page).post(login)),
@@ -56,6 +61,14 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "Admin console: accept a late payment, refund, mark delivered or cancel",
             ),
             post(order_action),
+        ),
+        (
+            csv("/admin/orders.csv", "Admin console: orders as CSV, with the filters of /api/v1/admin/orders.csv"),
+            get(orders_csv),
+        ),
+        (
+            csv("/admin/refunds.csv", "Admin console: refunds as CSV, with the dates of /api/v1/admin/refunds.csv"),
+            get(refunds_csv),
         ),
         (doc("get", "/admin/skus", "Admin console: SKUs with stock, limits and key pools"), get(skus_page)),
         (
@@ -258,6 +271,26 @@ async fn orders_page(
     Ok(render(&OrdersPage { csrf: &op.csrf, rows: page.items, status, q, statuses, older }))
 }
 
+/// The orders export behind the console's sign-in (its cookie is sent under `/admin` only).
+async fn orders_csv(
+    State(state): State<AppState>,
+    _op: Operator,
+    query: std::result::Result<Query<OrderFilterQuery>, QueryRejection>,
+    export: std::result::Result<Query<ExportQuery>, QueryRejection>,
+) -> Result<Response> {
+    api_lists::orders_export(&state, &read_query(query)?, &read_query(export)?)
+}
+
+/// The refunds export behind the console's sign-in.
+async fn refunds_csv(
+    State(state): State<AppState>,
+    _op: Operator,
+    query: std::result::Result<Query<RangeQuery>, QueryRejection>,
+    export: std::result::Result<Query<ExportQuery>, QueryRejection>,
+) -> Result<Response> {
+    api_lists::refunds_export(&state, &read_query(query)?, &read_query(export)?)
+}
+
 #[derive(Template)]
 #[template(path = "admin/order.html")]
 struct OrderPage<'a> {
@@ -269,6 +302,8 @@ struct OrderPage<'a> {
     notifications: Vec<NotificationRow>,
     refunds: Vec<RefundView>,
     outbox: Vec<MessageView>,
+    /// Without a webhook URL the outbox's messages are kept but never sent.
+    webhook_configured: bool,
     findings: Vec<crate::store::reconcile::FindingView>,
     statement_findings: Vec<crate::store::statements::StatementFindingView>,
     shipping_report: Option<crate::store::shipping::ShippingReportView>,
@@ -301,6 +336,7 @@ async fn order_page(
         notifications: admin::notifications(&state.db, Some(&order_no), false, None).await?.items,
         refunds: refunds::list_for_order(&state.db, &order_no).await?,
         outbox: listing::messages(&state.db, None, Some(&order_no), None, listing::PAGE_MAX).await?.items,
+        webhook_configured: state.webhook_configured,
         findings: crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?,
         statement_findings: crate::store::statements::findings_of_order(&state.db, &order_no).await?,
         shipping_report: crate::store::shipping::report_of(&state.db, &order_no).await?,

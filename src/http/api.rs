@@ -29,7 +29,7 @@ use crate::store::catalog::{self, LimitsPatch};
 use crate::store::checkout::Placed;
 use crate::store::payments::{self, Applied};
 use crate::store::views;
-use crate::store::{fulfilment, orders, refunds};
+use crate::store::{fulfilment, gauges, orders, refunds};
 
 /// Liveness: the process serves requests (whatever the database does).
 pub(super) async fn healthz() -> Response {
@@ -57,7 +57,16 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// How long a scrape waits for the database gauges before it answers with the last ones.
+const GAUGES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    // The database gauges are read now, so a scrape never shows counts the monitor has not caught
+    // up with; if the database cannot answer in time, the last values are shown.
+    let refreshed = tokio::time::timeout(GAUGES_TIMEOUT, gauges::refresh(&state.db, state.webhook_configured)).await;
+    if !matches!(refreshed, Ok(Ok(()))) {
+        tracing::warn!("metrics: the database gauges could not be read; showing the last values");
+    }
     let body = state.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }

@@ -107,6 +107,24 @@ pub struct RangeQuery {
     to: Option<String>,
 }
 
+/// How a CSV export is written.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExportQuery {
+    /// Start the file with a UTF-8 byte-order mark, so that Excel reads its text (Chinese names
+    /// included) as UTF-8.
+    bom: Option<bool>,
+}
+
+impl ExportQuery {
+    pub(super) fn bom(&self) -> bool {
+        self.bom.unwrap_or(false)
+    }
+}
+
+/// What a CSV file starts with when it is to open in Excel.
+pub(super) const UTF8_BOM: &str = "\u{feff}";
+
 /// The filters of the webhook message list.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -222,7 +240,7 @@ fn cell(text: &str) -> String {
 
 /// A CSV response whose body is written batch by batch: `batch(cursor)` reads the rows after
 /// `cursor` and writes them; it answers the next cursor, `None` at the end.
-fn csv_stream<F, Fut>(name: &str, header: &'static [&'static str], batch: F) -> Response
+fn csv_stream<F, Fut>(name: &str, header: &'static [&'static str], bom: bool, batch: F) -> Response
 where
     F: Fn(Option<Cursor>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<(Vec<Vec<String>>, Option<String>)>> + Send,
@@ -243,7 +261,9 @@ where
         match step {
             Step::Header => {
                 let row: Vec<String> = header.iter().map(|h| (*h).to_string()).collect();
-                Some((write(&[row]), (Step::After(None), batch)))
+                let first = write(&[row])
+                    .map(|h| if bom { Bytes::from([UTF8_BOM.as_bytes(), h.as_ref()].concat()) } else { h });
+                Some((first, (Step::After(None), batch)))
             }
             Step::After(after) => match batch(after).await {
                 Ok((rows, next)) => {
@@ -294,10 +314,16 @@ pub(super) async fn orders_csv(
     State(state): State<AppState>,
     _admin: Admin,
     query: std::result::Result<Query<OrderFilterQuery>, QueryRejection>,
+    export: std::result::Result<Query<ExportQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let filter = order_filter(&read_query(query)?)?;
+    orders_export(&state, &read_query(query)?, &read_query(export)?)
+}
+
+/// The orders export, for the admin API and the console alike.
+pub(super) fn orders_export(state: &AppState, query: &OrderFilterQuery, export: &ExportQuery) -> Result<Response> {
+    let filter = order_filter(query)?;
     let db = state.db.clone();
-    Ok(csv_stream("orders.csv", ORDERS_CSV_HEADER, move |after| {
+    Ok(csv_stream("orders.csv", ORDERS_CSV_HEADER, export.bom(), move |after| {
         let (db, filter) = (db.clone(), filter.clone());
         async move {
             let page = listing::export_orders(&db, &filter, after.as_ref(), EXPORT_BATCH).await?;
@@ -351,11 +377,16 @@ pub(super) async fn refunds_csv(
     State(state): State<AppState>,
     _admin: Admin,
     query: std::result::Result<Query<RangeQuery>, QueryRejection>,
+    export: std::result::Result<Query<ExportQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let query = read_query(query)?;
+    refunds_export(&state, &read_query(query)?, &read_query(export)?)
+}
+
+/// The refunds export, for the admin API and the console alike.
+pub(super) fn refunds_export(state: &AppState, query: &RangeQuery, export: &ExportQuery) -> Result<Response> {
     let (from, to) = (time_bound(query.from.as_ref(), "from", false)?, time_bound(query.to.as_ref(), "to", true)?);
     let db = state.db.clone();
-    Ok(csv_stream("refunds.csv", REFUNDS_CSV_HEADER, move |after| {
+    Ok(csv_stream("refunds.csv", REFUNDS_CSV_HEADER, export.bom(), move |after| {
         let db = db.clone();
         async move {
             let page = listing::export_refunds(&db, from, to, after.as_ref(), EXPORT_BATCH).await?;

@@ -6,7 +6,7 @@ use axum::routing::{MethodRouter, get, patch, post, put};
 use serde_json::json;
 
 use super::api::*;
-use super::api_lists::{OrderFilterQuery, OrdersQuery, RangeQuery, WebhooksQuery};
+use super::api_lists::{ExportQuery, OrderFilterQuery, OrdersQuery, RangeQuery, WebhooksQuery};
 use super::flows::{CheckoutBody, RetryBody};
 use super::schema::{
     AdminOrderBody, Catalog, Health, KeysImported, MessagePage, OrderBody, OrderPage, OrderStatusBody, PlacedOrder,
@@ -243,6 +243,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 Admin,
             )
             .query::<OrderFilterQuery>()
+            .query::<ExportQuery>()
             .answer(200, "the orders", Content::Other("text/csv"))
             .errors(400, &["invalid_filter", "invalid_cursor"]),
             get(super::api_lists::orders_csv),
@@ -256,6 +257,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 Admin,
             )
             .query::<RangeQuery>()
+            .query::<ExportQuery>()
             .answer(200, "the refunds", Content::Other("text/csv"))
             .errors(400, &["invalid_filter"]),
             get(super::api_lists::refunds_csv),

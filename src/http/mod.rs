@@ -67,6 +67,9 @@ pub struct Inner {
     pub vault: Option<Arc<crate::vault::Vault>>,
     pub refunder: Arc<crate::workers::refunds::Refunder>,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// Whether the shop's webhook URL (and secret) is configured: without it outbox messages are
+    /// kept but never sent.
+    pub webhook_configured: bool,
 }
 
 impl std::ops::Deref for AppState {

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::admin::Operator;
+use super::api_lists::{ExportQuery, UTF8_BOM, read_query};
 use super::{Admin, ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render, schema};
 use crate::domain::money::{decimal_minor, format_minor};
 use crate::error::{Error, Result};
@@ -75,6 +76,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "admin",
                 Auth::Admin,
             )
+            .query::<ExportQuery>()
             .answer(200, "the day's report", Content::Other("text/csv"))
             .errors(404, &["not_found"]),
             get(report_csv),
@@ -101,6 +103,16 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "Admin console: a statement day with the totals side by side and its findings",
             ),
             get(day_page),
+        ),
+        (
+            RouteDoc::page(
+                "get",
+                "/admin/statements/{gateway}/{day}/report.csv",
+                "Admin console: a statement day's report as CSV (bom=true for Excel)",
+                "admin console",
+            )
+            .answer(200, "the day's report", Content::Other("text/csv")),
+            get(report_csv_page),
         ),
         (
             form("post", "/admin/statements/{gateway}/{day}/run", "Admin console: reconcile a statement day now"),
@@ -303,9 +315,25 @@ async fn report_csv(
     State(state): State<AppState>,
     _admin: Admin,
     Path((gateway, day)): Path<(String, String)>,
+    export: std::result::Result<Query<ExportQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let view = stored_day(&state, &gateway, &day).await?;
+    report_download(&state, &gateway, &day, &read_query(export)?).await
+}
+
+async fn report_csv_page(
+    State(state): State<AppState>,
+    _op: Operator,
+    Path((gateway, day)): Path<(String, String)>,
+    export: std::result::Result<Query<ExportQuery>, QueryRejection>,
+) -> Result<Response> {
+    report_download(&state, &gateway, &day, &read_query(export)?).await
+}
+
+/// A statement day's report as a file, for the admin API and the console alike.
+async fn report_download(state: &AppState, gateway: &str, day: &str, export: &ExportQuery) -> Result<Response> {
+    let view = stored_day(state, gateway, day).await?;
     let body = report(&view)?;
+    let body = if export.bom() { [UTF8_BOM.as_bytes(), &body].concat() } else { body };
     let disposition = format!("attachment; filename=\"statement-{}-{}.csv\"", view.gateway, view.day);
     Ok((
         StatusCode::OK,

@@ -12,6 +12,7 @@ pub mod engine;
 pub mod events;
 pub mod expiry;
 pub mod fulfilment;
+pub mod gauges;
 pub mod lines;
 pub mod listing;
 mod migrate;

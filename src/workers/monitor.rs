@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::clock::{Millis, SharedClock, rfc3339};
 use crate::error::Result;
 use crate::store::events::{self, Severity};
-use crate::store::{Db, col, outbox};
+use crate::store::{Db, col};
 
 /// A pending order still pending this long after its hold ended is stuck (the sweeper should have
 /// expired it long ago).
@@ -28,6 +28,8 @@ pub struct Monitor {
     pub db: Db,
     pub clock: SharedClock,
     pub alert_webhook: Option<String>,
+    /// Whether the shop's webhook URL is configured (without it the outbox has no backlog).
+    pub webhook_configured: bool,
     http: reqwest::Client,
 }
 
@@ -40,25 +42,16 @@ pub struct MonitorReport {
 }
 
 impl Monitor {
-    pub fn new(db: Db, clock: SharedClock, alert_webhook: Option<String>) -> Monitor {
+    pub fn new(db: Db, clock: SharedClock, alert_webhook: Option<String>, webhook_configured: bool) -> Monitor {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
-        Monitor { db, clock, alert_webhook, http }
+        Monitor { db, clock, alert_webhook, webhook_configured, http }
     }
 
     pub async fn step(&self) -> Result<MonitorReport> {
         let now = self.clock.now_ms();
         let pool = self.db.read_pool();
         let mut report = MonitorReport::default();
-        for (status, n) in crate::store::check::orders_by_status(&self.db).await? {
-            metrics::gauge!("kassa_orders", "status" => status).set(n as f64);
-        }
-        metrics::gauge!("kassa_outbox_backlog").set(outbox::backlog(&self.db).await? as f64);
-        metrics::gauge!("kassa_shipping_reports_backlog").set(crate::store::shipping::backlog(&self.db).await? as f64);
-        metrics::gauge!("kassa_statement_findings_open")
-            .set(crate::store::statements::open_findings(&self.db).await? as f64);
-        let (open, idle) = self.db.connections();
-        metrics::gauge!("kassa_db_pool_connections", "state" => "open").set(open as f64);
-        metrics::gauge!("kassa_db_pool_connections", "state" => "idle").set(idle as f64);
+        crate::store::gauges::refresh(&self.db, self.webhook_configured).await?;
 
         let oldest_due: Option<i64> = sql::query_scalar(
             "SELECT MIN(hold_expires_at) FROM orders WHERE status = 'pending_payment' AND hold_expires_at <= $1",

@@ -93,11 +93,72 @@ async fn overflows(c: &Client) -> bool {
     wide.as_bool().unwrap()
 }
 
+/// The screenshots the README shows: the name a test saves one under, and its file in
+/// `docs/screenshots/`.
+const README_SHOTS: &[(&str, &str)] = &[
+    ("en-1280-storefront", "storefront"),
+    ("admin-order-accepted", "admin-order"),
+    ("zh-360-basket", "buyer-zh-360-basket"),
+    ("zh-360-qr", "buyer-zh-360-qr"),
+    ("en-360-return", "buyer-en-360-return"),
+    ("zh-360-order", "buyer-zh-360-order"),
+    ("en-360-error-payment-expired", "buyer-en-360-error-payment-expired"),
+    ("zh-360-error-price-changed", "buyer-zh-360-error-price-changed"),
+];
+
+/// The page's layout as text: every visible element that has an id or text of its own, or is a
+/// control, image or table, one per line, with its text; what differs from run to run (numbers,
+/// order numbers, ids) is masked, so two runs over the same pages give the same outline.
+const OUTLINE: &str = r#"
+const mask = t => t.replace(/\s+/g, ' ').trim()
+  .replace(/\d{4}-\d\d-\d\d[T ][\d:.]+(Z|[+-]\d\d:?\d\d)?/g, '<time>')
+  .replace(/[A-Za-z0-9_-]{20,}/g, '<id>')
+  .replace(/[0-9]+/g, '9')
+  .slice(0, 80);
+const lines = [];
+for (const el of document.body.querySelectorAll('*')) {
+  if (el.getClientRects().length === 0 || getComputedStyle(el).visibility === 'hidden') continue;
+  if (['SCRIPT', 'STYLE', 'NOSCRIPT'].includes(el.tagName)) continue;
+  const own = mask(Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join(' '));
+  const control = ['INPUT', 'SELECT', 'TEXTAREA', 'BUTTON', 'IMG', 'TABLE', 'svg'].includes(el.tagName);
+  if (!el.id && !own && !control) continue;
+  const type = el.tagName === 'INPUT' ? `[${el.type}]` : '';
+  lines.push(`${el.tagName.toLowerCase()}${type}${el.id ? '#' + mask(el.id) : ''}${own ? ' ' + own : ''}`);
+}
+return lines.join('\n') + '\n';
+"#;
+
+/// Saves the page as `test-artifacts/screenshots/NAME.png`, with its outline beside it. For a
+/// screenshot the README shows, the outline must match the committed one, so a README picture
+/// never shows a page that no longer exists; `KASSA_RENEW_SCREENSHOTS=1` (scripts/screenshots.sh)
+/// renews both instead.
 async fn screenshot(c: &Client, name: &str) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test-artifacts/screenshots");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("test-artifacts/screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     let png = c.screenshot().await.unwrap();
-    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
+    let outline = c.execute(OUTLINE, vec![]).await.unwrap().as_str().unwrap().to_string();
+    std::fs::write(dir.join(format!("{name}.layout.txt")), &outline).unwrap();
+    let Some((_, doc)) = README_SHOTS.iter().find(|(shot, _)| *shot == name) else { return };
+    let docs = root.join("docs/screenshots");
+    if std::env::var("KASSA_RENEW_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        std::fs::write(docs.join(format!("{doc}.png")), &png).unwrap();
+        std::fs::write(docs.join(format!("{doc}.layout.txt")), &outline).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(docs.join(format!("{doc}.layout.txt"))).unwrap_or_default();
+    if committed != outline {
+        let first = committed.lines().zip(outline.lines()).position(|(a, b)| a != b);
+        let at = first.unwrap_or_else(|| committed.lines().count().min(outline.lines().count()));
+        panic!(
+            "docs/screenshots/{doc}.png no longer shows the page (outline line {}: committed {:?}, now {:?}); \
+             renew it with scripts/screenshots.sh",
+            at + 1,
+            committed.lines().nth(at),
+            outline.lines().nth(at)
+        );
+    }
 }
 
 /// Waits (bounded) until the element's `data-status` is `want`, reloading when asked (no JS).
@@ -226,8 +287,49 @@ async fn admin_signs_in_and_resolves_a_late_payment() {
     screenshot(&c, "admin-order-accepted").await;
     assert_eq!(status, "paid");
     assert_eq!(t.status(&order_no).await, "paid");
+    console_downloads(&t, &c, &order_no).await;
     c.close().await.unwrap();
     t.assert_clean().await;
+}
+
+/// Fetches `url` from the signed-in page as the browser would download it: its status, content
+/// type and text (a byte-order mark shown as `\u{feff}`).
+async fn download(c: &Client, url: &str) -> (u64, String, String) {
+    let script = "return fetch(arguments[0], {credentials: 'same-origin'}).then(r => r.arrayBuffer().then(b => \
+                  [r.status, r.headers.get('content-type'), new TextDecoder('utf-8', {ignoreBOM: true}).decode(b)]));";
+    let got = c.execute(script, vec![json!(url)]).await.unwrap();
+    (got[0].as_u64().unwrap(), got[1].as_str().unwrap_or_default().to_string(), got[2].as_str().unwrap().to_string())
+}
+
+/// The URL a GET form submits, as the browser builds it from the form's fields.
+async fn form_url(c: &Client, form_id: &str) -> String {
+    let script = "const f = document.getElementById(arguments[0]); \
+                  return f.action + '?' + new URLSearchParams(new FormData(f)).toString();";
+    c.execute(script, vec![json!(form_id)]).await.unwrap().as_str().unwrap().to_string()
+}
+
+/// Every download the console offers works with the console's own sign-in: the orders and refunds
+/// exports (plain and for Excel) and a statement day's report.
+async fn console_downloads(t: &TestApp, c: &Client, order_no: &str) {
+    c.goto(&t.url("/admin/orders")).await.unwrap();
+    let (status, kind, text) = download(c, &form_url(c, "export-orders").await).await;
+    assert_eq!((status, kind.as_str()), (200, "text/csv; charset=utf-8"));
+    assert!(text.starts_with("order_no,") && text.contains(order_no), "{text}");
+    c.find(Locator::Css("#export-refunds input[name=bom]")).await.unwrap().click().await.unwrap();
+    let (status, _, text) = download(c, &form_url(c, "export-refunds").await).await;
+    assert_eq!(status, 200);
+    assert!(text.starts_with("\u{feff}refund_no,"), "for Excel: a byte-order mark first: {text}");
+    screenshot(c, "admin-orders").await;
+    let today = kassa::workers::statements::format_day(time::OffsetDateTime::now_utc().date());
+    let (status, body) = t.admin_post(&format!("/api/v1/admin/statements/sandbox/{today}/run"), json!({})).await;
+    assert!(status.is_success(), "{body}");
+    c.goto(&t.url(&format!("/admin/statements/sandbox/{today}"))).await.unwrap();
+    for (id, bom) in [("report", false), ("report-excel", true)] {
+        let href = c.find(Locator::Id(id)).await.unwrap().prop("href").await.unwrap().unwrap();
+        let (status, _, text) = download(c, &href).await;
+        assert_eq!(status, 200, "{id}: {href}");
+        assert_eq!(text.starts_with('\u{feff}'), bom, "{id}: {text}");
+    }
 }
 
 /// A failed payment does not leave the buyer waiting: the return page says it failed and *Try

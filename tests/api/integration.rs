@@ -195,6 +195,11 @@ async fn webhook_payloads(backend: Backend) {
     let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
     t.complete(&attempt_ref, "succeeded", 1).await;
     t.settle().await;
+    // With a webhook URL, unsent messages are pending, not "no webhook configured".
+    let (browser, cookie, _) = crate::pages::console(&t).await;
+    let html = browser.get(t.url(&format!("/admin/orders/{order_no}"))).header("cookie", &cookie).send().await.unwrap();
+    let html = html.text().await.unwrap();
+    assert!(html.contains("pill pending") && !html.contains("no-webhook"), "{html}");
     let relay = t.app.relay.clone().unwrap();
     relay.step().await.unwrap();
     let paid = received(&hook, "order.paid");

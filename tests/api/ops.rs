@@ -318,26 +318,22 @@ async fn monitor(backend: Backend) {
     }
 }
 
-/// A full run of `kassa serve --demo` at debug level: its logs must not contain any secret.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn logs_never_contain_secrets() {
-    let dir = tempfile::tempdir().unwrap();
+/// `kassa serve --demo` on a free port with its data, stdout and stderr in `dir`: the child, its
+/// base URL and the admin token it generated.
+async fn serve_demo(dir: &std::path::Path, log_level: &str) -> (std::process::Child, String, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let log_path = dir.path().join("stderr.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
         .args(["serve", "--demo", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("RUST_LOG", "debug")
-        .stdout(std::fs::File::create(dir.path().join("stdout.log")).unwrap())
-        .stderr(std::fs::File::create(&log_path).unwrap())
+        .arg(dir.join("data"))
+        .env("RUST_LOG", log_level)
+        .stdout(std::fs::File::create(dir.join("stdout.log")).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
     let mut admin = String::new();
     for _ in 0..400 {
-        let stdout = std::fs::read_to_string(dir.path().join("stdout.log")).unwrap_or_default();
+        let stdout = std::fs::read_to_string(dir.join("stdout.log")).unwrap_or_default();
         if let Some(line) = stdout.lines().find(|l| l.starts_with("admin token: ")) {
             admin = line.trim_start_matches("admin token: ").to_string();
             break;
@@ -345,6 +341,70 @@ async fn logs_never_contain_secrets() {
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     assert!(!admin.is_empty(), "the demo prints its generated admin token");
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..400 {
+        if reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    (child, base, admin)
+}
+
+/// One gauge's value in a Prometheus text page.
+fn gauge(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The database gauges are right at every scrape (a process of its own: the metrics recorder is
+/// one per process): an order's status shows at once, a status no order holds reads 0, and without
+/// a webhook URL the outbox has no backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_gauges_are_right_at_every_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, base, _admin) = serve_demo(dir.path(), "warn").await;
+    let http = reqwest::Client::new();
+    let scrape = || async { http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap() };
+    let orders = |page: &str, status: &str| gauge(page, &format!("kassa_orders{{status=\"{status}\"}}"));
+    let page = scrape().await;
+    for status in kassa::domain::OrderStatus::ALL {
+        assert_eq!(orders(&page, status.as_str()), Some(0.0), "{status} is shown, at 0: {page}");
+    }
+    let buyer: Value = http.post(format!("{base}/api/v1/sessions")).send().await.unwrap().json().await.unwrap();
+    let buyer = s(&buyer["token"]);
+    let basket: Value = http
+        .post(format!("{base}/api/v1/baskets"))
+        .bearer_auth(&buyer)
+        .json(&json!({"lines": [{"sku": "MUG-CELADON", "quantity": 1}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let checkout = format!("{base}/api/v1/baskets/{}/checkout", s(&basket["basket_id"]));
+    let placed: Value =
+        http.post(checkout).bearer_auth(&buyer).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let order_no = s(&placed["order_no"]);
+    assert_eq!(orders(&scrape().await, "pending_payment"), Some(1.0), "{placed}");
+    let cancel = format!("{base}/api/v1/orders/{order_no}/cancel");
+    let r = http.post(cancel).bearer_auth(&buyer).json(&json!({})).send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let page = scrape().await;
+    assert_eq!((orders(&page, "pending_payment"), orders(&page, "cancelled")), (Some(0.0), Some(1.0)), "{page}");
+    // The order's messages are kept, unsent: no webhook URL, so no backlog.
+    assert_eq!(gauge(&page, "kassa_outbox_backlog"), Some(0.0), "{page}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A full run of `kassa serve --demo` at debug level: its logs must not contain any secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_never_contain_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let (mut child, base, admin) = serve_demo(dir.path(), "debug").await;
+    let http = reqwest::Client::new();
     let post = |path: &str, token: &str, body: Value| {
         let (http, url, token) = (http.clone(), format!("{base}{path}"), token.to_string());
         async move {

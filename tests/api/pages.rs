@@ -311,6 +311,53 @@ pub async fn console(t: &TestApp) -> (reqwest::Client, String, String) {
     (browser, cookie, csrf)
 }
 
+on_both!(the_console_downloads_orders_and_refunds_behind_its_sign_in, console_downloads);
+async fn console_downloads(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("TEA", "龙井茶", 1000, 5).await;
+    let (_, paid_no, attempt) = t.pending_order(&[("TEA", 1)]).await;
+    t.complete(&attempt, "succeeded", 1).await;
+    t.settle().await;
+    let (status, body) = t
+        .admin_post(
+            &format!("/api/v1/admin/orders/{paid_no}/refunds"),
+            json!({"refund_no": "R-TEA-1", "amount_minor": 300}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    let (_, open_no, _) = t.pending_order(&[("TEA", 1)]).await;
+    let (browser, cookie, _) = console(&t).await;
+    let get = |path: String| {
+        let (browser, cookie, url) = (browser.clone(), cookie.clone(), t.url(&path));
+        async move { browser.get(url).header("cookie", cookie).send().await.unwrap() }
+    };
+    // The orders page offers both files, with its own filter carried into the orders export.
+    let html = get("/admin/orders?status=paid".into()).await.text().await.unwrap();
+    assert!(html.contains("action=\"/admin/orders.csv\"") && html.contains("action=\"/admin/refunds.csv\""), "{html}");
+    assert!(html.contains("name=\"status\" value=\"paid\""), "{html}");
+    // What the forms send: the filter, empty dates, and the Excel box ticked or not.
+    let r = get("/admin/orders.csv?status=paid&q=&from=&to=&bom=true".into()).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
+    let text = String::from_utf8(r.bytes().await.unwrap().to_vec()).unwrap();
+    let text = text.strip_prefix('\u{feff}').expect("a byte-order mark for Excel");
+    assert!(text.starts_with("order_no,") && text.contains(&paid_no) && !text.contains(&open_no), "{text}");
+    let r = get("/admin/refunds.csv?from=&to=".into()).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let text = r.text().await.unwrap();
+    assert!(text.starts_with("refund_no,") && text.contains("R-TEA-1") && text.contains("3.00"), "{text}");
+    // A bad filter is refused as the API refuses it; signed out, the files are not given.
+    assert_eq!(get("/admin/refunds.csv?from=yesterday".into()).await.status(), StatusCode::BAD_REQUEST);
+    let r = browser.get(t.url("/admin/orders.csv")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // No webhook URL: the order's messages are kept and said to be unsent, not "pending".
+    let html = get(format!("/admin/orders/{paid_no}")).await.text().await.unwrap();
+    assert!(html.contains("id=\"no-webhook\"") && html.contains("not sent: no webhook configured"), "{html}");
+    // The API's files take the same option.
+    let r = t.http.get(t.url("/api/v1/admin/refunds.csv?bom=true")).bearer_auth(ADMIN).send().await.unwrap();
+    assert!(r.bytes().await.unwrap().starts_with("\u{feff}refund_no,".as_bytes()));
+}
+
 on_both!(the_console_edits_the_catalog_through_the_api_s_use_cases, console_catalog);
 async fn console_catalog(backend: Backend) {
     let t = TestApp::spawn(backend).await;

@@ -752,6 +752,22 @@ async fn cli_and_console(backend: Backend) {
     assert!(html.contains("data-kind=\"paid_in_kassa_only\""), "{html}");
     let b = b_ref.trim_end_matches("_1");
     assert!(html.contains(&format!("href=\"/admin/orders/{b}\"")), "findings link to their orders: {html}");
+    // The report link works with the console's sign-in (its cookie never reaches /api/), plain
+    // and for Excel (a UTF-8 byte-order mark first).
+    let href =
+        |id: &str| html.split(&format!("id=\"{id}\" href=\"")).nth(1).unwrap().split('"').next().unwrap().to_string();
+    for (id, bom) in [("report", false), ("report-excel", true)] {
+        let link = href(id);
+        assert!(link.starts_with("/admin/"), "{link}");
+        let r = browser.get(t.url(&link.replace("&amp;", "&"))).header("cookie", &cookie).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{link}");
+        assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
+        let body = r.bytes().await.unwrap();
+        assert_eq!(body.starts_with("\u{feff}".as_bytes()), bom, "{link}");
+        assert!(String::from_utf8_lossy(&body).contains("paid_in_kassa_only"), "{link}");
+    }
+    let r = browser.get(t.url(&href("report"))).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "signed out: to the sign-in page");
     let id = html.split("/admin/statement-findings/").nth(1).unwrap().split('/').next().unwrap().to_string();
     let (status, location) = post(
         format!("/admin/statement-findings/{id}/resolve"),

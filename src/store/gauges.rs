@@ -1,0 +1,24 @@
+//! The gauges `/metrics` shows about the database, read from it when asked: each scrape (and each
+//! monitor step) sees the counts as they are, and a status no order holds any longer reads 0.
+
+use crate::domain::OrderStatus;
+use crate::error::Result;
+use crate::store::{Db, check, outbox, shipping, statements};
+
+/// Sets every database gauge from the database now. Without a webhook URL no message is waiting
+/// to be sent, so the outbox backlog reads 0 (the messages are kept, marked unsent on the order).
+pub async fn refresh(db: &Db, webhook_configured: bool) -> Result<()> {
+    let counts = check::orders_by_status(db).await?;
+    for status in OrderStatus::ALL {
+        let n = counts.iter().find(|(s, _)| s == status.as_str()).map_or(0, |(_, n)| *n);
+        metrics::gauge!("kassa_orders", "status" => status.as_str()).set(n as f64);
+    }
+    let backlog = if webhook_configured { outbox::backlog(db).await? } else { 0 };
+    metrics::gauge!("kassa_outbox_backlog").set(backlog as f64);
+    metrics::gauge!("kassa_shipping_reports_backlog").set(shipping::backlog(db).await? as f64);
+    metrics::gauge!("kassa_statement_findings_open").set(statements::open_findings(db).await? as f64);
+    let (open, idle) = db.connections();
+    metrics::gauge!("kassa_db_pool_connections", "state" => "open").set(open as f64);
+    metrics::gauge!("kassa_db_pool_connections", "state" => "idle").set(idle as f64);
+    Ok(())
+}
