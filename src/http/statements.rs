@@ -78,6 +78,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             )
             .query::<ExportQuery>()
             .answer(200, "the day's report", Content::Other("text/csv"))
+            .errors(400, &["invalid_filter"])
             .errors(404, &["not_found"]),
             get(report_csv),
         ),
