@@ -135,11 +135,13 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
             loop {
                 let Some(attempt_ref) = queue.lock().await.pop() else { return 0_u64 };
                 let Ok(amount) = kassa::domain::Money::new(990, cny) else { return 0 };
+                // Each payment its own transaction, as a gateway's are.
+                let gateway_txn_id = format!("txn_{attempt_ref}");
                 let ev = kassa::domain::event::VerifiedEvent {
                     gateway: "sandbox".into(),
                     event_id: format!("evt_{attempt_ref}"),
                     attempt_ref,
-                    outcome: kassa::domain::event::Outcome::Succeeded { gateway_txn_id: "txn".into(), amount },
+                    outcome: kassa::domain::event::Outcome::Succeeded { gateway_txn_id, amount },
                     raw_body: b"{}".to_vec(),
                 };
                 for _ in 0..2 {

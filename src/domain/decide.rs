@@ -13,14 +13,29 @@ pub enum SuccessDecision {
     LatePayment,
     /// Another attempt already paid this order: record the second capture and alert.
     DuplicatePayment,
-    /// This very attempt is already recorded as succeeded (e.g. close answered "paid" first).
+    /// This very attempt is already recorded as succeeded with this transaction (a retry, or
+    /// close answered "paid" first).
     AlreadyApplied,
+    /// This attempt is already recorded as succeeded, and the gateway reports another
+    /// transaction on it: the money was taken twice. Record the second capture, alert, and
+    /// refund it.
+    SecondCapture,
 }
 
-pub fn decide_success(order: OrderStatus, attempt: AttemptStatus) -> SuccessDecision {
+/// `recorded_txn` is the transaction the attempt's success was recorded with, `txn` the one this
+/// success names.
+pub fn decide_success(
+    order: OrderStatus,
+    attempt: AttemptStatus,
+    recorded_txn: Option<&str>,
+    txn: Option<&str>,
+) -> SuccessDecision {
     use OrderStatus::*;
     if attempt == AttemptStatus::Succeeded {
-        return SuccessDecision::AlreadyApplied;
+        return match (recorded_txn, txn) {
+            (Some(recorded), Some(txn)) if recorded != txn => SuccessDecision::SecondCapture,
+            _ => SuccessDecision::AlreadyApplied,
+        };
     }
     match order {
         PendingPayment => SuccessDecision::Pay,
@@ -145,11 +160,15 @@ mod tests {
     fn success_decisions_cover_every_pair() {
         for order in OrderStatus::ALL {
             for attempt in AttemptStatus::ALL {
-                let d = decide_success(*order, *attempt);
+                let d = decide_success(*order, *attempt, Some("T1"), Some("T1"));
                 if *attempt == AttemptStatus::Succeeded {
                     assert_eq!(d, SuccessDecision::AlreadyApplied);
+                    let other = decide_success(*order, *attempt, Some("T1"), Some("T2"));
+                    assert_eq!(other, SuccessDecision::SecondCapture, "another transaction on a paid attempt");
+                    assert_eq!(decide_success(*order, *attempt, None, Some("T2")), SuccessDecision::AlreadyApplied);
                     continue;
                 }
+                assert_eq!(d, decide_success(*order, *attempt, None, Some("T2")), "only a succeeded attempt compares");
                 match d {
                     SuccessDecision::Pay => {
                         assert_eq!(*order, OrderStatus::PendingPayment);
@@ -164,7 +183,7 @@ mod tests {
                             OrderStatus::PendingPayment | OrderStatus::Expired | OrderStatus::Cancelled
                         ));
                     }
-                    SuccessDecision::AlreadyApplied => unreachable!("handled above"),
+                    SuccessDecision::AlreadyApplied | SuccessDecision::SecondCapture => unreachable!("handled above"),
                 }
                 // Whatever the decision, the attempt itself may become succeeded.
                 assert!(attempt.transition(AttemptStatus::Succeeded).is_ok());

@@ -141,6 +141,18 @@ impl From<AutomaticRefund> for RefundKind {
     }
 }
 
+/// The number of the refund that returns a second capture: one per gateway transaction, so the
+/// same capture reported again cannot be refunded twice. A transaction id that is not a plain
+/// identifier has its other characters replaced.
+pub fn second_capture_refund_no(gateway_txn_id: &str) -> String {
+    let plain: String = gateway_txn_id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') { c } else { '-' })
+        .take(super::ids::REFUND_NO_LEN_MAX - 4)
+        .collect();
+    format!("DUP-{plain}")
+}
+
 impl AutomaticRefund {
     /// The refund's number (one per attempt, so applying the payment twice cannot refund twice)
     /// and its reason.
@@ -260,6 +272,9 @@ mod tests {
         assert_eq!(check_within_capture(1000, 400, 601).unwrap_err().code, "refund_exceeds_captured");
         assert_eq!(AutomaticRefund::LatePayment.terms("KS1_2").0, "LATE-KS1_2");
         assert_eq!(AutomaticRefund::DuplicatePayment.terms("KS1_2").0, "DUP-KS1_2");
+        assert_eq!(second_capture_refund_no("4200001234"), "DUP-4200001234");
+        assert_eq!(second_capture_refund_no("a/b c"), "DUP-a-b-c");
+        assert_eq!(second_capture_refund_no(&"9".repeat(100)).len(), 64);
     }
 
     #[test]

@@ -91,6 +91,12 @@ pub struct Ours {
     /// The merchant reference of each gateway transaction id kassa recorded, for statements whose
     /// payment lines name only the gateway's id (Stripe's PaymentIntent).
     pub ref_of_txn: BTreeMap<String, String>,
+    /// Second captures on paid attempts (each with its own transaction id): those kassa recorded
+    /// that day and those the statement shows. A statement line of one is matched by its
+    /// transaction, not taken for a second line of the attempt's first payment.
+    pub second_captures: Vec<OurPayment>,
+    /// Which of `second_captures` kassa recorded that day.
+    pub second_captures_of_day: BTreeSet<String>,
 }
 
 /// The kinds of disagreement, each with a stable code.
@@ -272,8 +278,20 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
     let mut seen_payments: BTreeMap<&str, &StatementLine> = BTreeMap::new();
     let mut seen_refunds: BTreeMap<&str, &StatementLine> = BTreeMap::new();
     let mut duplicates: BTreeSet<(LineKind, &str)> = BTreeSet::new();
+    let second_captures: BTreeMap<&str, &OurPayment> =
+        ours.second_captures.iter().filter_map(|p| Some((p.gateway_txn_id.as_deref()?, p))).collect();
+    let mut seen_second: BTreeSet<&str> = BTreeSet::new();
     for line in &statement.lines {
         out.gateway.add(line.kind, line.amount_minor, line.fee_minor);
+        let txn = line.gateway_txn_id.as_str();
+        if let (LineKind::Payment, Some(p)) = (line.kind, second_captures.get(txn)) {
+            if !seen_second.insert(txn) {
+                duplicates.insert((LineKind::Payment, txn));
+            }
+            out.kassa.add(LineKind::Payment, p.amount_minor, line.fee_minor);
+            out.findings.extend(differs(txn, &p.order_no, p.amount_minor, &p.currency, line));
+            continue;
+        }
         let key = match line.kind {
             LineKind::Payment if line.merchant_ref.is_empty() => {
                 ours.ref_of_txn.get(&line.gateway_txn_id).map_or(line.gateway_txn_id.as_str(), String::as_str)
@@ -299,10 +317,11 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             kind: FindingKind::Duplicate,
             subject: key.to_string(),
             order_no: match kind {
-                LineKind::Payment => order_of_ref.get(key),
-                LineKind::Refund => order_of_refund.get(key),
+                LineKind::Payment => order_of_ref.get(key).copied(),
+                LineKind::Refund => order_of_refund.get(key).copied(),
             }
-            .map(|o| (*o).to_string()),
+            .or_else(|| second_captures.get(key).map(|p| p.order_no.as_str()))
+            .map(str::to_string),
             ours: "once".to_string(),
             theirs: format!("the {what} appears more than once"),
         });
@@ -347,6 +366,20 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
                 subject: p.attempt_ref.clone(),
                 order_no: Some(p.order_no.clone()),
                 ours: format!("paid {}", money(p.amount_minor, &p.currency)),
+                theirs: "not in the statement".to_string(),
+            });
+        }
+    }
+
+    // A second capture kassa recorded that day that the statement does not show.
+    for (txn, p) in &second_captures {
+        if ours.second_captures_of_day.contains(*txn) && !seen_second.contains(txn) {
+            out.kassa.add(LineKind::Payment, p.amount_minor, 0);
+            out.findings.push(Finding {
+                kind: FindingKind::PaidInKassaOnly,
+                subject: (*txn).to_string(),
+                order_no: Some(p.order_no.clone()),
+                ours: format!("paid again {} on {}", money(p.amount_minor, &p.currency), p.attempt_ref),
                 theirs: "not in the statement".to_string(),
             });
         }
@@ -515,6 +548,37 @@ mod tests {
             amount_minor: amount,
             currency: "CNY".into(),
         }
+    }
+
+    #[test]
+    fn a_second_capture_is_matched_by_its_transaction() {
+        // The attempt A_1 was paid twice (42001, then 42009); kassa recorded both.
+        let statement = Statement {
+            lines: vec![pay("A_1", "42001", 6000, 32), pay("A_1", "42009", 6000, 32)],
+            declared: None,
+            checks: Vec::new(),
+        };
+        let second = OurPayment { gateway_txn_id: Some("42009".into()), ..ours_pay("A", "A_1", 6000) };
+        let ours = Ours {
+            payments: vec![ours_pay("A", "A_1", 6000)],
+            second_captures: vec![second.clone()],
+            second_captures_of_day: ["42009".to_string()].into(),
+            ..Default::default()
+        };
+        let out = reconcile(&statement, &ours);
+        assert_eq!(out.findings, vec![], "neither a duplicate line nor a payment kassa does not know");
+        assert_eq!((out.kassa.count, out.kassa.gross_minor), (2, 12000));
+        assert_eq!(out.kassa, out.gateway);
+        // Not in the statement: kassa's second capture is missing from it.
+        let statement = Statement { lines: vec![pay("A_1", "42001", 6000, 32)], ..statement };
+        let out = reconcile(&statement, &ours);
+        let kinds: Vec<_> = out.findings.iter().map(|f| (f.kind, f.subject.as_str())).collect();
+        assert_eq!(kinds, vec![(FindingKind::PaidInKassaOnly, "42009")]);
+        // Without kassa's record, the second line is the duplicate it is.
+        let statement =
+            Statement { lines: vec![pay("A_1", "42001", 6000, 32), pay("A_1", "42009", 6000, 32)], ..statement };
+        let out = reconcile(&statement, &Ours { second_captures: Vec::new(), ..ours });
+        assert_eq!(out.findings.iter().map(|f| f.kind).collect::<Vec<_>>(), vec![FindingKind::Duplicate]);
     }
 
     #[test]

@@ -370,12 +370,16 @@ impl Gateway for Alipay {
     fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>> {
         Box::pin(async move {
             let reason: String = req.reason.chars().take(256).collect();
-            let biz = json!({
-                "out_trade_no": req.attempt_ref,
+            let mut biz = json!({
                 "refund_amount": req.amount.decimal(),
                 "refund_reason": reason,
                 "out_request_no": req.refund_no,
             });
+            // A second capture is named by its trade number; otherwise the merchant reference.
+            match req.gateway_txn_id.as_deref().filter(|_| req.second_capture) {
+                Some(trade_no) => biz["trade_no"] = json!(trade_no),
+                None => biz["out_trade_no"] = json!(req.attempt_ref),
+            }
             let r = self.call("alipay.trade.refund", biz).await?;
             if is_ok(&r) {
                 // Synchronous; `fund_change = N` on a repeat means it was refunded before.

@@ -132,6 +132,9 @@ pub struct RefundRequest {
     pub captured: Money,
     /// The gateway's transaction id of the payment (Stripe refunds name the PaymentIntent).
     pub gateway_txn_id: Option<String>,
+    /// The payment is a second capture under the attempt's merchant reference: the refund names
+    /// its transaction (Alipay's `trade_no`, WeChat Pay's `transaction_id`), not the reference.
+    pub second_capture: bool,
 }
 
 /// A refund to look up: our number and, when the gateway issued one, its id.

@@ -659,13 +659,17 @@ impl Gateway for WechatPay {
     fn refund<'a>(&'a self, req: &'a RefundRequest) -> BoxFuture<'a, Result<RefundAnswer, GatewayError>> {
         Box::pin(async move {
             let reason: String = req.reason.chars().take(80).collect();
-            let body = json!({
-                "out_trade_no": req.attempt_ref,
+            let mut body = json!({
                 "out_refund_no": req.refund_no,
                 "reason": reason,
                 "notify_url": self.notify_url,
                 "amount": {"refund": req.amount.amount_minor(), "total": req.captured.amount_minor(), "currency": "CNY"},
             });
+            // A second capture is named by its transaction id; otherwise the merchant reference.
+            match req.gateway_txn_id.as_deref().filter(|_| req.second_capture) {
+                Some(txn) => body["transaction_id"] = json!(txn),
+                None => body["out_trade_no"] = json!(req.attempt_ref),
+            }
             let r = self.call("POST", "/v3/refund/domestic/refunds", Some(&body)).await?;
             if r.status == 200 {
                 let id = text(&r.body, &["refund_id"]).to_string();

@@ -395,7 +395,7 @@ pub(super) fn refunds_export(state: &AppState, query: &RangeQuery, export: &Expo
                 .iter()
                 .map(|r| {
                     vec![
-                        r.refund_no.clone(),
+                        cell(&r.refund_no),
                         r.order_no.clone(),
                         rfc3339(r.created_at_ms),
                         rfc3339(r.updated_at_ms),

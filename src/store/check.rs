@@ -268,14 +268,17 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     }
     let rows = sql::query(
         "SELECT a.attempt_ref, a.captured_minor, \
-           CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.attempt_ref = a.attempt_ref AND r.status <> 'failed'), 0) AS BIGINT) AS refunded \
+           CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.attempt_ref = a.attempt_ref AND r.status <> 'failed'), 0) AS BIGINT) AS refunded, \
+           CAST(COALESCE((SELECT SUM(c.amount_minor) FROM second_captures c WHERE c.attempt_ref = a.attempt_ref), 0) AS BIGINT) AS again \
          FROM payment_attempts a WHERE EXISTS (SELECT 1 FROM refunds r WHERE r.attempt_ref = a.attempt_ref) ORDER BY a.attempt_ref",
     )
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {
-        let (attempt_ref, captured, refunded): (String, Option<i64>, i64) =
-            (col(r, "attempt_ref")?, col(r, "captured_minor")?, col(r, "refunded")?);
+        let (attempt_ref, captured, refunded, again): (String, Option<i64>, i64, i64) =
+            (col(r, "attempt_ref")?, col(r, "captured_minor")?, col(r, "refunded")?, col(r, "again")?);
+        // What the attempt captured: its payment and any second capture the gateway made on it.
+        let captured = captured.map(|c| c + again);
         if refunded > captured.unwrap_or(0) {
             add(
                 "I4",
@@ -296,6 +299,34 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
     for r in &rows {
         let attempt_ref: String = col(r, "attempt_ref")?;
         add("I4", format!("attempt {attempt_ref} succeeded without an applied gateway event"));
+    }
+    // Every gateway transaction that took money is one payment or one second capture, and a
+    // second capture is on a succeeded attempt of its order, with its refund returning it.
+    let rows = sql::query(
+        "SELECT gateway, gateway_txn_id FROM (SELECT gateway, gateway_txn_id FROM payment_attempts \
+           WHERE status = 'succeeded' AND gateway_txn_id IS NOT NULL \
+           UNION ALL SELECT gateway, gateway_txn_id FROM second_captures) t \
+         GROUP BY gateway, gateway_txn_id HAVING COUNT(*) > 1 ORDER BY gateway, gateway_txn_id",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (gateway, txn): (String, String) = (col(r, "gateway")?, col(r, "gateway_txn_id")?);
+        add("I4", format!("{gateway} transaction {txn} is recorded as more than one payment"));
+    }
+    let rows = sql::query(
+        "SELECT c.gateway_txn_id FROM second_captures c JOIN payment_attempts a ON a.attempt_ref = c.attempt_ref \
+         JOIN refunds r ON r.refund_no = c.refund_no \
+         WHERE a.status <> 'succeeded' OR a.order_no <> c.order_no OR a.gateway <> c.gateway \
+           OR r.attempt_ref <> c.attempt_ref OR r.amount_minor <> c.amount_minor OR r.kind <> 'duplicate_payment' \
+           OR r.gateway_txn_id IS NULL OR r.gateway_txn_id <> c.gateway_txn_id \
+         ORDER BY c.gateway_txn_id",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let txn: String = col(r, "gateway_txn_id")?;
+        add("I4", format!("second capture {txn} is not on a paid attempt of its order, returned by its refund"));
     }
 
     // A zero-total order is completed without a gateway: its attempt moves no money.

@@ -26,6 +26,7 @@ const SQLITE: &[Migration] = &[
     (12, "0012_shop_references", include_str!("../../migrations/sqlite/0012_shop_references.sql")),
     (13, "0013_shipping_reports", include_str!("../../migrations/sqlite/0013_shipping_reports.sql")),
     (14, "0014_statements", include_str!("../../migrations/sqlite/0014_statements.sql")),
+    (15, "0015_second_captures", include_str!("../../migrations/sqlite/0015_second_captures.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -43,6 +44,7 @@ const POSTGRES: &[Migration] = &[
     (12, "0012_shop_references", include_str!("../../migrations/postgres/0012_shop_references.sql")),
     (13, "0013_shipping_reports", include_str!("../../migrations/postgres/0013_shipping_reports.sql")),
     (14, "0014_statements", include_str!("../../migrations/postgres/0014_statements.sql")),
+    (15, "0015_second_captures", include_str!("../../migrations/postgres/0015_second_captures.sql")),
 ];
 
 impl Db {

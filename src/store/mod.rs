@@ -23,6 +23,7 @@ pub mod reconcile;
 pub mod refunds;
 pub mod reservations;
 pub mod retention;
+pub mod second_captures;
 pub mod settings;
 pub mod shipping;
 pub mod sql;

@@ -4,14 +4,14 @@
 use crate::args;
 use crate::clock::Millis;
 use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success};
-use crate::domain::refund::AutomaticRefund;
+use crate::domain::refund::{AutomaticRefund, second_capture_refund_no};
 use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Also, Cause, Severity};
 use crate::store::lines::OrderLine;
 use crate::store::outbox::{OrderContext, OrderFacts};
-use crate::store::refunds;
+use crate::store::refunds::{self, NewRefund};
 use crate::store::reservations::{add_moves, reallocate};
 use crate::store::sql;
 use crate::store::{Db, Tx, col, fulfilment, new_id};
@@ -81,7 +81,7 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
             // duplicate would then run both reads for nothing, and PostgreSQL's CPU per statement
             // costs more than the round trip saved — BENCHMARKS.md.)
             let attempt_sql = format!(
-                "SELECT t.order_no, t.amount_minor, t.currency, t.gateway, \
+                "SELECT t.order_no, t.amount_minor, t.currency, t.gateway, t.gateway_txn_id AS recorded_txn, \
                  o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency, \
                  o.merchant_reference, o.metadata \
                  FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
@@ -126,10 +126,12 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                     let text = |name: &str| col::<Option<String>>(&attempt, name);
                     let (merchant_reference, metadata, gateway) =
                         (text("merchant_reference")?, text("metadata")?, text("gateway")?);
+                    let recorded_txn = text("recorded_txn")?;
                     let success = Success {
                         order_no: &order_no,
                         attempt_ref: &ev.attempt_ref,
                         gateway_txn_id: Some(gateway_txn_id),
+                        recorded_txn: recorded_txn.as_deref(),
                         amount: *amount,
                         order_total: &order_total,
                         others: &others,
@@ -258,6 +260,8 @@ struct Success<'a> {
     attempt_ref: &'a str,
     /// `None` for a zero-total order, completed without a gateway.
     gateway_txn_id: Option<&'a str>,
+    /// The transaction the attempt's success was recorded with, if it was.
+    recorded_txn: Option<&'a str>,
     amount: Money,
     /// The order's total and currency (they never change).
     order_total: &'a (i64, String),
@@ -325,9 +329,11 @@ async fn apply_success(
     cause: Cause<'_>,
 ) -> Result<Option<&'static str>> {
     let (order_no, attempt_ref, amount) = (s.order_no, s.attempt_ref, s.amount);
-    let decision = decide_success(order_status, attempt_status);
-    if decision == SuccessDecision::AlreadyApplied {
-        return Ok(None);
+    let decision = decide_success(order_status, attempt_status, s.recorded_txn, s.gateway_txn_id);
+    match decision {
+        SuccessDecision::AlreadyApplied => return Ok(None),
+        SuccessDecision::SecondCapture => return record_second_capture(tx, s, cause).await,
+        _ => {}
     }
     let cause = Cause { trigger: if cause.trigger.is_empty() { "payment_succeeded" } else { cause.trigger }, ..cause };
     // The attempt's success, in one batch with what a payment of a pending order changes.
@@ -453,8 +459,60 @@ async fn apply_success(
             refunds::insert(tx, order_no, attempt_ref, &refund_no, amount, reason, duplicate.into(), cause.at).await?;
             Ok(Some("duplicate_payment"))
         }
-        SuccessDecision::AlreadyApplied => Ok(None),
+        SuccessDecision::AlreadyApplied | SuccessDecision::SecondCapture => Ok(None),
     }
+}
+
+/// The gateway took the money a second time on an attempt already paid, under another
+/// transaction: kept once per transaction, alerted, and refunded automatically (the order keeps
+/// its status; the refund is a `duplicate_payment` that names the transaction it returns).
+async fn record_second_capture(tx: &mut Tx<'_>, s: &Success<'_>, cause: Cause<'_>) -> Result<Option<&'static str>> {
+    let (Some(txn), Some(gateway)) = (s.gateway_txn_id, s.context.gateway) else { return Ok(None) };
+    let seen: Option<String> =
+        sql::query_scalar("SELECT refund_no FROM second_captures WHERE gateway = $1 AND gateway_txn_id = $2")
+            .bind(gateway)
+            .bind(txn)
+            .fetch_optional(&mut **tx)
+            .await?;
+    if seen.is_some() {
+        return Ok(None);
+    }
+    let refund_no = second_capture_refund_no(txn);
+    let details = format!(
+        "attempt {} was paid again, {} under transaction {txn} after {}; refunded as {refund_no}",
+        s.attempt_ref,
+        s.amount.display_major(),
+        s.recorded_txn.unwrap_or("its first"),
+    );
+    events::raise_alert(tx, "duplicate_payment", Severity::Critical, txn, Some(s.order_no), &details, cause.at).await?;
+    let refund = NewRefund {
+        order_no: s.order_no,
+        attempt_ref: s.attempt_ref,
+        refund_no: &refund_no,
+        amount_minor: s.amount.amount_minor(),
+        reason: "second capture on a paid payment",
+        kind: AutomaticRefund::DuplicatePayment.into(),
+        returns: Some((txn, true)),
+        notification_id: cause.notification_id,
+    };
+    refunds::insert_refund(tx, &refund, cause.at).await?;
+    sql::query(
+        "INSERT INTO second_captures (gateway, gateway_txn_id, order_no, attempt_ref, amount_minor, currency, refund_no, notification_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(gateway)
+    .bind(txn)
+    .bind(s.order_no)
+    .bind(s.attempt_ref)
+    .bind(s.amount.amount_minor())
+    .bind(s.amount.currency().code())
+    .bind(&refund_no)
+    .bind(cause.notification_id)
+    .bind(cause.at)
+    .execute(&mut **tx)
+    .await?;
+    metrics::counter!("kassa_second_captures_total").increment(1);
+    Ok(Some("second_capture"))
 }
 
 /// Completes a zero-total order just confirmed in `tx` (pending, its one attempt `created`):
@@ -484,6 +542,7 @@ pub async fn complete_free(
         order_no,
         attempt_ref,
         gateway_txn_id: None,
+        recorded_txn: None,
         amount: total,
         order_total: &order_total,
         others: &[],

@@ -32,6 +32,8 @@ pub struct RefundToQuery {
     pub gateway: String,
     pub gateway_refund_id: Option<String>,
     pub gateway_txn_id: Option<String>,
+    /// The refund returns a second capture (`gateway_txn_id` is that capture's).
+    pub second_capture: bool,
     pub amount: Money,
     pub captured: Money,
     pub reason: String,
@@ -129,7 +131,8 @@ pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
     for refund_no in numbers {
         let r = sql::query(
             "SELECT r.attempt_ref, r.order_no, r.gateway_refund_id, r.amount_minor, r.currency, r.reason, r.query_tries, \
-             a.gateway, a.gateway_txn_id, a.amount_minor AS captured_minor \
+             a.gateway, COALESCE(r.gateway_txn_id, a.gateway_txn_id) AS gateway_txn_id, a.amount_minor AS captured_minor, \
+             CAST(CASE WHEN r.gateway_txn_id IS NULL THEN 0 ELSE 1 END AS BIGINT) AS second_capture \
              FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref WHERE r.refund_no = $1",
         )
         .bind(&refund_no)
@@ -142,6 +145,7 @@ pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
             gateway: col(&r, "gateway")?,
             gateway_refund_id: col(&r, "gateway_refund_id")?,
             gateway_txn_id: col(&r, "gateway_txn_id")?,
+            second_capture: col::<i64>(&r, "second_capture")? == 1,
             amount: Money::new(col(&r, "amount_minor")?, currency)?,
             captured: Money::new(col(&r, "captured_minor")?, currency)?,
             reason: col(&r, "reason")?,

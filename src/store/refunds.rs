@@ -201,11 +201,48 @@ pub async fn insert(
     kind: RefundKind,
     now: Millis,
 ) -> Result<()> {
-    let a = sql::query("SELECT captured_minor, currency FROM payment_attempts WHERE attempt_ref = $1")
-        .bind(attempt_ref)
-        .fetch_one(&mut **tx)
-        .await?;
-    let captured: i64 = col::<Option<i64>>(&a, "captured_minor")?.unwrap_or(0);
+    let refund = NewRefund {
+        order_no,
+        attempt_ref,
+        refund_no,
+        amount_minor,
+        reason,
+        kind,
+        returns: None,
+        notification_id: None,
+    };
+    insert_refund(tx, &refund, now).await
+}
+
+/// A refund to record.
+pub struct NewRefund<'a> {
+    pub order_no: &'a str,
+    pub attempt_ref: &'a str,
+    pub refund_no: &'a str,
+    pub amount_minor: i64,
+    pub reason: &'a str,
+    pub kind: RefundKind,
+    /// The second capture it returns, when it is not the attempt's own: its gateway transaction
+    /// id, and whether it is being recorded in this transaction (then it is not counted yet).
+    pub returns: Option<(&'a str, bool)>,
+    /// The gateway notification that made kassa refund, if one did (its creation is that
+    /// notification's one transition).
+    pub notification_id: Option<&'a str>,
+}
+
+/// Records a refund: within what its attempt captured (its own capture and any second ones), and
+/// with its `refund.requested` message.
+pub async fn insert_refund(tx: &mut Tx<'_>, new: &NewRefund<'_>, now: Millis) -> Result<()> {
+    let NewRefund { order_no, attempt_ref, refund_no, amount_minor, reason, kind, returns, notification_id } = *new;
+    let a = sql::query(
+        "SELECT captured_minor, currency,          CAST((SELECT COALESCE(SUM(c.amount_minor), 0) FROM second_captures c WHERE c.attempt_ref = $1) AS BIGINT) AS again          FROM payment_attempts WHERE attempt_ref = $1",
+    )
+    .bind(attempt_ref)
+    .fetch_one(&mut **tx)
+    .await?;
+    let being_recorded = if matches!(returns, Some((_, true))) { amount_minor } else { 0 };
+    let captured: i64 =
+        col::<Option<i64>>(&a, "captured_minor")?.unwrap_or(0) + col::<i64>(&a, "again")? + being_recorded;
     let committed: i64 = sql::query_scalar(
         "SELECT CAST(COALESCE(SUM(amount_minor), 0) AS BIGINT) FROM refunds WHERE attempt_ref = $1 AND status <> 'failed'",
     )
@@ -216,8 +253,8 @@ pub async fn insert(
     let reason = refund::clean_reason(reason);
     let currency: String = col(&a, "currency")?;
     sql::query(
-        "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', 0, $8, 0, $8, $8)",
+        "INSERT INTO refunds (refund_no, order_no, attempt_ref, amount_minor, currency, reason, kind, status, tries, next_at, lease_until, created_at, updated_at, gateway_txn_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'requested', 0, $8, 0, $8, $8, $9)",
     )
     .bind(refund_no)
     .bind(order_no)
@@ -227,15 +264,11 @@ pub async fn insert(
     .bind(&reason)
     .bind(kind.as_str())
     .bind(now)
+    .bind(returns.map(|(txn, _)| txn))
     .execute(&mut **tx)
     .await?;
-    events::log_refund_created(
-        tx,
-        order_no,
-        refund_no,
-        Cause { trigger: kind.as_str(), notification_id: None, at: now },
-    )
-    .await?;
+    events::log_refund_created(tx, order_no, refund_no, Cause { trigger: kind.as_str(), notification_id, at: now })
+        .await?;
     let refunded_minor = order_totals(tx, order_no).await?.succeeded;
     let facts = RefundFacts {
         refund_no,
@@ -283,6 +316,9 @@ pub struct Outgoing {
     /// What the attempt captured, and the gateway's transaction id of that capture.
     pub captured: Money,
     pub gateway_txn_id: Option<String>,
+    /// The refund returns a second capture on the attempt (`gateway_txn_id` is that capture's),
+    /// so the gateway must be told the transaction, not only the merchant reference.
+    pub second_capture: bool,
 }
 
 /// Claims requested refunds that are due, for `lease_ms`.
@@ -305,7 +341,8 @@ pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limi
     for refund_no in rows {
         let r = sql::query(
             "SELECT r.refund_no, r.order_no, r.attempt_ref, r.amount_minor, r.currency, r.reason, r.tries, a.gateway, \
-             a.amount_minor AS captured_minor, a.gateway_txn_id \
+             a.amount_minor AS captured_minor, COALESCE(r.gateway_txn_id, a.gateway_txn_id) AS gateway_txn_id, \
+             CAST(CASE WHEN r.gateway_txn_id IS NULL THEN 0 ELSE 1 END AS BIGINT) AS second_capture \
              FROM refunds r JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref WHERE r.refund_no = $1",
         )
         .bind(&refund_no)
@@ -315,6 +352,7 @@ pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limi
         out.push(Outgoing {
             captured: Money::new(col(&r, "captured_minor")?, currency)?,
             gateway_txn_id: col(&r, "gateway_txn_id")?,
+            second_capture: col::<i64>(&r, "second_capture")? == 1,
             refund_no,
             order_no: col(&r, "order_no")?,
             attempt_ref: col(&r, "attempt_ref")?,

@@ -30,7 +30,7 @@ fn placeholders(from: usize, n: usize) -> String {
 
 /// Rows of `select` for `keys`, a chunk at a time: `select` ends in `… IN` and takes the gateway
 /// as `$1`.
-async fn rows_for(db: &Db, select: &str, gateway: &str, keys: &[&str]) -> Result<Vec<sql::Row>> {
+pub(super) async fn rows_for(db: &Db, select: &str, gateway: &str, keys: &[&str]) -> Result<Vec<sql::Row>> {
     let mut rows = Vec::new();
     for chunk in keys.chunks(LOOKUP_CHUNK) {
         let sql = format!("{select} ({})", placeholders(2, chunk.len()));
@@ -44,7 +44,12 @@ async fn rows_for(db: &Db, select: &str, gateway: &str, keys: &[&str]) -> Result
 }
 
 /// Rows of `select` for the day's window `[$1, $2)`, the gateway as `$3`.
-async fn rows_in(db: &Db, select: &str, gateway: &str, (from, to): (Millis, Millis)) -> Result<Vec<sql::Row>> {
+pub(super) async fn rows_in(
+    db: &Db,
+    select: &str,
+    gateway: &str,
+    (from, to): (Millis, Millis),
+) -> Result<Vec<sql::Row>> {
     sql::query(select).bind(from).bind(to).bind(gateway).fetch_all(db.read_pool()).await
 }
 
@@ -127,6 +132,8 @@ pub async fn ours(
             refunds.insert(rf.refund_no.clone(), (rf, false));
         }
     }
+    let (second_captures, of_day) = super::second_captures::of_day(db, gateway, window, statement).await?;
+    (out.second_captures, out.second_captures_of_day) = (second_captures, of_day);
     for (key, (p, shown_elsewhere)) in payments {
         if shown_elsewhere {
             out.settled_elsewhere.insert((LineKind::Payment, key));
@@ -142,7 +149,7 @@ pub async fn ours(
     Ok(out)
 }
 
-fn payment(r: &sql::Row) -> Result<OurPayment> {
+pub(super) fn payment(r: &sql::Row) -> Result<OurPayment> {
     Ok(OurPayment {
         order_no: col(r, "order_no")?,
         attempt_ref: col(r, "attempt_ref")?,

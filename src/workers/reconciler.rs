@@ -257,6 +257,7 @@ impl Reconciler {
                     reason: r.reason.clone(),
                     captured: r.captured,
                     gateway_txn_id: r.gateway_txn_id.clone(),
+                    second_capture: r.second_capture,
                 };
                 let action = match gateway.refund(&req).await {
                     Ok(RefundAnswer::Succeeded { .. }) => {

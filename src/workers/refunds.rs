@@ -44,14 +44,7 @@ impl Refunder {
             let why = format!("gateway {} is not configured", refund.gateway);
             return refunds::retry_later(&self.db, &refund.refund_no, refund.tries + 1, now + 60_000, &why, now).await;
         };
-        let req = RefundRequest {
-            attempt_ref: refund.attempt_ref.clone(),
-            refund_no: refund.refund_no.clone(),
-            amount: refund.amount,
-            reason: refund.reason.clone(),
-            captured: refund.captured,
-            gateway_txn_id: refund.gateway_txn_id.clone(),
-        };
+        let req = request_of(&refund);
         match gateway.refund(&req).await {
             Ok(RefundAnswer::Accepted { gateway_refund_id }) => {
                 refunds::mark_processing(&self.db, &refund.refund_no, &gateway_refund_id, self.clock.now_ms()).await
@@ -73,5 +66,18 @@ impl Refunder {
                 refunds::retry_later(&self.db, &refund.refund_no, tries, next_at, &e.to_string(), now).await
             }
         }
+    }
+}
+
+/// What the gateway is asked for a refund kassa recorded.
+pub fn request_of(refund: &Outgoing) -> RefundRequest {
+    RefundRequest {
+        attempt_ref: refund.attempt_ref.clone(),
+        refund_no: refund.refund_no.clone(),
+        amount: refund.amount,
+        reason: refund.reason.clone(),
+        captured: refund.captured,
+        gateway_txn_id: refund.gateway_txn_id.clone(),
+        second_capture: refund.second_capture,
     }
 }

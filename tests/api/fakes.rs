@@ -405,10 +405,12 @@ impl FakeAlipay {
     pub async fn pay(&self, out_trade_no: &str, deliver: bool) -> (String, Option<(u16, String)>) {
         let (notify_url, amount, txn) = {
             let mut l = lock(&self.ledger);
+            // Each payment its own trade number, as Alipay's are.
+            let paid = l.trades.values().filter(|t| !t.txn_id.is_empty()).count() + 1;
             let t = l.trades.get_mut(out_trade_no).expect("the cashier was opened");
             assert_eq!(t.status, "WAIT_BUYER_PAY", "only an open trade can be paid");
             t.status = "TRADE_SUCCESS".to_string();
-            t.txn_id = format!("2026113022001{:015}", t.amount_minor);
+            t.txn_id = format!("2026113022001{paid:07}{:08}", t.amount_minor);
             (t.notify_url.clone(), t.amount_minor, t.txn_id.clone())
         };
         let notify_id = format!("nid{}", uuid::Uuid::now_v7().simple());
@@ -960,10 +962,12 @@ impl FakeWechat {
     pub async fn pay(&self, out_trade_no: &str, deliver: bool) -> Option<(u16, String)> {
         let (notify_url, trade) = {
             let mut l = lock(&self.ledger);
+            // Each payment its own transaction id, as WeChat Pay's are.
+            let paid = l.trades.values().filter(|t| !t.txn_id.is_empty()).count() + 1;
             let t = l.trades.get_mut(out_trade_no).expect("prepaid");
             assert_eq!(t.status, "NOTPAY", "only an unpaid order can be paid");
             t.status = "SUCCESS".to_string();
-            t.txn_id = format!("42000{:023}", t.amount_minor);
+            t.txn_id = format!("42000{paid:07}{:016}", t.amount_minor);
             (t.notify_url.clone(), t.clone())
         };
         let (headers, body) = self.notification("TRANSACTION.SUCCESS", "transaction", &wechat_trade_json(&trade));

@@ -383,3 +383,59 @@ async fn event_id_reused(backend: Backend) {
     );
     t.assert_clean().await;
 }
+
+on_both!(a_second_capture_on_a_paid_attempt_is_recorded_alerted_and_refunded, second_capture);
+async fn second_capture(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 8900, 5).await;
+    let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+    let (status, done) = t.complete(&attempt_ref, "succeeded", 1).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    t.settle().await;
+    assert_eq!(t.status(&order_no).await, "paid");
+    // The gateway reports the same attempt paid again, under another transaction: money taken twice.
+    let second = |event_id: &str| {
+        json!({
+            "event_id": event_id, "event_type": "payment.succeeded", "merchant_id": "kassa-demo-merchant",
+            "attempt_ref": attempt_ref, "txn_id": "txn_paid_twice", "amount_minor": 8900, "currency": "CNY", "created_at": 0
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let wire = second("evt_second_capture");
+    let (status, text) = post(&t, wire.clone(), signed(&t, &wire)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(t.status(&order_no).await, "paid", "the order keeps its status");
+    let count = |sql: &'static str| t.count(sql);
+    assert_eq!(
+        count("SELECT CAST(COUNT(*) AS BIGINT) FROM second_captures WHERE gateway_txn_id = 'txn_paid_twice'").await,
+        1
+    );
+    assert_eq!(
+        count("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'duplicate_payment' AND severity = 'critical'")
+            .await,
+        1
+    );
+    let order = t.order(&order_no).await;
+    let refund = order["refunds"].as_array().unwrap().iter().find(|r| r["refund_no"] == "DUP-txn_paid_twice").cloned();
+    let refund = refund.unwrap_or_else(|| panic!("the second capture is refunded: {order}"));
+    assert_eq!((refund["kind"].as_str(), refund["amount_minor"].as_i64()), (Some("duplicate_payment"), Some(8900)));
+    // Reported again, as a retry or under a new event id: still one capture, one refund.
+    for event_id in ["evt_second_capture", "evt_second_capture_again"] {
+        let wire = second(event_id);
+        let (status, _) = post(&t, wire.clone(), signed(&t, &wire)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(count("SELECT CAST(COUNT(*) AS BIGINT) FROM second_captures").await, 1);
+    assert_eq!(count("SELECT CAST(COUNT(*) AS BIGINT) FROM refunds").await, 1);
+    // The refund goes out naming the second transaction, and the books balance.
+    t.app.refunder.step().await.unwrap();
+    t.settle().await;
+    let order = t.order(&order_no).await;
+    assert_eq!(order["status"], "paid", "{order}");
+    assert_eq!(order["refunds"][0]["status"], "succeeded", "{order}");
+    assert_eq!(order["refunded_minor"], 0, "a duplicate's refund is not the order's: {order}");
+    let csv = t.http.get(t.url("/api/v1/admin/refunds.csv")).bearer_auth(crate::common::ADMIN).send().await.unwrap();
+    assert!(csv.text().await.unwrap().contains("DUP-txn_paid_twice,"));
+    t.assert_clean().await;
+}
