@@ -462,9 +462,33 @@ async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow
     report.server_peak_rss_mb = server.pid.and_then(peak_rss_mb);
     if let Some(url) = &server.database_url {
         report.database = url.split(':').next().unwrap_or_default().to_string();
-        let db = Db::connect(url, 4).await?;
-        report.check_violations = Some(kassa::store::check::run(&db).await?.len());
-        db.close().await;
+        report.check_violations = Some(match &args.server_bin {
+            // The server's own `kassa check`: its schema may differ from this binary's.
+            Some(bin) => check_with(bin, url)?,
+            None => {
+                let db = Db::connect(url, 4).await?;
+                let n = kassa::store::check::run(&db).await?.len();
+                db.close().await;
+                n
+            }
+        });
     }
     Ok(report)
+}
+
+/// Runs `BIN check` on the database and returns how many violations it reported.
+fn check_with(bin: &std::path::Path, url: &str) -> anyhow::Result<usize> {
+    let out = std::process::Command::new(bin)
+        .args(["check", "--database-url", url])
+        .output()
+        .with_context(|| format!("running {} check", bin.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match out.status.code() {
+        Some(0) => Ok(0),
+        Some(1) => stdout
+            .lines()
+            .find_map(|l| l.strip_suffix(" violation(s)").and_then(|n| n.trim().parse().ok()))
+            .context("kassa check reported violations without a count"),
+        _ => anyhow::bail!("{} check could not run: {}", bin.display(), String::from_utf8_lossy(&out.stderr).trim()),
+    }
 }
