@@ -307,6 +307,7 @@ struct OrderPage<'a> {
     findings: Vec<crate::store::reconcile::FindingView>,
     statement_findings: Vec<crate::store::statements::StatementFindingView>,
     shipping_report: Option<crate::store::shipping::ShippingReportView>,
+    second_captures: Vec<crate::store::second_captures::SecondCaptureView>,
     refund_no: String,
     message: String,
 }
@@ -340,6 +341,7 @@ async fn order_page(
         findings: crate::store::reconcile::list_findings(&state.db, Some(&order_no), 100).await?,
         statement_findings: crate::store::statements::findings_of_order(&state.db, &order_no).await?,
         shipping_report: crate::store::shipping::report_of(&state.db, &order_no).await?,
+        second_captures: crate::store::second_captures::of_order(&state.db, &order_no).await?,
         refund_no: admin::suggest_refund_no(),
         message: message.to_string(),
         keys_delivered,

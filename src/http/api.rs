@@ -496,7 +496,8 @@ pub(super) async fn admin_order(
     let order = order_body(&state, &order_no, true).await?;
     let reconciliation = crate::store::reconcile::list_findings(&state.db, Some(&order_no), FINDINGS_SHOWN_MAX).await?;
     let shipping_report = crate::store::shipping::report_of(&state.db, &order_no).await?;
-    Ok(axum::Json(AdminOrderBody { order, reconciliation, shipping_report }).into_response())
+    let second_captures = crate::store::second_captures::of_order(&state.db, &order_no).await?;
+    Ok(axum::Json(AdminOrderBody { order, reconciliation, second_captures, shipping_report }).into_response())
 }
 
 /// Gateway notifications: verify, store, apply once, and answer in the gateway's own words.

@@ -263,6 +263,9 @@ pub struct AdminOrderBody {
     #[serde(flatten)]
     pub order: OrderBody,
     pub reconciliation: Vec<reconcile::FindingView>,
+    /// Money a gateway took again on an attempt already paid, under another transaction, each with
+    /// the automatic refund that returns it (empty when none).
+    pub second_captures: Vec<crate::store::second_captures::SecondCaptureView>,
     /// The shipment's report to WeChat, for an order paid in a mini program (`null` otherwise).
     pub shipping_report: Option<crate::store::shipping::ShippingReportView>,
 }

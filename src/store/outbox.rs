@@ -270,10 +270,11 @@ pub struct RefundFacts<'a> {
 }
 
 /// Adds the message of a refund's change to `batch`, with the order's context and the payment it
-/// returns (read here).
+/// returns (read here: a second capture's refund names that capture's transaction).
 pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &RefundFacts<'_>, now: Millis) -> Result<()> {
     let row = sql::query(
-        "SELECT o.captured_minor, o.merchant_reference, o.metadata, a.attempt_ref, a.gateway, a.gateway_txn_id \
+        "SELECT o.captured_minor, o.merchant_reference, o.metadata, a.attempt_ref, a.gateway, \
+         COALESCE(r.gateway_txn_id, a.gateway_txn_id) AS gateway_txn_id \
          FROM refunds r JOIN orders o ON o.order_no = r.order_no JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
          WHERE r.refund_no = $1",
     )

@@ -1,13 +1,64 @@
-//! Second captures on paid attempts, as a statement day sees them (`payments::apply_event`
-//! records them; `check` verifies them).
+//! Second captures on paid attempts, as the operator and a statement day see them
+//! (`payments::apply_event` records them; `check` verifies them).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::clock::Millis;
+use serde::Serialize;
+
+use crate::clock::{Millis, rfc3339};
 use crate::domain::statement::{LineKind, OurPayment, Statement};
 use crate::error::Result;
-use crate::store::Db;
 use crate::store::statements::{payment, rows_for, rows_in};
+use crate::store::{Db, col, sql};
+
+/// A second capture on one of an order's attempts: money the gateway took again, and the refund
+/// that returns it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct SecondCaptureView {
+    pub gateway: String,
+    /// The transaction that took the money again (not the attempt's own).
+    pub gateway_txn_id: String,
+    pub attempt_ref: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    /// The automatic `duplicate_payment` refund of it, and that refund's status.
+    pub refund_no: String,
+    pub refund_status: String,
+    pub recorded_at: String,
+}
+
+/// The second captures on `order_no`'s attempts, oldest first.
+pub async fn of_order(db: &Db, order_no: &str) -> Result<Vec<SecondCaptureView>> {
+    let rows = sql::query(
+        "SELECT c.gateway, c.gateway_txn_id, c.attempt_ref, c.amount_minor, c.currency, c.refund_no, \
+         r.status AS refund_status, c.created_at FROM second_captures c JOIN refunds r ON r.refund_no = c.refund_no \
+         WHERE c.order_no = $1 ORDER BY c.created_at, c.gateway_txn_id",
+    )
+    .bind(order_no)
+    .fetch_all(db.read_pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(SecondCaptureView {
+                gateway: col(r, "gateway")?,
+                gateway_txn_id: col(r, "gateway_txn_id")?,
+                attempt_ref: col(r, "attempt_ref")?,
+                amount_minor: col(r, "amount_minor")?,
+                currency: col(r, "currency")?,
+                refund_no: col(r, "refund_no")?,
+                refund_status: col(r, "refund_status")?,
+                recorded_at: rfc3339(col(r, "created_at")?),
+            })
+        })
+        .collect()
+}
+
+impl SecondCaptureView {
+    /// The amount, for people (`88.88 CNY`).
+    pub fn amount_display(&self) -> String {
+        crate::domain::money::format_minor(self.amount_minor, &self.currency)
+    }
+}
 
 const SELECT: &str =
     "SELECT attempt_ref, order_no, gateway_txn_id, amount_minor AS amount, currency FROM second_captures";

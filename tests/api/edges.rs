@@ -35,7 +35,7 @@ async fn topics(t: &TestApp, order_no: &str) -> Vec<String> {
 }
 
 /// The payloads of an order's messages of one topic.
-async fn payloads(t: &TestApp, order_no: &str, topic: &str) -> Vec<Value> {
+pub(crate) async fn payloads(t: &TestApp, order_no: &str, topic: &str) -> Vec<Value> {
     let rows: Vec<String> =
         sql::query_scalar("SELECT payload FROM outbox WHERE order_no = $1 AND topic = $2 ORDER BY created_at, id")
             .bind(order_no)

@@ -92,6 +92,10 @@ pub struct Trade {
     pub time_expire: String,
     pub expires_at_s: i64,
     pub refunds: BTreeMap<String, i64>,
+    /// Second captures on the paid trade (a buyer paying twice on one prepay): amount by
+    /// transaction id; and their refunds, transaction id by refund number.
+    pub again: BTreeMap<String, i64>,
+    pub again_refunds: BTreeMap<String, String>,
     /// Stripe: session id; WeChat: prepay id.
     pub id: String,
     pub request: Value,
@@ -283,6 +287,16 @@ async fn alipay_gateway(State(ledger): State<Shared>, body: String) -> Response 
         "alipay.trade.refund" => {
             let request_no = biz["out_request_no"].as_str().unwrap_or_default().to_string();
             let amount = parse_yuan(biz["refund_amount"].as_str().unwrap_or("0"));
+            if let Some(trade_no) = biz["trade_no"].as_str().filter(|_| out_trade_no.is_empty()) {
+                return match refund_again(&mut l, trade_no, &request_no, amount) {
+                    Some(out_trade_no) => alipay_answer(
+                        &method,
+                        json!({"code": "10000", "msg": "Success", "trade_no": trade_no, "out_trade_no": out_trade_no,
+                               "fund_change": "Y", "refund_fee": yuan(amount)}),
+                    ),
+                    None => alipay_answer(&method, alipay_error("ACQ.TRADE_NOT_EXIST")),
+                };
+            }
             let Some(t) = l.trades.get_mut(&out_trade_no) else {
                 return alipay_answer(&method, alipay_error("ACQ.TRADE_NOT_EXIST"));
             };
@@ -425,6 +439,50 @@ impl FakeAlipay {
         let reply = if deliver { Some(post_form(&notify_url, &body).await) } else { None };
         (body, reply)
     }
+
+    /// The buyer pays the paid trade again (a second capture); its notification goes to kassa.
+    /// Returns the new trade number and kassa's answer.
+    pub async fn pay_again(&self, out_trade_no: &str) -> (String, (u16, String)) {
+        let t = capture_again(
+            &self.ledger,
+            |t| t.out_trade_no == out_trade_no,
+            |n, t| format!("2026113022009{n:07}{:08}", t.amount_minor),
+        );
+        let notify_id = format!("nid{}", uuid::Uuid::now_v7().simple());
+        let body = self.notification(&[
+            ("notify_id", &notify_id),
+            ("out_trade_no", out_trade_no),
+            ("trade_no", &t.txn_id),
+            ("trade_status", "TRADE_SUCCESS"),
+            ("total_amount", &yuan(t.amount_minor)),
+            ("buyer_id", "2088102000000003"),
+        ]);
+        let reply = post_form(&t.notify_url, &body).await;
+        (t.txn_id, reply)
+    }
+}
+
+/// A refund of a second capture, named by its transaction: recorded once against it (the amount
+/// must be the capture's); the trade's merchant reference, or `None` when no trade has it.
+fn refund_again(l: &mut Ledger, txn: &str, refund_no: &str, amount: i64) -> Option<String> {
+    let t = l.trades.values_mut().find(|t| t.again.contains_key(txn))?;
+    if t.again.get(txn) != Some(&amount) {
+        return None;
+    }
+    t.again_refunds.insert(refund_no.to_string(), txn.to_string());
+    Some(t.out_trade_no.clone())
+}
+
+/// Takes a second payment on the paid trade `key` (found by `find`) under a new transaction id made
+/// by `txn`; returns the trade as notified (its `txn_id` the new one).
+fn capture_again(ledger: &Shared, find: impl Fn(&Trade) -> bool, txn: impl Fn(usize, &Trade) -> String) -> Trade {
+    let mut l = lock(ledger);
+    let n = l.trades.values().map(|t| t.again.len() + 1).sum::<usize>() + 1000;
+    let t = l.trades.values_mut().find(|t| find(t)).expect("the trade");
+    assert!(!t.txn_id.is_empty(), "only a paid trade is paid again");
+    let id = txn(n, t);
+    t.again.insert(id.clone(), t.amount_minor);
+    Trade { txn_id: id, ..t.clone() }
 }
 
 async fn post_form(url: &str, body: &str) -> (u16, String) {
@@ -731,6 +789,18 @@ async fn wechat_refund(State(ledger): State<Shared>, headers: HeaderMap, body: S
     let amount = b["amount"]["refund"].as_i64().unwrap_or_default();
     let mut l = lock(&ledger);
     let pending = l.refunds_pending;
+    if let Some(txn) = b["transaction_id"].as_str().filter(|_| b["out_trade_no"].is_null()) {
+        if b["amount"]["total"].as_i64() != Some(amount) {
+            return wechat_error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        }
+        return match refund_again(&mut l, txn, &no, amount) {
+            Some(_) => wechat_answer(
+                StatusCode::OK,
+                Some(json!({"refund_id": format!("50{no}"), "out_refund_no": no, "status": "SUCCESS"})),
+            ),
+            None => wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS"),
+        };
+    }
     let Some(t) = l.trades.get_mut(b["out_trade_no"].as_str().unwrap_or_default()) else {
         return wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS");
     };
@@ -758,7 +828,7 @@ async fn wechat_refund_query(
         return wechat_error(StatusCode::UNAUTHORIZED, "SIGN_ERROR");
     }
     let l = lock(&ledger);
-    let found = l.trades.values().any(|t| t.refunds.contains_key(&no));
+    let found = l.trades.values().any(|t| t.refunds.contains_key(&no) || t.again_refunds.contains_key(&no));
     if found {
         wechat_answer(
             StatusCode::OK,
@@ -977,6 +1047,19 @@ impl FakeWechat {
         let r = reqwest::Client::new().post(&notify_url).headers(headers).body(body).send().await.expect("notify");
         Some((r.status().as_u16(), r.text().await.unwrap_or_default()))
     }
+
+    /// The buyer pays the paid order again (a second capture); the notification goes to kassa.
+    /// Returns the new transaction id and kassa's answer.
+    pub async fn pay_again(&self, out_trade_no: &str) -> (String, (u16, String)) {
+        let t = capture_again(
+            &self.ledger,
+            |t| t.out_trade_no == out_trade_no,
+            |n, t| format!("42009{n:07}{:016}", t.amount_minor),
+        );
+        let (headers, body) = self.notification("TRANSACTION.SUCCESS", "transaction", &wechat_trade_json(&t));
+        let r = reqwest::Client::new().post(&t.notify_url).headers(headers).body(body).send().await.expect("notify");
+        (t.txn_id, (r.status().as_u16(), r.text().await.unwrap_or_default()))
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1111,6 +1194,15 @@ async fn stripe_refund(State(s): State<StripeState>, headers: HeaderMap, body: S
     let refund_no = f.get("metadata[refund_no]").cloned().unwrap_or_default();
     let mut l = lock(&s.ledger);
     let pending = l.refunds_pending;
+    if l.trades.values().any(|t| t.again.contains_key(&intent)) {
+        let Some(_) = refund_again(&mut l, &intent, &refund_no, amount) else {
+            return stripe_error(StatusCode::BAD_REQUEST, "Refund amount is greater than unrefunded amount on charge");
+        };
+        let t = l.trades.values().find(|t| t.again.contains_key(&intent)).expect("found above").clone();
+        let v =
+            refund_json(&format!("re_{refund_no}"), &Trade { txn_id: intent, ..t }, &refund_no, amount, "succeeded");
+        return Json(v).into_response();
+    }
     let Some(t) = l.trades.values_mut().find(|t| t.txn_id == intent && !intent.is_empty()) else {
         return stripe_error(StatusCode::NOT_FOUND, "No such payment_intent");
     };
@@ -1263,5 +1355,14 @@ impl FakeStripe {
         let event = json!({"id": format!("evt_{}", uuid::Uuid::now_v7().simple()), "object": "event",
                            "type": "checkout.session.completed", "data": {"object": session}});
         Some(self.send_event(&event).await)
+    }
+
+    /// The session of `attempt_ref`, paid, completes again under another PaymentIntent (a second
+    /// capture). Returns the new PaymentIntent and kassa's answer.
+    pub async fn pay_again(&self, attempt_ref: &str) -> (String, (u16, String)) {
+        let t = capture_again(&self.ledger, |t| t.out_trade_no == attempt_ref, |n, _| format!("pi_again_{n}"));
+        let event = json!({"id": format!("evt_{}", uuid::Uuid::now_v7().simple()), "object": "event",
+                           "type": "checkout.session.completed", "data": {"object": session_json(&t)}});
+        (t.txn_id.clone(), self.send_event(&event).await)
     }
 }

@@ -24,6 +24,7 @@ mod pages;
 mod proxy;
 mod rolling;
 mod schema;
+mod second_captures;
 mod shipping;
 mod statements;
 mod store;

@@ -295,16 +295,16 @@ async fn midnight(backend: Backend) {
 use crate::fakes::{FakeAlipay, FakeStripe, FakeWechat};
 use kassa::gateway::config::GatewaysFile;
 
-struct World {
-    t: TestApp,
-    alipay: FakeAlipay,
-    wechat: FakeWechat,
-    stripe: FakeStripe,
+pub(crate) struct World {
+    pub(crate) t: TestApp,
+    pub(crate) alipay: FakeAlipay,
+    pub(crate) wechat: FakeWechat,
+    pub(crate) stripe: FakeStripe,
 }
 
 /// kassa with the three real gateways pointed at their fakes, its clock held still (every record
 /// of the test falls on one day, whenever it runs).
-async fn world(backend: Backend) -> World {
+pub(crate) async fn world(backend: Backend) -> World {
     let (alipay, wechat, stripe) = (FakeAlipay::start().await, FakeWechat::start().await, FakeStripe::start().await);
     let gateways =
         GatewaysFile { alipay: Some(alipay.config()), wechatpay: Some(wechat.config()), stripe: Some(stripe.config()) };
@@ -316,7 +316,7 @@ async fn world(backend: Backend) -> World {
 
 impl World {
     /// A paid order at `gateway`: (order_no, attempt_ref).
-    async fn paid(&self, gateway: &str) -> (String, String) {
+    pub(crate) async fn paid(&self, gateway: &str) -> (String, String) {
         let buyer = self.t.buyer().await;
         let basket = self.t.basket(&buyer, &[("TEA", 1)]).await;
         let body = match gateway {
@@ -362,11 +362,11 @@ impl World {
     }
 
     /// The day kassa's clock is in at `offset` (the gateway's).
-    fn today(&self, offset: time::UtcOffset) -> time::Date {
+    pub(crate) fn today(&self, offset: time::UtcOffset) -> time::Date {
         time::OffsetDateTime::from_unix_timestamp(self.t.now_ms() / 1000).unwrap().to_offset(offset).date()
     }
 
-    async fn run(&self, gateway: &str, day: time::Date) -> kassa::workers::statements::DayRun {
+    pub(crate) async fn run(&self, gateway: &str, day: time::Date) -> kassa::workers::statements::DayRun {
         let g = self.t.app.state.gateways.get(gateway).expect("gateway").clone();
         kassa::workers::statements::run_day(&self.t.app.state.db, g.as_ref(), day, 1, &self.t.app.state.clock)
             .await
@@ -375,12 +375,12 @@ impl World {
 }
 
 /// `(kind, subject, order_no, state)` of a run's findings.
-fn run_findings(run: &kassa::workers::statements::DayRun) -> Vec<(String, String, String, String)> {
+pub(crate) fn run_findings(run: &kassa::workers::statements::DayRun) -> Vec<(String, String, String, String)> {
     let view = serde_json::to_value(run.view.as_ref().expect("stored")).unwrap();
     findings(&view)
 }
 
-fn beijing() -> time::UtcOffset {
+pub(crate) fn beijing() -> time::UtcOffset {
     time::UtcOffset::from_hms(8, 0, 0).unwrap()
 }
 
@@ -394,7 +394,14 @@ fn yuan(minor: i64) -> String {
 }
 
 /// A WeChat trade-bill payment row (every value behind a backtick, the fee with five decimals).
-fn wechat_payment(day: &str, out_trade_no: &str, txn: &str, amount: i64, currency: &str, fee: i64) -> String {
+pub(crate) fn wechat_payment(
+    day: &str,
+    out_trade_no: &str,
+    txn: &str,
+    amount: i64,
+    currency: &str,
+    fee: i64,
+) -> String {
     let y = yuan(amount);
     format!(
         "`{day} 10:00:00,`wxd930ea5d5a258f4f,`1900000001,`0,`,`{txn},`{out_trade_no},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`SUCCESS,`OTHERS,`{currency},`{y},`0.00,`0,`0,`0.00,`0.00,`,`,`Longjing tea,`,`{}000,`0.60%,`{y},`0.00,`",
@@ -402,7 +409,7 @@ fn wechat_payment(day: &str, out_trade_no: &str, txn: &str, amount: i64, currenc
     )
 }
 
-fn wechat_refund_row(day: &str, out_trade_no: &str, refund_no: &str, amount: i64, fee: i64) -> String {
+pub(crate) fn wechat_refund_row(day: &str, out_trade_no: &str, refund_no: &str, amount: i64, fee: i64) -> String {
     let y = yuan(amount);
     format!(
         "`{day} 12:00:00,`wxd930ea5d5a258f4f,`1900000001,`0,`,`4200000000000000000000000000,`{out_trade_no},`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`NATIVE,`REFUND,`OTHERS,`CNY,`0.00,`0.00,`503{:026},`{refund_no},`{y},`0.00,`ORIGINAL,`SUCCESS,`Longjing tea,`,`{}000,`0.60%,`0.00,`{y},`",
@@ -412,7 +419,7 @@ fn wechat_refund_row(day: &str, out_trade_no: &str, refund_no: &str, amount: i64
 }
 
 /// A whole bill: header, rows, and the summary (its count as given), CRLF after every line.
-fn wechat_bill(rows: &[String], count: usize) -> String {
+pub(crate) fn wechat_bill(rows: &[String], count: usize) -> String {
     let mut gross = 0;
     let mut refunds = 0;
     let mut fees = 0;
