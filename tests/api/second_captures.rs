@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::common::{ADMIN, Backend};
+use crate::common::Backend;
 use crate::edges::payloads;
 use crate::on_both;
 use crate::statements::{World, beijing, run_findings, wechat_bill, wechat_payment, wechat_refund_row, world};
@@ -91,7 +91,7 @@ async fn through(backend: Backend, gateway: &str) {
     let html =
         w.t.http
             .get(w.t.url(&format!("/admin/orders/{order_no}")))
-            .header("cookie", console_cookie(&w).await)
+            .header("cookie", crate::pages::console(&w.t).await.1)
             .send()
             .await
             .unwrap()
@@ -102,12 +102,6 @@ async fn through(backend: Backend, gateway: &str) {
     let table = table.split("</table>").next().unwrap();
     assert!(table.contains(&second) && table.contains(&refund_no) && table.contains("88.88 CNY"), "{table}");
     w.t.assert_clean().await;
-}
-
-async fn console_cookie(w: &World) -> String {
-    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let r = browser.post(w.t.url("/admin/login")).form(&[("token", ADMIN)]).send().await.unwrap();
-    r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string()
 }
 
 async fn wechat(backend: Backend) {
