@@ -270,43 +270,24 @@ impl App {
             db: db.clone(),
             clock: clock.clone(),
             retention: settings.protection.retention,
-            guard: guard.clone(),
+            memory: guard.clone(),
         });
-        let refunder = Arc::new(Refunder { db: db.clone(), gateways: gateways.clone(), clock: clock.clone() });
+        let cx = usecase_context(&settings, &db, &clock, &gateways, &public_url, vault);
+        let refunder = Arc::new(Refunder { cx: cx.clone() });
         let state = AppState(Arc::new(Inner {
-            db: db.clone(),
-            clock: clock.clone(),
-            gateways: gateways.clone(),
+            cx: cx.clone(),
             sandbox: sandbox.clone(),
-            public_url: public_url.clone(),
-            hold_ms: i64::try_from(settings.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
             admin_token_hash: admin_token
                 .map(|t| aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, t.as_bytes()).as_ref().to_vec()),
             demo: settings.demo,
-            late_policy: settings.late_payment_policy,
-            refund_policy: settings.refund_policy,
-            allowed_return_origins: settings.allowed_return_origins.clone(),
             time_zone: settings.time_zone,
             protection: settings.protection.clone(),
             guard: guard.clone(),
-            vault,
-            refunder: refunder.clone(),
             metrics: metrics_handle(),
             webhook_configured: settings.webhook_url.is_some() && settings.webhook_secret.is_some(),
         }));
-        let reconciler = Arc::new(Reconciler {
-            db: db.clone(),
-            gateways: gateways.clone(),
-            clock: clock.clone(),
-            late_policy: settings.late_payment_policy,
-            after_ms: settings.reconcile_after_ms,
-        });
-        let sweeper = Arc::new(Sweeper {
-            db: db.clone(),
-            late_policy: settings.late_payment_policy,
-            gateways,
-            clock: clock.clone(),
-        });
+        let reconciler = Arc::new(Reconciler { cx: cx.clone(), after_ms: settings.reconcile_after_ms });
+        let sweeper = Arc::new(Sweeper { cx: cx.clone() });
         let monitor = Arc::new(Monitor::new(
             db.clone(),
             clock.clone(),
@@ -482,5 +463,28 @@ impl App {
             let _ = t.await;
         }
         self.state.db.close().await;
+    }
+}
+
+/// What the use cases reach, as the settings configure it.
+pub fn usecase_context(
+    settings: &Settings,
+    db: &Db,
+    clock: &SharedClock,
+    gateways: &Gateways,
+    public_url: &str,
+    vault: Option<Arc<crate::vault::Vault>>,
+) -> crate::usecase::Context {
+    crate::usecase::Context {
+        db: db.clone(),
+        clock: clock.clone(),
+        gateways: gateways.clone(),
+        public_url: public_url.to_string(),
+        hold_ms: i64::try_from(settings.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+        max_open_orders_per_session: settings.protection.max_open_orders_per_session,
+        late_policy: settings.late_payment_policy,
+        refund_policy: settings.refund_policy,
+        allowed_return_origins: settings.allowed_return_origins.clone(),
+        vault,
     }
 }

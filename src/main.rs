@@ -263,13 +263,9 @@ async fn open_gateways(
 
 async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::reconciler::ReconcileReport> {
     let (settings, db, clock, gateways) = open_gateways(&args.serve).await?;
-    let reconciler = kassa::workers::reconciler::Reconciler {
-        db: db.clone(),
-        gateways,
-        clock,
-        late_policy: settings.late_payment_policy,
-        after_ms: settings.reconcile_after_ms,
-    };
+    let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
+    let cx = kassa::app::usecase_context(&settings, &db, &clock, &gateways, &public_url, None);
+    let reconciler = kassa::workers::reconciler::Reconciler { cx, after_ms: settings.reconcile_after_ms };
     let report = reconciler.pass(true).await?;
     db.close().await;
     if args.json {

@@ -9,7 +9,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
     use kassa::store::{catalog, checkout, payments};
     let dir = ScratchDir::new()?;
     let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("kassa.db").display()));
-    let db = Db::connect_with(&url, 32, kassa::store::engine::EngineConfig::from_env()?).await?;
+    let db = Db::connect_with(&url, 32, kassa::config::engine_from_env()?).await?;
     db.migrate().await?;
     let now = SystemClock.now_ms();
     let hot = args.scenario == "hot";
@@ -178,7 +178,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
 pub(super) async fn commit_limit(args: &BenchArgs) -> anyhow::Result<Report> {
     let dir = ScratchDir::new()?;
     let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("limit.db").display()));
-    let db = Db::connect_with(&url, 4, kassa::store::engine::EngineConfig::from_env()?).await?;
+    let db = Db::connect_with(&url, 4, kassa::config::engine_from_env()?).await?;
     db.migrate().await?;
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();

@@ -15,10 +15,11 @@ use crate::gateway::config::GatewaysFile;
 
 mod protection;
 
-pub use protection::{
-    ADMIN_TOKEN_LEN_MIN, Captcha, ClientAddressHeader, Protection, RETENTION_DAYS_MAX, RateLimits, Retention,
+pub use crate::http::protection::{
+    ADMIN_TOKEN_LEN_MIN, Captcha, ClientAddressHeader, Protection, RETENTION_DAYS_MAX, RateLimits,
     SHOP_API_KEY_LEN_MIN, parse_proxies,
 };
+pub use crate::store::retention::Retention;
 
 /// Options shared by `serve`, `check` and `migrate`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -380,10 +381,52 @@ fn database_url(data_dir: &Path, explicit: Option<String>) -> String {
     explicit.unwrap_or_else(|| format!("sqlite://{}", data_dir.join("kassa.db").display()))
 }
 
+/// The engine's configuration the environment asks for ([`crate::store::engine::ENV`]), read once
+/// when a command starts.
+pub fn engine_from_env() -> anyhow::Result<EngineConfig> {
+    EngineConfig::from_lookup(|name| std::env::var(name).ok())
+}
+
+impl Default for Settings {
+    /// What no flag, variable or file resolves to ([`Settings::resolve`] of nothing), but for the
+    /// engine, which is read from the environment there and is its default here.
+    fn default() -> Self {
+        let data_dir = PathBuf::from("./kassa-data");
+        Settings {
+            database_url: database_url(&data_dir, None),
+            data_dir,
+            db_max_connections: DEFAULT_DB_MAX_CONNECTIONS,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            demo: false,
+            sandbox: false,
+            sandbox_ignore_close: false,
+            admin_token: None,
+            hold_seconds: DEFAULT_HOLD_SECONDS,
+            sweep_interval_ms: DEFAULT_SWEEP_INTERVAL_MS,
+            late_payment_policy: LatePolicy::default(),
+            refund_policy: RefundPolicy { window_days: None },
+            webhook_url: None,
+            webhook_secret: None,
+            keys_secret: None,
+            alert_webhook_url: None,
+            gateways: GatewaysFile::default(),
+            default_gateway: None,
+            reconcile_after_ms: i64::try_from(DEFAULT_RECONCILE_AFTER_SECONDS * 1000).unwrap_or(i64::MAX),
+            reconcile_interval_ms: DEFAULT_RECONCILE_INTERVAL_MS,
+            protection: Protection::default(),
+            allowed_return_origins: Vec::new(),
+            time_zone: time::UtcOffset::UTC,
+            statement_schedule: Some(crate::workers::statements::Schedule::default()),
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
 impl Settings {
     pub fn resolve(args: &ServeArgs) -> anyhow::Result<Settings> {
         let file = read_file(args.common.config.as_deref())?;
-        let protection = Protection::resolve(&args.protection, &file)?;
+        let protection = protection::resolve(&args.protection, &file)?;
         let data_dir = args.common.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("./kassa-data"));
         let listen = args.listen.clone().or(file.listen).unwrap_or_else(|| "127.0.0.1:8080".to_string());
         let listen = resolve_listen(&listen)?;
@@ -437,7 +480,7 @@ impl Settings {
             allowed_return_origins,
             time_zone,
             statement_schedule,
-            engine: EngineConfig::from_env()?,
+            engine: engine_from_env()?,
             protection,
             gateways: file.gateways.clone(),
             default_gateway: args.default_gateway.clone().or(file.default_gateway.clone()),
@@ -497,15 +540,22 @@ impl Settings {
         Ok((
             database_url(&data_dir, args.database_url.clone().or(file.database_url)),
             args.db_max_connections.or(file.db_max_connections).unwrap_or(DEFAULT_DB_MAX_CONNECTIONS),
-            EngineConfig::from_env()?,
+            engine_from_env()?,
         ))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::protection::DAY_MS;
     use super::*;
+    use crate::http::protection::DAY_MS;
+
+    #[test]
+    fn the_default_settings_are_what_nothing_resolves_to() {
+        let mut resolved = Settings::resolve(&ServeArgs::default()).unwrap();
+        resolved.engine = EngineConfig::default();
+        assert_eq!(format!("{:?}", Settings::default()), format!("{resolved:?}"));
+    }
 
     #[test]
     fn command_line_beats_file_beats_default() {

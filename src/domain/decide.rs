@@ -116,6 +116,12 @@ pub fn may_retry(order: OrderStatus, hold_expires_at_ms: i64, now_ms: i64) -> Re
     Ok(())
 }
 
+/// Whether the buyer is offered *Try again* on an attempt: the order still waits for its
+/// payment, and that attempt ended without one.
+pub fn offers_try_again(order: OrderStatus, attempt: AttemptStatus) -> bool {
+    order == OrderStatus::PendingPayment && matches!(attempt, AttemptStatus::Failed | AttemptStatus::Cancelled)
+}
+
 /// Whether an operator may accept a late payment (take the stock again and fulfil the order).
 pub fn may_accept_late(order: OrderStatus) -> Result<(), Refusal> {
     if order == OrderStatus::PaidAfterExpiry {
@@ -144,9 +150,26 @@ pub fn may_expire(order: OrderStatus, hold_expires_at_ms: i64, now_ms: i64) -> b
     order == OrderStatus::PendingPayment && hold_expires_at_ms <= now_ms
 }
 
+/// If the gateway cannot be reached to close an attempt, an order is expired anyway this long
+/// after its hold ended. A payment that still slips through arrives as `paid_after_expiry`.
+pub const CLOSE_GRACE_MS: i64 = 10 * 60 * 1000;
+
+/// Whether an order whose attempt could not be closed at its gateway is expired anyway: only once
+/// [`CLOSE_GRACE_MS`] has passed since its hold ended.
+pub fn may_expire_unclosed(hold_expires_at_ms: i64, now_ms: i64) -> bool {
+    now_ms >= hold_expires_at_ms.saturating_add(CLOSE_GRACE_MS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unclosed_order_waits_out_the_grace() {
+        assert!(!may_expire_unclosed(1_000, 1_000));
+        assert!(!may_expire_unclosed(1_000, 1_000 + CLOSE_GRACE_MS - 1));
+        assert!(may_expire_unclosed(1_000, 1_000 + CLOSE_GRACE_MS));
+    }
 
     #[test]
     fn a_buyer_acts_on_their_own_orders_and_an_operator_on_any() {

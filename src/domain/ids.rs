@@ -251,3 +251,16 @@ mod tests {
         }
     }
 }
+
+/// How kassa names one attempt to its gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptKey {
+    pub attempt_ref: String,
+    pub gateway_ref: Option<String>,
+}
+
+impl AttemptKey {
+    pub fn new(attempt_ref: &str, gateway_ref: Option<&str>) -> Self {
+        AttemptKey { attempt_ref: attempt_ref.to_string(), gateway_ref: gateway_ref.map(str::to_string) }
+    }
+}

@@ -10,6 +10,7 @@ pub mod ids;
 pub mod money;
 pub mod refund;
 pub mod refusal;
+pub mod retry;
 pub mod shipping;
 pub mod shop;
 pub mod signin;

@@ -9,6 +9,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The format of a statement day: `2026-03-01`.
+const DAY_FORMAT: &[time::format_description::BorrowedFormatItem<'_>] =
+    time::macros::format_description!("[year]-[month]-[day]");
+
+/// Reads `YYYY-MM-DD`.
+pub fn parse_day(text: &str) -> Option<time::Date> {
+    time::Date::parse(text.trim(), DAY_FORMAT).ok()
+}
+
+/// Writes `YYYY-MM-DD`.
+pub fn format_day(day: time::Date) -> String {
+    day.format(DAY_FORMAT).unwrap_or_default()
+}
+
 /// Most lines one statement may hold; a bigger file is refused whole.
 pub const STATEMENT_LINES_MAX: usize = 1_000_000;
 

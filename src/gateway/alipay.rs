@@ -402,7 +402,7 @@ impl Gateway for Alipay {
     /// once (the link lasts about 30 s) and read.
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         Box::pin(async move {
-            let bill_date = crate::workers::statements::format_day(day);
+            let bill_date = crate::domain::statement::format_day(day);
             let biz = json!({"bill_type": "trade", "bill_date": bill_date});
             let r = self.call("alipay.data.dataservice.bill.downloadurl.query", biz).await?;
             if !is_ok(&r) {

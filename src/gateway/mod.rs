@@ -63,18 +63,7 @@ pub struct Handed {
     pub gateway_ref: Option<String>,
 }
 
-/// How kassa names one attempt to its gateway.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptKey {
-    pub attempt_ref: String,
-    pub gateway_ref: Option<String>,
-}
-
-impl AttemptKey {
-    pub fn new(attempt_ref: &str, gateway_ref: Option<&str>) -> Self {
-        AttemptKey { attempt_ref: attempt_ref.to_string(), gateway_ref: gateway_ref.map(str::to_string) }
-    }
-}
+pub use crate::domain::ids::AttemptKey;
 
 /// How the buyer reaches the gateway (the checkout answer's `payment`, `/openapi.json`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]

@@ -431,7 +431,7 @@ impl WechatPay {
 
 /// A bill's day as WeChat writes it: `2026-12-01`.
 fn bill_date(day: time::Date) -> String {
-    crate::workers::statements::format_day(day)
+    crate::domain::statement::format_day(day)
 }
 
 fn payer_openid(payer: &Payer) -> Result<&str, GatewayError> {

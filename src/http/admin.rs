@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
 use super::api_lists::{self, ExportQuery, OrderFilterQuery, RangeQuery, read_query};
-use super::flows::{cancel_flow, refund_flow};
 use super::guard::{Bucket, Client};
 use super::{AppState, Content, FormBody, RouteDoc, cookie, render};
 use crate::clock::Millis;
@@ -24,6 +23,7 @@ use crate::store::listing::{self, Cursor, MessageView, OrderFilter, OrderSummary
 use crate::store::refunds::{self, RefundView};
 use crate::store::views::{self, OrderView};
 use crate::store::{fulfilment, orders};
+use crate::usecase::{payment, refund};
 
 const ADMIN_COOKIE: &str = "kassa_admin";
 
@@ -373,7 +373,7 @@ async fn order_action(
             }
             "cancel" => {
                 let current = views::get_order(&state.db, &order_no, false).await?;
-                cancel_flow(&state, None, &current, false).await?;
+                payment::cancel(&state.cx, None, &current, false).await?;
             }
             "refund" => {
                 // The operator types money as money: major units of the order's currency.
@@ -388,7 +388,7 @@ async fn order_action(
                 })?;
                 let refund_no = RefundNo::parse(form.get("refund_no").map(String::as_str).unwrap_or_default())?;
                 let reason = form.get("reason").map(String::as_str).unwrap_or_default();
-                refund_flow(&state, &order_no, &refund_no, amount.amount_minor(), reason).await?;
+                refund::request(&state.cx, &order_no, &refund_no, amount.amount_minor(), reason).await?;
             }
             "resend" => {
                 let id = form.get("message").map(String::as_str).unwrap_or_default();

@@ -12,13 +12,13 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, post};
 
 use super::admin::Operator;
-use super::flows::{SkuDraft, create_sku_flow, edit_sku_flow, import_keys_flow};
 use super::{AppState, Content, FormBody, RouteDoc};
 use crate::domain::checkout::SkuLimits;
 use crate::domain::ids::Sku;
 use crate::domain::{Currency, Money};
 use crate::error::{Error, Result};
 use crate::store::catalog::{self, LimitsPatch};
+use crate::usecase::catalog::{self as uc, SkuDraft};
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let doc = |method, path, summary| {
@@ -105,7 +105,7 @@ async fn create(
         };
         // The box confirms a price of 0; left ticked beside a price, it is moot.
         draft.free = form.contains_key("free") && draft.price.amount_minor() == 0;
-        create_sku_flow(&state, &draft).await?;
+        uc::create_sku(&state.cx, &draft).await?;
         Ok("created".to_string())
     };
     act(op, &form, action).await
@@ -123,7 +123,7 @@ async fn edit(
         let price = price(&form, Currency::parse(&current.currency)?)?;
         let name = form.get("name").map(String::as_str);
         let free = form.contains_key("free") && price.amount_minor() == 0;
-        edit_sku_flow(&state, &sku, name, Some((price.amount_minor(), free)), LimitsPatch::default()).await?;
+        uc::edit_sku(&state.cx, &sku, name, Some((price.amount_minor(), free)), LimitsPatch::default()).await?;
         Ok("edited".to_string())
     };
     act(op, &form, action).await
@@ -175,7 +175,7 @@ async fn import_keys(
             .filter(|k| !k.is_empty())
             .map(str::to_string)
             .collect();
-        import_keys_flow(&state, &sku, &keys).await
+        uc::import_keys(&state.cx, &sku, &keys).await
     }
     .await;
     match (result, wants_json) {

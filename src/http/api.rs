@@ -14,10 +14,7 @@ use super::schema::{
 /// Reconciliation findings shown on the admin's view of one order.
 const FINDINGS_SHOWN_MAX: i64 = 100;
 
-use super::flows::{
-    CheckoutBody, RetryBody, SkuDraft, cancel_flow, create_sku_flow, edit_sku_flow, import_keys_flow, place_order,
-    query_for_buyer, refund_flow, retry_flow,
-};
+use super::flows::{CheckoutBody, RetryBody, place_order, retry_flow};
 use super::{Admin, ApiJson, AppState, Buyer, Caller, RawBody};
 use crate::clock::rfc3339;
 use crate::domain::checkout::SkuLimits;
@@ -30,6 +27,9 @@ use crate::store::checkout::Placed;
 use crate::store::payments::{self, Applied};
 use crate::store::views;
 use crate::store::{fulfilment, gauges, orders, refunds};
+use crate::usecase::catalog::{self as uc, SkuDraft};
+use crate::usecase::payment::{self, query_for_buyer};
+use crate::usecase::refund;
 
 /// Liveness: the process serves requests (whatever the database does).
 pub(super) async fn healthz() -> Response {
@@ -172,7 +172,7 @@ pub(super) async fn cancel_order(
     let session = owner(&caller)?;
     let current = views::get_order(&state.db, &order_no, false).await?;
     crate::domain::decide::may_act_on(session, &current.session_id)?;
-    let basket_id = cancel_flow(&state, session, &current, body.rebasket).await?;
+    let basket_id = payment::cancel(&state.cx, session, &current, body.rebasket).await?;
     let answer = OrderStatusBody {
         order_no: order_no.to_string(),
         status: OrderStatus::Cancelled.as_str().to_string(),
@@ -202,7 +202,7 @@ pub(super) async fn request_refund(
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
     let refund_no = RefundNo::parse(&body.refund_no)?;
-    let (refund, created) = refund_flow(&state, &order_no, &refund_no, body.amount_minor, &body.reason).await?;
+    let (refund, created) = refund::request(&state.cx, &order_no, &refund_no, body.amount_minor, &body.reason).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, axum::Json(refund)).into_response())
 }
@@ -268,7 +268,7 @@ pub(super) async fn import_keys(
     ApiJson(body): ApiJson<KeysBody>,
 ) -> Result<Response> {
     let sku = Sku::parse(&sku)?;
-    Ok(axum::Json(import_keys_flow(&state, &sku, &body.keys).await?).into_response())
+    Ok(axum::Json(uc::import_keys(&state.cx, &sku, &body.keys).await?).into_response())
 }
 
 /// The order as its buyer (and admins) read it, with the card keys of delivered digital lines.
@@ -341,7 +341,7 @@ pub(super) async fn checkout_json(
 #[into_params(parameter_in = Query)]
 pub struct OrderQuery {
     /// Ask the gateway now if the order is still pending (after `wx.requestPayment` succeeded,
-    /// or a redirect back): at most once per [`BUYER_QUERY_GAP_MS`] per attempt.
+    /// or a redirect back): at most once per [`payment::BUYER_QUERY_GAP_MS`] per attempt.
     #[serde(default)]
     refresh: bool,
 }
@@ -366,7 +366,7 @@ pub(super) async fn get_order(
         return Err(Error::not_found("order"));
     }
     if query.refresh {
-        query_for_buyer(&state, &order).await;
+        query_for_buyer(&state.cx, &order).await;
     }
     Ok(axum::Json(order_body(&state, &order_no, false).await?).into_response())
 }
@@ -415,7 +415,7 @@ pub(super) async fn create_sku(
         stock: body.stock,
         limits: SkuLimits { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds },
     };
-    let view = create_sku_flow(&state, &draft).await?;
+    let view = uc::create_sku(&state.cx, &draft).await?;
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
 }
 
@@ -466,7 +466,7 @@ pub(super) async fn update_sku(
     let sku = Sku::parse(&sku)?;
     let limits = LimitsPatch { max_per_order: body.max_per_order, hold_seconds: body.hold_seconds };
     let price = body.price_minor.map(|p| (p, body.free));
-    let view = edit_sku_flow(&state, &sku, body.name.as_deref(), price, limits).await?;
+    let view = uc::edit_sku(&state.cx, &sku, body.name.as_deref(), price, limits).await?;
     Ok(axum::Json(view).into_response())
 }
 

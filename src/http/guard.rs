@@ -13,7 +13,7 @@ use governor::clock::Clock as _;
 use serde_json::json;
 
 use super::AppState;
-use crate::config::{Captcha, ClientAddressHeader, Protection, RateLimits};
+use super::protection::{Captcha, ClientAddressHeader, Protection, RateLimits};
 use crate::error::{Error, RefusalKind};
 
 /// Header with the shop server's API key.
@@ -397,6 +397,12 @@ pub async fn guard_requests(State(state): State<AppState>, mut req: Request, nex
     next.run(req).await
 }
 
+impl crate::workers::retention::ForgetIdle for Guard {
+    fn forget_idle(&self) {
+        Guard::forget_idle(self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,7 +413,7 @@ mod tests {
 
     fn guard_reading(trusted: &str, header: ClientAddressHeader, limits: Option<RateLimits>) -> Guard {
         let p = Protection {
-            trusted_proxies: crate::config::parse_proxies(trusted).unwrap(),
+            trusted_proxies: crate::http::protection::parse_proxies(trusted).unwrap(),
             client_address_header: header,
             rate_limits: limits,
             shop_api_key: Some("k".repeat(32)),

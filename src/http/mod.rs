@@ -10,8 +10,11 @@ pub mod flows;
 pub mod guard;
 pub mod i18n;
 pub mod openapi;
+pub mod order_pages;
 pub mod pages;
+pub mod protection;
 pub mod qr;
+pub mod sandbox;
 pub mod schema;
 pub mod server;
 pub mod statements;
@@ -29,11 +32,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use serde::de::DeserializeOwned;
 
-use crate::clock::SharedClock;
 use crate::error::Error;
-use crate::gateway::Gateways;
 use crate::sandbox::Sandbox;
-use crate::store::Db;
 use crate::store::catalog::{self, Session};
 
 /// Largest request body accepted anywhere (docs/CONTRACT.md): bigger ones get 413 `payload_too_large`.
@@ -45,31 +45,29 @@ pub const SESSION_COOKIE: &str = "kassa_session";
 pub struct AppState(pub Arc<Inner>);
 
 pub struct Inner {
-    pub db: Db,
-    pub clock: SharedClock,
-    pub gateways: Gateways,
+    /// What the use cases reach: the database, the gateways, the clock and the shop's policies
+    /// (`state.db` and the like read through it).
+    pub cx: crate::usecase::Context,
     pub sandbox: Option<Arc<Sandbox>>,
-    pub public_url: String,
-    pub hold_ms: i64,
     /// SHA-256 of the admin token; compared in constant time, never stored in clear.
     pub admin_token_hash: Option<Vec<u8>>,
     pub demo: bool,
-    pub late_policy: crate::domain::decide::LatePolicy,
-    pub refund_policy: crate::domain::refund::RefundPolicy,
-    /// Where a checkout may send its buyer back to (`--allowed-return-origins`).
-    pub allowed_return_origins: Vec<crate::domain::shop::Origin>,
     /// The shop's time zone: times on the buyer pages are shown in it.
     pub time_zone: time::UtcOffset,
-    pub protection: crate::config::Protection,
+    pub protection: protection::Protection,
     /// Per-address rate limits and the client address of a request ([`guard`]).
     pub guard: Arc<guard::Guard>,
-    /// Card-key encryption; `None` when no keys secret is configured (digital goods disabled).
-    pub vault: Option<Arc<crate::vault::Vault>>,
-    pub refunder: Arc<crate::workers::refunds::Refunder>,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Whether the shop's webhook URL (and secret) is configured: without it outbox messages are
     /// kept but never sent.
     pub webhook_configured: bool,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = crate::usecase::Context;
+    fn deref(&self) -> &crate::usecase::Context {
+        &self.cx
+    }
 }
 
 impl std::ops::Deref for AppState {
@@ -335,10 +333,6 @@ impl Inner {
         let given = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
         aws_lc_rs::constant_time::verify_slices_are_equal(given.as_ref(), expected).is_ok()
     }
-
-    pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
-    }
 }
 
 /// Who may call an operation.
@@ -359,7 +353,7 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     all.extend(admin_catalog::routes());
     all.extend(statements::routes());
     if with_sandbox {
-        all.extend(crate::sandbox::http::routes());
+        all.extend(sandbox::routes());
     }
     all
 }

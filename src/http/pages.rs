@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use super::flows::{CheckoutBody, place_order};
 use super::i18n::{Lang, Next, Texts};
-use super::{AppState, Caller, Content, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
-use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
-use crate::domain::{AttemptStatus, OrderStatus};
+use super::{AppState, Content, FormBody, RouteDoc, SESSION_COOKIE, cookie, render};
+use crate::domain::OrderStatus;
+use crate::domain::ids::{self, BasketId, IdempotencyKey};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
 use crate::store::catalog::{self, BasketView, Session, SkuView};
@@ -45,7 +45,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "/checkout/return/{attempt_ref}",
                 "Return page after the gateway: shows the locally known status (HTML)",
             ),
-            get(return_page),
+            get(super::order_pages::return_page),
         ),
         (
             doc(
@@ -53,7 +53,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "/checkout/return/{attempt_ref}/status",
                 "Status polled by the return page: {status, settled, attempt_status, can_retry}",
             ),
-            get(return_status),
+            get(super::order_pages::return_status),
         ),
         (
             doc(
@@ -61,7 +61,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "/checkout/retry/{order_no}",
                 "Try again after a failed or cancelled payment: a new attempt and its hand-off (HTML form)",
             ),
-            post(retry_page),
+            post(super::order_pages::retry_page),
         ),
         (
             doc(
@@ -69,7 +69,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 "/h5/orders/{order_no}",
                 "H5 order-status page: polls the order until final, shows delivered keys (buyer's cookie)",
             ),
-            get(h5_order),
+            get(super::order_pages::h5_order),
         ),
     ]
 }
@@ -133,7 +133,7 @@ pub async fn handoff_page(state: &AppState, lang: Lang, placed: &Placed, handoff
     let lines = match handoff {
         Some(Handoff::Form { .. } | Handoff::Qr { .. }) => {
             match views::get_order(&state.db, &placed.order_no, false).await {
-                Ok(order) => order_lines(&order),
+                Ok(order) => super::order_pages::order_lines(&order),
                 Err(e) => {
                     // The hand-off matters more than the list: the page goes on without it.
                     tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off page without its lines");
@@ -311,7 +311,7 @@ impl Storefront<'_> {
 }
 
 /// The buyer's session from the cookie, or a new one (with the cookie to set).
-async fn page_session(state: &AppState, headers: &HeaderMap) -> Result<(Session, Option<String>)> {
+pub(super) async fn page_session(state: &AppState, headers: &HeaderMap) -> Result<(Session, Option<String>)> {
     if let Some(token) = cookie(headers, SESSION_COOKIE)
         && let Some(session) = catalog::session_by_token(&state.db, token, state.now_ms()).await?
     {
@@ -321,7 +321,7 @@ async fn page_session(state: &AppState, headers: &HeaderMap) -> Result<(Session,
     Ok((session, Some(format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax"))))
 }
 
-fn with_cookie(mut response: Response, set_cookie: Option<String>) -> Response {
+pub(super) fn with_cookie(mut response: Response, set_cookie: Option<String>) -> Response {
     if let Some(c) = set_cookie.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
         response.headers_mut().append(header::SET_COOKIE, c);
     }
@@ -346,7 +346,11 @@ async fn storefront(State(state): State<AppState>, lang: Lang, headers: HeaderMa
 }
 
 /// A form post must carry the session's CSRF token (and the cookie is SameSite=Lax).
-async fn form_session(state: &AppState, headers: &HeaderMap, form: &BTreeMap<String, String>) -> Result<Session> {
+pub(super) async fn form_session(
+    state: &AppState,
+    headers: &HeaderMap,
+    form: &BTreeMap<String, String>,
+) -> Result<Session> {
     let token = cookie(headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
     let session = catalog::session_by_token(&state.db, token, state.now_ms()).await?.ok_or_else(Error::unauthorized)?;
     let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
@@ -461,7 +465,10 @@ async fn shop_review(
 /// What a page knows of its payer for the gateway: on a phone's browser, the buyer's address,
 /// which WeChat Pay's H5 channel (the one a phone gets) needs; nothing elsewhere (an address would
 /// turn a desktop's QR code into H5, which WeChat refuses outside phones).
-fn page_payer(device: crate::domain::channel::Device, client: &super::guard::Client) -> Option<serde_json::Value> {
+pub(super) fn page_payer(
+    device: crate::domain::channel::Device,
+    client: &super::guard::Client,
+) -> Option<serde_json::Value> {
     (device == crate::domain::channel::Device::Phone).then(|| serde_json::json!({"client_ip": client.addr.to_string()}))
 }
 
@@ -514,190 +521,6 @@ async fn shop_confirm(
     }
     .await;
     result.unwrap_or_else(|e| error_page(lang, &e, if ids::is_plain_id(&basket_id) { &back } else { "/" }))
-}
-
-#[derive(Template)]
-#[template(path = "return.html")]
-struct ReturnPage<'a> {
-    t: &'static Texts,
-    switch_href: String,
-    attempt_ref: &'a str,
-    order_no: &'a str,
-    status: &'a str,
-    /// This attempt's status: a failed or cancelled one is said so, with *Try again*.
-    attempt_status: &'a str,
-    total: String,
-    settled: bool,
-    poll_url: String,
-    own: bool,
-    /// The buyer's CSRF token for *Try again* (own buyer only).
-    csrf: &'a str,
-    keys: Vec<String>,
-    keys_unavailable: i64,
-    lines: Vec<(String, i64, String)>,
-    placed_at: String,
-    pay_by: String,
-}
-
-/// Whether the buyer should be offered *Try again*: the order still waits for its payment, and
-/// the attempt in view ended without one.
-fn may_try_again(order: &str, attempt: &str) -> bool {
-    order == OrderStatus::PendingPayment.as_str()
-        && matches!(AttemptStatus::parse(attempt), Some(AttemptStatus::Failed | AttemptStatus::Cancelled))
-}
-
-/// The status of `attempt_ref` on its order.
-fn attempt_status_of<'a>(order: &'a views::OrderView, attempt_ref: &str) -> &'a str {
-    order.attempts.iter().find(|a| a.attempt_ref == attempt_ref).map_or("", |a| a.status.as_str())
-}
-
-/// Shows what kassa knows. Query parameters are ignored: the browser coming back proves nothing
-/// about payment; for the order's own buyer a pending order is queried at its gateway first.
-async fn return_page(
-    State(state): State<AppState>,
-    lang: Lang,
-    caller: Caller,
-    Path(attempt_ref): Path<String>,
-) -> Response {
-    let t = lang.texts();
-    let result = async {
-        let attempt_ref = AttemptRef::parse(&attempt_ref)?;
-        let order_no =
-            views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
-        let mut order = views::get_order(&state.db, &order_no, false).await?;
-        let session = caller.session.as_ref().filter(|s| s.id == order.session_id);
-        if session.is_some() && order.status == OrderStatus::PendingPayment.as_str() {
-            // The buyer is back from the gateway and waiting: ask it now rather than wait for the
-            // notification (the redirect itself proves nothing).
-            super::flows::query_for_buyer(&state, &order).await;
-            order = views::get_order(&state.db, &order_no, false).await?;
-        }
-        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
-        // Delivered card keys are shown to the order's own buyer only.
-        let keys = match session {
-            Some(_) => {
-                crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms())
-                    .await?
-            }
-            None => Default::default(),
-        };
-        Ok(render(&ReturnPage {
-            t,
-            switch_href: t.switch_href(&format!("/checkout/return/{attempt_ref}")),
-            lines: order_lines(&order),
-            placed_at: t.time(&order.created_at, state.time_zone),
-            pay_by: t.time(&order.expires_at, state.time_zone),
-            keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
-            keys_unavailable: keys.unreadable_total(),
-            attempt_ref: &attempt_ref,
-            order_no: &order_no,
-            status: status.as_str(),
-            attempt_status: attempt_status_of(&order, &attempt_ref),
-            total: order.total_display(),
-            settled: status.is_settled(),
-            poll_url: format!("/checkout/return/{attempt_ref}/status"),
-            own: session.is_some(),
-            csrf: session.map_or("", |s| s.csrf_token.as_str()),
-        }))
-    }
-    .await;
-    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
-}
-
-/// An order's lines as a page shows them: name, quantity, line total as money.
-fn order_lines(order: &views::OrderView) -> Vec<(String, i64, String)> {
-    order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect()
-}
-
-#[derive(Template)]
-#[template(path = "h5_order.html")]
-struct H5Order<'a> {
-    t: &'static Texts,
-    switch_href: String,
-    order_no: &'a str,
-    status: &'a str,
-    /// The newest attempt's status: a failed or cancelled one is said so, with *Try again*.
-    attempt_status: &'a str,
-    total: String,
-    settled: bool,
-    csrf: &'a str,
-    keys: Vec<String>,
-    keys_unavailable: i64,
-    /// The order's lines: name, quantity, line total as money.
-    lines: Vec<(String, i64, String)>,
-    placed_at: String,
-    pay_by: String,
-}
-
-async fn h5_order(State(state): State<AppState>, lang: Lang, caller: Caller, Path(order_no): Path<String>) -> Response {
-    let t = lang.texts();
-    let result = async {
-        let order_no = OrderNo::parse(&order_no)?;
-        let order = views::get_order(&state.db, &order_no, false).await?;
-        // Only the buyer's own session sees the page (and the keys on it).
-        let session =
-            caller.session.as_ref().filter(|s| s.id == order.session_id).ok_or_else(|| Error::not_found("order"))?;
-        super::note_order(&order_no);
-        let keys =
-            crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
-        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
-        Ok(render(&H5Order {
-            t,
-            switch_href: t.switch_href(&format!("/h5/orders/{order_no}")),
-            placed_at: t.time(&order.created_at, state.time_zone),
-            pay_by: t.time(&order.expires_at, state.time_zone),
-            order_no: &order_no,
-            status: status.as_str(),
-            attempt_status: order.attempts.last().map_or("", |a| a.status.as_str()),
-            total: order.total_display(),
-            settled: status.is_settled() && status != OrderStatus::Paid,
-            csrf: &session.csrf_token,
-            keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
-            keys_unavailable: keys.unreadable_total(),
-            lines: order_lines(&order),
-        }))
-    }
-    .await;
-    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
-}
-
-/// *Try again* from the return or the H5 page: a new attempt on the same order, handed off as at
-/// confirm (the same flow as `POST /api/v1/orders/{order_no}/attempts`).
-async fn retry_page(
-    State(state): State<AppState>,
-    lang: Lang,
-    headers: HeaderMap,
-    axum::Extension(client): axum::Extension<super::guard::Client>,
-    Path(order_no): Path<String>,
-    FormBody(form): FormBody<BTreeMap<String, String>>,
-) -> Response {
-    let result = async {
-        let order_no = OrderNo::parse(&order_no)?;
-        let session = form_session(&state, &headers, &form).await?;
-        let device = super::api::device(&headers);
-        let body = super::flows::RetryBody { payer: page_payer(device, &client), ..Default::default() };
-        let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body, device).await?;
-        Ok(handoff_page(&state, lang, &placed, Some(&handoff)).await)
-    }
-    .await;
-    let back = if ids::is_plain_id(&order_no) { format!("/h5/orders/{order_no}") } else { "/".to_string() };
-    result.unwrap_or_else(|e| error_page(lang, &e, &back))
-}
-
-async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<String>) -> Result<Response> {
-    let attempt_ref = AttemptRef::parse(&attempt_ref)?;
-    let order_no =
-        views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
-    let order = views::get_order(&state.db, &order_no, false).await?;
-    let settled = OrderStatus::parse(&order.status).is_some_and(OrderStatus::is_settled);
-    let attempt_status = attempt_status_of(&order, &attempt_ref);
-    Ok(axum::Json(serde_json::json!({
-        "status": order.status,
-        "settled": settled,
-        "attempt_status": attempt_status,
-        "can_retry": may_try_again(&order.status, attempt_status),
-    }))
-    .into_response())
 }
 
 /// Most bytes of a JSON error body read back to turn it into a page.

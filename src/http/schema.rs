@@ -62,7 +62,7 @@ pub fn refund_no() -> RefOr<Schema> {
 
 fn sku_name_json() -> Value {
     json!({
-        "type": "string", "minLength": 1, "maxLength": super::flows::SKU_NAME_LEN_MAX, "pattern": printable_pattern(false),
+        "type": "string", "minLength": 1, "maxLength": crate::usecase::catalog::SKU_NAME_LEN_MAX, "pattern": printable_pattern(false),
         "description": "printable characters"
     })
 }
@@ -339,7 +339,7 @@ pub fn channel_name() -> RefOr<Schema> {
 }
 
 pub fn payer() -> RefOr<Schema> {
-    let field = |what: &str| json!({"type": "string", "minLength": 1, "maxLength": super::flows::PAYER_FIELD_LEN_MAX, "pattern": format!("^[^{CONTROL}]+$"), "description": what});
+    let field = |what: &str| json!({"type": "string", "minLength": 1, "maxLength": crate::usecase::payment::PAYER_FIELD_LEN_MAX, "pattern": format!("^[^{CONTROL}]+$"), "description": what});
     schema_of(json!({
         "type": ["object", "null"], "additionalProperties": false,
         "properties": {

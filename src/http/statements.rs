@@ -1,5 +1,5 @@
 //! Statement reconciliation for people and programs: the admin API's days, findings, a day run on
-//! demand and a day's report as CSV; the console's pages of the same (`workers::statements` does
+//! demand and a day's report as CSV; the console's pages of the same (`usecase::statements` does
 //! the work, `store::statements` keeps it).
 
 use std::collections::BTreeMap;
@@ -17,9 +17,10 @@ use super::admin::Operator;
 use super::api_lists::{ExportQuery, UTF8_BOM, read_query};
 use super::{Admin, ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render, schema};
 use crate::domain::money::{decimal_minor, format_minor};
+use crate::domain::statement::{format_day, parse_day};
 use crate::error::{Error, Result};
 use crate::store::statements::{self as days, StatementDaySummary, StatementDayView, StatementFindingView};
-use crate::workers::statements::{DayRun, format_day, parse_day, run_day};
+use crate::usecase::statements::{DayRun, run_day};
 
 /// Longest note an operator leaves on a resolved finding.
 pub const NOTE_LEN_MAX: usize = 500;

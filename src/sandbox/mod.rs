@@ -6,7 +6,6 @@
 //!
 //! Mounted only with `--demo` or `--sandbox`: its `complete` call lets anyone mark a payment made.
 
-pub mod http;
 pub mod protocol;
 mod recorder;
 
@@ -568,7 +567,7 @@ impl Sandbox {
         let (status, next_at) = if tries >= DELIVERY_TRIES_MAX {
             ("dead", now)
         } else {
-            ("pending", now.saturating_add(crate::workers::retry_backoff_ms(tries)))
+            ("pending", now.saturating_add(crate::domain::retry::retry_backoff_ms(tries)))
         };
         let (db, id, last_error) = (self.db.clone(), id.to_string(), error.clone());
         self.db

@@ -243,7 +243,7 @@ pub async fn create_session(db: &Db, now: Millis) -> Result<(String, Session)> {
 /// Sessions most kept in memory; past it the cache starts over (a miss only costs a read).
 const SESSION_CACHE_MAX: usize = 50_000;
 /// Sessions younger than this are answered from the cache. Retention prunes a session only after
-/// it has been unused for at least a day (`config::Retention`), so a session this young exists
+/// it has been unused for at least a day (`retention::Retention`), so a session this young exists
 /// for good; an older one is read from the database on every request (it may have been pruned).
 pub const SESSION_CACHE_AGE_MAX_MS: Millis = 24 * 3600 * 1000;
 

@@ -21,8 +21,8 @@ pub struct ToClose {
 }
 
 impl ToClose {
-    pub fn key(&self) -> crate::gateway::AttemptKey {
-        crate::gateway::AttemptKey::new(&self.attempt_ref, self.gateway_ref.as_deref())
+    pub fn key(&self) -> crate::domain::ids::AttemptKey {
+        crate::domain::ids::AttemptKey::new(&self.attempt_ref, self.gateway_ref.as_deref())
     }
 }
 

@@ -1,5 +1,5 @@
 //! The transactional outbox: order events for the shop's own systems, written in the same
-//! transaction as the change they describe, relayed at least once by [`crate::workers::outbox`].
+//! transaction as the change they describe, relayed at least once by the outbox worker.
 
 use crate::store::Conn;
 use crate::store::sql;

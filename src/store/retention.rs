@@ -8,9 +8,17 @@ use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::Millis;
-use crate::config::Retention;
 use crate::error::Result;
 use crate::store::{Db, col};
+
+/// What the retention worker prunes, by age.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Buyer sessions that never ordered and open baskets, after this long unused.
+    pub idle_ms: i64,
+    /// Raw bodies of processed notifications, after this long.
+    pub notification_body_ms: i64,
+}
 
 /// Rows pruned per kind in one transaction.
 pub const PRUNE_BATCH: i64 = 500;

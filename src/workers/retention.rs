@@ -4,23 +4,27 @@
 use std::sync::Arc;
 
 use crate::clock::SharedClock;
-use crate::config::Retention;
 use crate::error::Result;
-use crate::http::guard::Guard;
 use crate::store::Db;
-use crate::store::retention::{self, Pruned};
+use crate::store::retention::{self, Pruned, Retention};
+
+/// In-memory state that grows with the addresses seen (the HTTP guard's rate-limit buckets) and
+/// forgets the idle ones when asked.
+pub trait ForgetIdle: Send + Sync {
+    fn forget_idle(&self);
+}
 
 pub struct Retainer {
     pub db: Db,
     pub clock: SharedClock,
     pub retention: Retention,
-    pub guard: Arc<Guard>,
+    pub memory: Arc<dyn ForgetIdle>,
 }
 
 impl Retainer {
     /// One pass.
     pub async fn step(&self) -> Result<Pruned> {
-        self.guard.forget_idle();
+        self.memory.forget_idle();
         let pruned = retention::prune(&self.db, self.retention, self.clock.now_ms()).await?;
         if pruned.any() {
             tracing::info!(?pruned, "retention pass");

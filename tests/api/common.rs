@@ -184,7 +184,6 @@ impl TestApp {
         let settings = Settings {
             data_dir: dir.path().to_path_buf(),
             database_url: database_url.clone(),
-            db_max_connections: 16,
             listen: listener.local_addr().expect("addr"),
             public_url: opts.public_url.clone(),
             demo: opts.demo,
@@ -200,7 +199,6 @@ impl TestApp {
             keys_secret: Some(KEYS_SECRET.to_string()),
             alert_webhook_url: opts.alert_webhook_url.clone(),
             gateways: opts.gateways.clone(),
-            default_gateway: None,
             reconcile_after_ms: 60_000,
             reconcile_interval_ms: 3_600_000,
             protection: opts.protection.clone(),
@@ -211,7 +209,7 @@ impl TestApp {
                 .collect(),
             time_zone: opts.time_zone,
             statement_schedule: None,
-            engine: kassa::store::engine::EngineConfig::default(),
+            ..Settings::default()
         };
         let manual = opts.manual_clock.then(ManualClock::default);
         let clock: SharedClock = match &manual {

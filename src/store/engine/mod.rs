@@ -34,13 +34,9 @@ impl Default for EngineConfig {
 pub const ENV: [&str; 3] = ["KASSA_SQLITE_GROUP_COMMIT", "KASSA_SQLITE_PIN", "KASSA_PG_PIPELINE"];
 
 impl EngineConfig {
-    /// The configuration the environment asks for: each of [`ENV`] is `1`/`true` (on) or
-    /// `0`/`false` (off); unset is on. Read once, when a command starts.
-    pub fn from_env() -> anyhow::Result<EngineConfig> {
-        EngineConfig::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// [`EngineConfig::from_env`] over any source of variables.
+    /// The configuration a source of variables asks for (the configuration passes the
+    /// environment, `crate::config::engine_from_env`): each of [`ENV`] is `1`/`true` (on) or
+    /// `0`/`false` (off); unset is on.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<EngineConfig> {
         let flag = |name: &str| -> anyhow::Result<bool> {
             match lookup(name).as_deref().map(str::trim) {

@@ -10,12 +10,12 @@ use axum::routing::{MethodRouter, post};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Sandbox, SandboxOutcome};
+use super::i18n::Lang;
+use super::schema::schema_of;
+use super::{ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render};
 use crate::domain::ids;
 use crate::error::{Error, Result};
-use crate::http::i18n::Lang;
-use crate::http::schema::schema_of;
-use crate::http::{ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render};
+use crate::sandbox::{self as sb, Sandbox, SandboxOutcome};
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let page = |method, path, summary| RouteDoc::page(method, path, summary, "sandbox");
@@ -45,7 +45,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 Auth::None,
             )
             .body::<CompleteBody>("the outcome")
-            .ok::<super::Completed>(200, "the payment's outcome and the notification's event id")
+            .ok::<sb::Completed>(200, "the payment's outcome and the notification's event id")
             .errors(404, &["not_found"])
             .errors(409, &["payment_closed", "payment_final"])
             .errors(422, &["invalid_request"]),
@@ -61,7 +61,7 @@ fn sandbox(state: &AppState) -> Result<&std::sync::Arc<Sandbox>> {
 #[derive(Template)]
 #[template(path = "sandbox_pay.html")]
 struct PayPage<'a> {
-    t: &'static crate::http::i18n::Texts,
+    t: &'static super::i18n::Texts,
     attempt_ref: &'a str,
     subject: &'a str,
     amount: String,
@@ -89,7 +89,7 @@ async fn pay_page(
         }))
     }
     .await;
-    result.unwrap_or_else(|e| crate::http::pages::error_page(lang, &e, "/"))
+    result.unwrap_or_else(|e| super::pages::error_page(lang, &e, "/"))
 }
 
 #[derive(Deserialize)]
@@ -107,7 +107,7 @@ async fn pay_decide(
     FormBody(form): FormBody<Decision>,
 ) -> Response {
     let Ok(sandbox) = sandbox(&state) else {
-        return crate::http::pages::error_page(lang, &Error::not_found("route"), "/");
+        return super::pages::error_page(lang, &Error::not_found("route"), "/");
     };
     let decided = async {
         if !ids::is_plain_id(&attempt_ref) {
@@ -125,7 +125,7 @@ async fn pay_decide(
     };
     match decided {
         Ok(_) => Redirect::to(&back).into_response(),
-        Err(e) => crate::http::pages::error_page(lang, &e, &back),
+        Err(e) => super::pages::error_page(lang, &e, &back),
     }
 }
 
@@ -150,11 +150,11 @@ fn outcome_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
 }
 
 fn copies_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-    schema_of(json!({"type": "integer", "minimum": 1, "maximum": super::COPIES_MAX, "default": 1}))
+    schema_of(json!({"type": "integer", "minimum": 1, "maximum": sb::COPIES_MAX, "default": 1}))
 }
 
 fn delay_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-    schema_of(json!({"type": "integer", "minimum": 0, "maximum": super::DELAY_MS_MAX, "default": 0}))
+    schema_of(json!({"type": "integer", "minimum": 0, "maximum": sb::DELAY_MS_MAX, "default": 0}))
 }
 
 fn one() -> u32 {

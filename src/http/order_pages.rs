@@ -1,0 +1,207 @@
+//! The buyer's pages of an order after the hand-off: the return page (what kassa knows, the keys,
+//! *Try again*), its status poll, a retry from the page, and the H5 order page.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
+
+use super::i18n::{Lang, Texts};
+use super::pages::{error_page, form_session, handoff_page, page_payer};
+use super::{AppState, Caller, FormBody, render};
+use crate::domain::decide;
+use crate::domain::ids::{self, AttemptRef, OrderNo};
+use crate::domain::{AttemptStatus, OrderStatus};
+use crate::error::{Error, Result};
+use crate::store::views;
+
+#[derive(Template)]
+#[template(path = "return.html")]
+struct ReturnPage<'a> {
+    t: &'static Texts,
+    switch_href: String,
+    attempt_ref: &'a str,
+    order_no: &'a str,
+    status: &'a str,
+    /// This attempt's status: a failed or cancelled one is said so, with *Try again*.
+    attempt_status: &'a str,
+    total: String,
+    settled: bool,
+    poll_url: String,
+    own: bool,
+    /// The buyer's CSRF token for *Try again* (own buyer only).
+    csrf: &'a str,
+    keys: Vec<String>,
+    keys_unavailable: i64,
+    lines: Vec<(String, i64, String)>,
+    placed_at: String,
+    pay_by: String,
+}
+
+/// Whether the buyer should be offered *Try again* ([`decide::offers_try_again`]).
+fn may_try_again(order: &str, attempt: &str) -> bool {
+    match (OrderStatus::parse(order), AttemptStatus::parse(attempt)) {
+        (Some(order), Some(attempt)) => decide::offers_try_again(order, attempt),
+        _ => false,
+    }
+}
+
+/// The status of `attempt_ref` on its order.
+fn attempt_status_of<'a>(order: &'a views::OrderView, attempt_ref: &str) -> &'a str {
+    order.attempts.iter().find(|a| a.attempt_ref == attempt_ref).map_or("", |a| a.status.as_str())
+}
+
+/// Shows what kassa knows. Query parameters are ignored: the browser coming back proves nothing
+/// about payment; for the order's own buyer a pending order is queried at its gateway first.
+pub(super) async fn return_page(
+    State(state): State<AppState>,
+    lang: Lang,
+    caller: Caller,
+    Path(attempt_ref): Path<String>,
+) -> Response {
+    let t = lang.texts();
+    let result = async {
+        let attempt_ref = AttemptRef::parse(&attempt_ref)?;
+        let order_no =
+            views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
+        let mut order = views::get_order(&state.db, &order_no, false).await?;
+        let session = caller.session.as_ref().filter(|s| s.id == order.session_id);
+        if session.is_some() && order.status == OrderStatus::PendingPayment.as_str() {
+            // The buyer is back from the gateway and waiting: ask it now rather than wait for the
+            // notification (the redirect itself proves nothing).
+            crate::usecase::payment::query_for_buyer(&state.cx, &order).await;
+            order = views::get_order(&state.db, &order_no, false).await?;
+        }
+        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
+        // Delivered card keys are shown to the order's own buyer only.
+        let keys = match session {
+            Some(_) => {
+                crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms())
+                    .await?
+            }
+            None => Default::default(),
+        };
+        Ok(render(&ReturnPage {
+            t,
+            switch_href: t.switch_href(&format!("/checkout/return/{attempt_ref}")),
+            lines: order_lines(&order),
+            placed_at: t.time(&order.created_at, state.time_zone),
+            pay_by: t.time(&order.expires_at, state.time_zone),
+            keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
+            keys_unavailable: keys.unreadable_total(),
+            attempt_ref: &attempt_ref,
+            order_no: &order_no,
+            status: status.as_str(),
+            attempt_status: attempt_status_of(&order, &attempt_ref),
+            total: order.total_display(),
+            settled: status.is_settled(),
+            poll_url: format!("/checkout/return/{attempt_ref}/status"),
+            own: session.is_some(),
+            csrf: session.map_or("", |s| s.csrf_token.as_str()),
+        }))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
+}
+
+/// An order's lines as a page shows them: name, quantity, line total as money.
+pub(super) fn order_lines(order: &views::OrderView) -> Vec<(String, i64, String)> {
+    order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect()
+}
+
+#[derive(Template)]
+#[template(path = "h5_order.html")]
+struct H5Order<'a> {
+    t: &'static Texts,
+    switch_href: String,
+    order_no: &'a str,
+    status: &'a str,
+    /// The newest attempt's status: a failed or cancelled one is said so, with *Try again*.
+    attempt_status: &'a str,
+    total: String,
+    settled: bool,
+    csrf: &'a str,
+    keys: Vec<String>,
+    keys_unavailable: i64,
+    /// The order's lines: name, quantity, line total as money.
+    lines: Vec<(String, i64, String)>,
+    placed_at: String,
+    pay_by: String,
+}
+
+pub(super) async fn h5_order(
+    State(state): State<AppState>,
+    lang: Lang,
+    caller: Caller,
+    Path(order_no): Path<String>,
+) -> Response {
+    let t = lang.texts();
+    let result = async {
+        let order_no = OrderNo::parse(&order_no)?;
+        let order = views::get_order(&state.db, &order_no, false).await?;
+        // Only the buyer's own session sees the page (and the keys on it).
+        let session =
+            caller.session.as_ref().filter(|s| s.id == order.session_id).ok_or_else(|| Error::not_found("order"))?;
+        super::note_order(&order_no);
+        let keys =
+            crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
+        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
+        Ok(render(&H5Order {
+            t,
+            switch_href: t.switch_href(&format!("/h5/orders/{order_no}")),
+            placed_at: t.time(&order.created_at, state.time_zone),
+            pay_by: t.time(&order.expires_at, state.time_zone),
+            order_no: &order_no,
+            status: status.as_str(),
+            attempt_status: order.attempts.last().map_or("", |a| a.status.as_str()),
+            total: order.total_display(),
+            settled: status.is_settled() && status != OrderStatus::Paid,
+            csrf: &session.csrf_token,
+            keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
+            keys_unavailable: keys.unreadable_total(),
+            lines: order_lines(&order),
+        }))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(lang, &e, "/"))
+}
+
+/// *Try again* from the return or the H5 page: a new attempt on the same order, handed off as at
+/// confirm (the same flow as `POST /api/v1/orders/{order_no}/attempts`).
+pub(super) async fn retry_page(
+    State(state): State<AppState>,
+    lang: Lang,
+    headers: HeaderMap,
+    axum::Extension(client): axum::Extension<super::guard::Client>,
+    Path(order_no): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    let result = async {
+        let order_no = OrderNo::parse(&order_no)?;
+        let session = form_session(&state, &headers, &form).await?;
+        let device = super::api::device(&headers);
+        let body = super::flows::RetryBody { payer: page_payer(device, &client), ..Default::default() };
+        let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body, device).await?;
+        Ok(handoff_page(&state, lang, &placed, Some(&handoff)).await)
+    }
+    .await;
+    let back = if ids::is_plain_id(&order_no) { format!("/h5/orders/{order_no}") } else { "/".to_string() };
+    result.unwrap_or_else(|e| error_page(lang, &e, &back))
+}
+
+pub(super) async fn return_status(State(state): State<AppState>, Path(attempt_ref): Path<String>) -> Result<Response> {
+    let attempt_ref = AttemptRef::parse(&attempt_ref)?;
+    let order_no =
+        views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
+    let order = views::get_order(&state.db, &order_no, false).await?;
+    let settled = OrderStatus::parse(&order.status).is_some_and(OrderStatus::is_settled);
+    let attempt_status = attempt_status_of(&order, &attempt_ref);
+    Ok(axum::Json(serde_json::json!({
+        "status": order.status,
+        "settled": settled,
+        "attempt_status": attempt_status,
+        "can_retry": may_try_again(&order.status, attempt_status),
+    }))
+    .into_response())
+}

@@ -1,0 +1,117 @@
+//! Placing an order: the basket confirmed in one transaction, then (after commit) handed to its
+//! gateway.
+
+use serde_json::Value;
+
+use super::Context;
+use super::payment::{build_handoff, checked_channel, gateway_error, parse_payer};
+use crate::domain::OrderStatus;
+use crate::domain::channel::Device;
+use crate::domain::ids::{BasketId, IdempotencyKey};
+use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
+use crate::error::{Error, Result};
+use crate::gateway::{Gateway, Handoff, Payer};
+use crate::store::catalog;
+use crate::store::checkout::{self, AttemptPayer, ConfirmRequest, Placed};
+
+/// A checkout as the buyer or the shop named it, before it is checked: how to pay (each may be
+/// left out: the configured default gateway, and the channel that suits the buyer's device) and
+/// the shop's own data for the order.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Checkout<'a> {
+    pub gateway: Option<&'a str>,
+    pub channel: Option<&'a str>,
+    pub payer: Option<&'a Value>,
+    pub merchant_reference: Option<&'a str>,
+    pub metadata: Option<&'a serde_json::Map<String, Value>>,
+    pub return_url: Option<&'a str>,
+    pub cancel_url: Option<&'a str>,
+}
+
+/// The shop's data a checkout named, checked ([`crate::domain::shop`]).
+fn shop_data(cx: &Context, asked: &Checkout<'_>) -> Result<ShopData> {
+    let metadata = match asked.metadata {
+        None => Metadata::default(),
+        Some(map) => {
+            let mut pairs = Vec::with_capacity(map.len());
+            for (k, v) in map {
+                let v = v.as_str().ok_or_else(|| {
+                    Error::unprocessable("invalid_metadata", format!("metadata value of {k:?} must be a string"))
+                })?;
+                pairs.push((k.as_str(), v));
+            }
+            Metadata::parse(pairs)?
+        }
+    };
+    let url = |field: &str, url: Option<&str>| {
+        url.map(|u| shop::check_return_url(field, u, &cx.allowed_return_origins)).transpose()
+    };
+    Ok(ShopData {
+        merchant_reference: asked.merchant_reference.map(MerchantReference::parse).transpose()?,
+        metadata,
+        return_url: url("return_url", asked.return_url)?,
+        cancel_url: url("cancel_url", asked.cancel_url)?,
+    })
+}
+
+/// The gateway a checkout or a retry named, or the configured default.
+pub(super) fn gateway_named<'g>(cx: &'g Context, name: Option<&str>) -> Result<&'g std::sync::Arc<dyn Gateway>> {
+    let name =
+        name.or(cx.gateways.default).ok_or_else(|| Error::unprocessable("unknown_gateway", "no gateway configured"))?;
+    cx.gateways.get(name).ok_or_else(|| {
+        Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", cx.gateways.names()))
+    })
+}
+
+/// Confirms the basket (one transaction), then — after commit — builds the gateway hand-off. A
+/// repeated confirm answers the order it placed the first time, with no new hand-off unless it is
+/// still pending.
+pub async fn place_order(
+    cx: &Context,
+    session_id: &str,
+    basket_id: &BasketId,
+    asked: &Checkout<'_>,
+    idempotency_key: Option<&IdempotencyKey>,
+    device: Device,
+) -> Result<(Placed, Option<Handoff>)> {
+    let gateway = gateway_named(cx, asked.gateway)?;
+    let payer = parse_payer(asked.payer)?;
+    let channel = checked_channel(gateway.as_ref(), asked.channel, device, &payer)?;
+    gateway.check_payer(channel, &payer).map_err(gateway_error)?;
+    let shop = shop_data(cx, asked)?;
+    let request = ConfirmRequest {
+        payer: attempt_payer(gateway.as_ref(), channel, &payer),
+        shop: &shop,
+        currencies: gateway.currencies(),
+        session_id,
+        basket_id,
+        gateway: gateway.name(),
+        channel,
+        idempotency_key,
+        hold_ms: cx.hold_ms,
+        max_open_orders: cx.max_open_orders_per_session,
+        now: cx.now_ms(),
+    };
+    let placed = match checkout::confirm(&cx.db, &request).await {
+        Err(e) if e.code() == "price_changed" => {
+            catalog::requote_basket(&cx.db, basket_id).await?;
+            return Err(e);
+        }
+        other => other?,
+    };
+    if placed.status != OrderStatus::PendingPayment {
+        return Ok((placed, None));
+    }
+    // The order is committed; only now is the gateway involved (no remote call inside a transaction).
+    let handoff = build_handoff(cx, &placed, &payer).await?;
+    Ok((placed, Some(handoff)))
+}
+
+/// The payer kept on a new attempt: a WeChat Pay JSAPI payer's openid under the gateway's app id
+/// (what a mini-program shipping report names); nobody for other channels.
+pub(super) fn attempt_payer<'a>(gateway: &'a dyn Gateway, channel: &str, payer: &'a Payer) -> Option<AttemptPayer<'a>> {
+    let openid = payer.openid.as_deref()?;
+    crate::domain::shipping::is_reported(gateway.name(), channel, true)
+        .then(|| gateway.app_id().map(|appid| AttemptPayer { openid, appid }))
+        .flatten()
+}
