@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the gateway test keys and known-answer vectors in tests/fixtures/gateways/.
 
-An independent implementation (Python `cryptography`, hmac, the protocol text of GATEWAYS.md),
+An independent implementation (Python `cryptography`, hmac, the protocol text of docs/gateways/),
 so the Rust adapters are checked against something other than themselves. Test keys only.
 Run from the repository root: python3 scripts/gateway-fixtures.py
 """

@@ -272,7 +272,7 @@ impl App {
             retention: settings.protection.retention,
             memory: guard.clone(),
         });
-        let cx = usecase_context(&settings, &db, &clock, &gateways, &public_url, vault);
+        let cx = usecase_context(settings, &db, &clock, &gateways, &public_url, vault);
         let refunder = Arc::new(Refunder { cx: cx.clone() });
         let state = AppState(Arc::new(Inner {
             cx: cx.clone(),

@@ -1,4 +1,4 @@
-//! Alipay open platform, RSA2 (GATEWAYS.md §A): `alipay.trade.page.pay` as an auto-submitting
+//! Alipay open platform, RSA2 (docs/gateways/alipay.md): `alipay.trade.page.pay` as an auto-submitting
 //! form, form notifications verified with the Alipay public key plus the merchant checks,
 //! `alipay.trade.query` / `close` / `refund` / `fastpay.refund.query` with signed requests and
 //! verified responses.
@@ -261,7 +261,7 @@ impl Gateway for Alipay {
         let Some(event_id) = claimed.clone() else {
             return Err(reject("malformed_body", "notify_id missing or not a plain identifier", None));
         };
-        // The merchant checks (GATEWAYS.md §A): our app, our receiving account.
+        // The merchant checks (docs/gateways/alipay.md): our app, our receiving account.
         if get("app_id") != self.app_id {
             return Err(reject("merchant_mismatch", "app_id is not ours", claimed));
         }

@@ -1,4 +1,4 @@
-//! Gateways' statement files (GATEWAYS-2.md C) read into `domain::statement::Statement`. Each
+//! Gateways' statement files (docs/gateways/alipay.md §5, wechatpay.md §8) read into `domain::statement::Statement`. Each
 //! parser is strict about the columns it uses (found by their header names, never by position)
 //! and tolerant of columns it does not; a file it cannot read is an error naming the line, never a
 //! silent skip, and no input makes it panic.

@@ -1,4 +1,4 @@
-//! Stripe Checkout (GATEWAYS.md §C): a Checkout Session per attempt (its id is kept as the
+//! Stripe Checkout (docs/gateways/stripe.md): a Checkout Session per attempt (its id is kept as the
 //! attempt's gateway reference), webhooks verified with `Stripe-Signature` (any `v1` of any
 //! configured secret, 300 s tolerance), session expiry as close, refunds keyed by our refund number.
 

@@ -1,4 +1,4 @@
-//! WeChat Pay's platform keys (GATEWAYS-2.md E): the keys WeChat signs answers and notifications
+//! WeChat Pay's platform keys (docs/gateways/wechatpay.md §3): the keys WeChat signs answers and notifications
 //! with, by the serial in `Wechatpay-Serial`. A merchant has a WeChat Pay public key
 //! (`PUB_KEY_ID_…`, never expires, configured from a file), platform certificates (downloaded from
 //! `/v3/certificates`, decrypted with the APIv3 key, replaced every few years with an overlap), or

@@ -1,4 +1,4 @@
-//! The mini-program server API behind shipping reports (GATEWAYS-2.md D): a stable access token
+//! The mini-program server API behind shipping reports (docs/gateways/wechat-shipping.md): a stable access token
 //! (`/cgi-bin/stable_token`, cached until five minutes before it ends and shared by every report)
 //! and `/wxa/sec/order/upload_shipping_info`. What to report and what each answer means is
 //! `domain::shipping`'s; this module only speaks the protocol. The token travels in the URL, so no

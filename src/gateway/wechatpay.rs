@@ -1,4 +1,4 @@
-//! WeChat Pay API v3 (GATEWAYS.md §B): JSAPI prepay plus the signed `wx.requestPayment`
+//! WeChat Pay API v3 (docs/gateways/wechatpay.md): JSAPI prepay plus the signed `wx.requestPayment`
 //! parameters for the mini-program, H5 `h5_url`, notifications verified over the raw body
 //! (timestamp window, serial, SIGNTEST probes refused) and decrypted with the APIv3 key, query,
 //! close and refunds with `out_refund_no`. Requests are signed with the merchant key; responses are
@@ -38,7 +38,7 @@ pub struct WechatPay {
     appid: String,
     serial_no: String,
     signer: RsaSigner,
-    /// The platform keys by serial (GATEWAYS-2.md E), read by every verification.
+    /// The platform keys by serial (docs/gateways/wechatpay.md §3), read by every verification.
     keys: std::sync::RwLock<KeyRing>,
     /// Platform certificates are downloaded (`/v3/certificates`) and refreshed.
     download: bool,

@@ -188,13 +188,18 @@ impl RouteDoc {
     }
 
     /// The refusals every JSON operation may meet, whatever it does: a request the guard refuses
-    /// (a wrong shop key, a bad buyer address), credentials, an unreadable body, a database that
+    /// (a wrong shop key, a bad buyer address), credentials (missing, or for an admin operation
+    /// not the admin's), an unreadable body, a database that
     /// cannot be reached, and an internal error.
     fn with_common_errors(mut self, rate_limited: bool) -> Self {
         self.add_codes(400, &["invalid_buyer_ip"]);
         self.add_codes(401, &["invalid_shop_key"]);
         if self.auth != Auth::None {
             self.add_codes(401, &["unauthorized"]);
+        }
+        if self.auth == Auth::Admin {
+            // A bearer token that is not the admin's (a buyer's, a mistyped one).
+            self.add_codes(403, &["forbidden"]);
         }
         if self.body.is_some() {
             self.add_codes(400, &["invalid_json", "invalid_body"]);

@@ -1,4 +1,4 @@
-//! Shipping reports to WeChat (`domain::shipping`, GATEWAYS-2.md D): sends each queued report of a
+//! Shipping reports to WeChat (`domain::shipping`, docs/gateways/wechat-shipping.md): sends each queued report of a
 //! delivered mini-program order, outside any transaction, and records WeChat's answer: reported,
 //! tried again later (busy, the token renewed, the payment not indexed yet, no answer) or given up
 //! and alerted (refused, or out of tries).

@@ -192,6 +192,15 @@ async fn access_control(backend: Backend) {
     let r = t.http.get(t.url("/api/v1/admin/skus/MUG")).bearer_auth(&stranger).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "forbidden");
+    // The document says so for every admin operation, and for no buyer one.
+    let spec: serde_json::Value = t.http.get(t.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    for (path, ops) in spec["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let admin = op["security"] == serde_json::json!([{"admin": []}]);
+            let listed = op["responses"].get("403").is_some();
+            assert!(!admin || listed, "{method} {path} does not list its 403");
+        }
+    }
     let r = t
         .http
         .get(t.url(&format!("/api/v1/orders/{order_no}")))

@@ -1,4 +1,4 @@
-//! WeChat mini-program shipping reports (GATEWAYS-2.md D) against the WeChat fake, which checks
+//! WeChat mini-program shipping reports (docs/gateways/wechat-shipping.md) against the WeChat fake, which checks
 //! the access token, the order key, the payer and each field the way WeChat does.
 
 use reqwest::StatusCode;
