@@ -120,7 +120,7 @@ pub struct ServeArgs {
     pub protection: ProtectionArgs,
 }
 
-/// Limits that protect a public storefront (README: "Running kassa on the public internet").
+/// Limits that protect a public storefront (docs/public-internet.md).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ProtectionArgs {
     /// Unpaid orders one buyer session may have open at once; 0 for no limit [default: 3]

@@ -11,6 +11,40 @@ pub const LINE_QUANTITY_MAX: i64 = 10_000;
 /// Most lines in a basket: bounds the checkout transaction.
 pub const BASKET_LINES_MAX: i64 = 100;
 
+/// A basket's status: open while the buyer fills it, frozen with its order once checked out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BasketStatus {
+    Open,
+    Frozen,
+}
+
+impl BasketStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BasketStatus::Open => "open",
+            BasketStatus::Frozen => "frozen",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<BasketStatus> {
+        match text {
+            "open" => Some(BasketStatus::Open),
+            "frozen" => Some(BasketStatus::Frozen),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a basket's lines may change: only while it is open.
+pub fn may_change(status: BasketStatus) -> Result<(), Refusal> {
+    match status {
+        BasketStatus::Open => Ok(()),
+        BasketStatus::Frozen => {
+            Err(Refusal::conflict("basket_frozen", "the basket has been checked out and can no longer change"))
+        }
+    }
+}
+
 fn too_large() -> Refusal {
     Refusal::unprocessable("basket_too_large", format!("a basket holds at most {BASKET_LINES_MAX} lines"))
 }
@@ -97,6 +131,16 @@ pub fn total_minor(lines: impl IntoIterator<Item = (i64, i64)>) -> Result<i64, R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_open_basket_changes() {
+        for status in [BasketStatus::Open, BasketStatus::Frozen] {
+            assert_eq!(BasketStatus::parse(status.as_str()), Some(status));
+        }
+        assert_eq!(BasketStatus::parse("closed"), None);
+        assert!(may_change(BasketStatus::Open).is_ok());
+        assert_eq!(may_change(BasketStatus::Frozen).unwrap_err().code, "basket_frozen");
+    }
 
     fn line(sku: &str, q: i64) -> (String, i64) {
         (sku.to_string(), q)

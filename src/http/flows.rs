@@ -6,6 +6,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::AppState;
+use crate::domain::basket::BasketStatus;
 use crate::domain::channel::Device;
 use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo};
 use crate::error::Result;
@@ -103,7 +104,8 @@ pub async fn place_order(
     device: Device,
 ) -> Result<(Placed, Option<Handoff>)> {
     super::guard::token_fits(body.captcha_token.as_deref())?;
-    if state.guard.captcha_required() && catalog::get_basket(&state.db, session_id, basket_id).await?.status == "open" {
+    let open = |status: &str| BasketStatus::parse(status) == Some(BasketStatus::Open);
+    if state.guard.captcha_required() && open(&catalog::get_basket(&state.db, session_id, basket_id).await?.status) {
         state.guard.verify_captcha(body.captcha_token.as_deref(), client).await?;
     }
     let placed = crate::usecase::checkout::place_order(

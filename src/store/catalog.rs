@@ -5,9 +5,10 @@ use serde::Serialize;
 
 use crate::args;
 use crate::clock::Millis;
+use crate::domain::Money;
+use crate::domain::basket::{self, BasketStatus};
 use crate::domain::checkout::SkuLimits;
 use crate::domain::ids::{self, BasketId, Sku};
-use crate::domain::{Money, basket};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
@@ -403,7 +404,7 @@ fn new_basket(
         );
     }
     // The view checks the total (overflow) before anything is written.
-    Ok((basket_view(id, "open".to_string(), None, rows)?, batch))
+    Ok((basket_view(id, BasketStatus::Open.as_str().to_string(), None, rows)?, batch))
 }
 
 /// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price; returns
@@ -450,9 +451,8 @@ pub async fn set_basket_line(
             .fetch_all(&mut **tx)
             .await?;
             let Some(row) = rows.first() else { return Err(Error::not_found("basket")) };
-            if col::<String>(row, "status")? != "open" {
-                return Err(Error::conflict("basket_frozen", "the basket has been checked out and can no longer change"));
-            }
+            let status = col::<String>(row, "status")?;
+            basket::may_change(BasketStatus::parse(&status).ok_or_else(|| Error::internal("unknown basket status"))?)?;
             let mut others = Vec::with_capacity(rows.len());
             for r in &rows {
                 if let Some(line_sku) = col::<Option<String>>(r, "line_sku")? {
@@ -472,7 +472,7 @@ pub async fn set_basket_line(
                     .bind(sku)
                     .execute(&mut **tx)
                     .await?;
-                return basket_view(basket_id, "open".to_string(), None, others);
+                return basket_view(basket_id, BasketStatus::Open.as_str().to_string(), None, others);
             }
             let (Some(name), Some(price), Some(currency)) = (
                 col::<Option<String>>(row, "name")?,
@@ -497,7 +497,7 @@ pub async fn set_basket_line(
             batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
             batch.run_checked(tx).await?;
             others.push(LineRow { sku: sku.to_string(), name, quantity, quoted: price, current: price, currency });
-            basket_view(basket_id, "open".to_string(), None, others)
+            basket_view(basket_id, BasketStatus::Open.as_str().to_string(), None, others)
         })
     })
     .await

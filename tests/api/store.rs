@@ -706,7 +706,7 @@ async fn pipelined_batches_run_in_order_with_bound_values() {
 }
 
 /// PostgreSQL on the same host is reached over its Unix socket when the URL says so
-/// (`?host=/var/run/postgresql`: each round trip skips the TCP stack on both sides, README): a
+/// (`?host=/var/run/postgresql`: each round trip skips the TCP stack on both sides, docs/postgresql.md): a
 /// purchase runs end to end on such a connection, and the server sees a socket client (no client
 /// address). Skipped loudly where the local server has no socket there, except in CI.
 #[cfg_attr(not(kassa_test_pg), ignore = "PostgreSQL: KASSA_TEST_DATABASE_URL was not set when the tests were built")]

@@ -41,8 +41,11 @@ impl From<tokio_postgres::Error> for DbError {
                 let message = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
                 DbError::new(Some(code.code().to_string()), message)
             }
-            // No SQLSTATE: the connection failed or closed, or a value did not convert.
-            None if e.is_closed() || e.source().is_some_and(|s| s.is::<std::io::Error>()) => {
+            // No SQLSTATE: the connection failed, closed, timed out or spoke out of turn (a
+            // server going away mid-answer) — all of them the database not being there — or a
+            // value did not convert, which is the one kind that carries a source of its own
+            // that is not an I/O error.
+            None if e.is_closed() || e.source().is_none_or(|s| s.is::<std::io::Error>()) => {
                 DbError::unreachable(e.to_string())
             }
             None => DbError::new(None, e.to_string()),
