@@ -126,6 +126,24 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
         }
     }
 
+    // open orders: each buyer session's count of its orders awaiting payment (what the
+    // open-orders limit reads) equals those orders.
+    let rows = sql::query(
+        "SELECT s.id, s.open_orders, CAST(COUNT(o.order_no) AS BIGINT) AS pending FROM sessions s \
+         LEFT JOIN orders o ON o.session_id = s.id AND o.status = 'pending_payment' \
+         GROUP BY s.id, s.open_orders HAVING s.open_orders <> COUNT(o.order_no) ORDER BY s.id",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for r in &rows {
+        let (session, counted, pending): (String, i64, i64) =
+            (col(r, "id")?, col(r, "open_orders")?, col(r, "pending")?);
+        add(
+            "open_orders",
+            format!("session {session} counts {counted} open orders but has {pending} awaiting payment"),
+        );
+    }
+
     // I2 reservations follow their order.
     let rows = sql::query(
         "SELECT r.order_no, r.sku, r.status AS r_status, o.status AS o_status, \

@@ -102,16 +102,11 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             // 1. A key already used by this buyer returns its order, whatever basket it names;
             // 2. lock the basket (lock order: basket, then stock rows by SKU, then the order);
             // 3. its lines at today's prices, read under the lock;
-            // 4. with a limit on open orders, the buyer's unpaid orders, counted under a lock of the
-            //    buyer's session (PostgreSQL: two confirms of one buyer take turns; it conflicts with
-            //    no foreign-key check). One round trip on PostgreSQL. Lock order: session, basket,
-            //    stock rows by SKU, then the order.
+            // One round trip on PostgreSQL. Lock order: basket, stock rows by SKU, the buyer's
+            // session (its open-orders counter), then the order — the order every command that
+            // moves an order out of pending_payment follows too (stock, then the counter).
             let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
-            let limit_open = req.max_open_orders > 0;
-            let mut reads = Vec::with_capacity(5);
-            if limit_open && db.kind() == crate::store::DbKind::Postgres {
-                reads.push((LOCK_SESSION_PG_SQL, args![req.session_id]));
-            }
+            let mut reads = Vec::with_capacity(4);
             if let Some(key) = req.idempotency_key {
                 reads.push((IDEMPOTENCY_KEY_SQL, args![req.session_id, key]));
             }
@@ -120,13 +115,7 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             }
             reads.push((basket_sql.as_str(), args![req.basket_id, req.session_id]));
             reads.push((PRICE_LINES_SQL, args![req.basket_id]));
-            if limit_open {
-                reads.push((OPEN_ORDERS_SQL, args![req.session_id]));
-            }
             let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows);
-            if limit_open && db.kind() == crate::store::DbKind::Postgres {
-                read.next();
-            }
             if req.idempotency_key.is_some()
                 && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
             {
@@ -157,19 +146,18 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             }
             // Re-priced from today's catalog; the preview's total is never trusted.
             let quoted = quoted_lines(&read.next().unwrap_or_default())?;
-            if limit_open {
-                let open: i64 = read.next().and_then(|rows| rows.into_iter().next()).map_or(Ok(0), |r| col(&r, "open"))?;
-                checkout::check_open_orders(open, req.max_open_orders)?;
-            }
             let pricing = checkout::price(&quoted, req.gateway, req.currencies)?;
             // A zero total is completed here, without a gateway (none takes a zero amount).
             let (free, total) = (pricing.free, pricing.total);
             let (gateway, channel) = pricing.payer(req.gateway, req.channel);
             let lines = &pricing.lines;
-            // 5. Hold stock, conditionally, in SKU order (consistent lock order, no oversell); then
+            // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell);
+            // 5. count the order on the buyer's session, conditionally: under the limit or not at
+            //    all (the row lock makes two confirms of one buyer take turns);
             // 6. create the order, its lines, reservations and first attempt; freeze the basket.
             // All in one batch (one round trip on SQLite, see store::batch): a hold that finds too
-            // little stock changes no row, the total shows it, and the whole command rolls back.
+            // little stock, or a session at its limit, changes no row, the count shows it, and the
+            // whole command rolls back.
             let mut batch = Batch::new();
             for line in lines {
                 batch.add(
@@ -177,13 +165,18 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                     args![line.quantity, req.now, &line.sku],
                 );
             }
+            let holds = lines.len();
+            match req.max_open_orders {
+                0 => batch.add(COUNT_OPEN_SQL, args![req.session_id]),
+                max => batch.add(COUNT_OPEN_UNDER_SQL, args![req.session_id, i64::from(max)]),
+            };
             let order_no = ids::new_order_no(req.now);
             let attempt_ref = ids::attempt_ref(&order_no, 1);
             let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, &quoted));
             batch.add(
                 "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at, \
-                 merchant_reference, metadata, return_url, cancel_url) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13)",
+                 merchant_reference, metadata, return_url, cancel_url, open_counted) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, 1)",
                 args![
                     &order_no,
                     req.session_id,
@@ -246,11 +239,11 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             );
             let checked = batch.len();
             add_remember_key(&mut batch, req, &order_no);
-            // Each hold, insert and the basket freeze changes exactly one row (the idempotency key's
-            // insert, last, may find it recorded already).
+            // Each hold, the count, each insert and the basket freeze changes exactly one row (the
+            // idempotency key's insert, last, may find it recorded already).
             let mut changed = batch.run_each(tx).await?;
             changed.truncate(checked);
-            if let Some(line) = lines.iter().zip(&changed).find(|(_, n)| **n != 1).map(|(l, _)| l) {
+            if let Some(line) = lines.iter().zip(&changed[..holds]).find(|(_, n)| **n != 1).map(|(l, _)| l) {
                 // Its hold changed nothing, so the row shows what was available.
                 let available: i64 = sql::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
                     .bind(&line.sku)
@@ -258,6 +251,15 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
                     .await?;
                 return Err(Error::conflict("out_of_stock", format!("not enough stock for {}", line.sku))
                     .with_details(json!({"sku": line.sku, "requested": line.quantity, "available": available.max(0)})));
+            }
+            if changed[holds] != 1 {
+                // The session is at its limit: its count shows how many orders await payment.
+                let open: i64 = sql::query_scalar("SELECT open_orders FROM sessions WHERE id = $1")
+                    .bind(req.session_id)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                checkout::check_open_orders(open, req.max_open_orders)?;
+                return Err(Error::internal("the open-orders count changed no row under the limit"));
             }
             if changed.iter().any(|n| *n != 1) {
                 return Err(Error::internal("basket changed under its lock"));
@@ -332,11 +334,13 @@ const IDEMPOTENCY_KEY_SQL: &str =
 const MERCHANT_REFERENCE_SQL: &str = "SELECT order_no, session_id FROM orders WHERE merchant_reference = $1";
 
 /// PostgreSQL: the buyer session `$1`, locked against the buyer's other confirms.
-const LOCK_SESSION_PG_SQL: &str = "SELECT id FROM sessions WHERE id = $1 FOR NO KEY UPDATE";
-
-/// How many unpaid orders buyer session `$1` has open.
-const OPEN_ORDERS_SQL: &str =
-    "SELECT count(*) AS open FROM orders WHERE session_id = $1 AND status = 'pending_payment'";
+/// Counts a new order on buyer session `$1` (no limit). The order is inserted `open_counted`, so
+/// the database's own count of pending inserts (migration 16) leaves it to this statement.
+const COUNT_OPEN_SQL: &str = "UPDATE sessions SET open_orders = open_orders + 1 WHERE id = $1";
+/// [`COUNT_OPEN_SQL`] only while the session has fewer than `$2` orders awaiting payment: no row
+/// changed is the limit reached.
+const COUNT_OPEN_UNDER_SQL: &str =
+    "UPDATE sessions SET open_orders = open_orders + 1 WHERE id = $1 AND open_orders < $2";
 
 /// The lines of basket `$1` with today's prices, in SKU order; [`price_lines`] reads them.
 pub const PRICE_LINES_SQL: &str = "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency, \

@@ -27,6 +27,7 @@ const SQLITE: &[Migration] = &[
     (13, "0013_shipping_reports", include_str!("../../migrations/sqlite/0013_shipping_reports.sql")),
     (14, "0014_statements", include_str!("../../migrations/sqlite/0014_statements.sql")),
     (15, "0015_second_captures", include_str!("../../migrations/sqlite/0015_second_captures.sql")),
+    (16, "0016_open_orders", include_str!("../../migrations/sqlite/0016_open_orders.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -45,6 +46,7 @@ const POSTGRES: &[Migration] = &[
     (13, "0013_shipping_reports", include_str!("../../migrations/postgres/0013_shipping_reports.sql")),
     (14, "0014_statements", include_str!("../../migrations/postgres/0014_statements.sql")),
     (15, "0015_second_captures", include_str!("../../migrations/postgres/0015_second_captures.sql")),
+    (16, "0016_open_orders", include_str!("../../migrations/postgres/0016_open_orders.sql")),
 ];
 
 impl Db {

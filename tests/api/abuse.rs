@@ -142,11 +142,49 @@ async fn a_buyer_holds_at_most_three_open_orders(backend: Backend) {
         .fetch_one(t.app.state.db.read_pool())
         .await
         .unwrap();
+    let session: String = sql::query_scalar("SELECT session_id FROM orders WHERE order_no = $1")
+        .bind(&orders[0])
+        .fetch_one(t.app.state.db.read_pool())
+        .await
+        .unwrap();
+    let counted = |session: String| {
+        let t = &t;
+        async move {
+            sql::query_scalar::<i64>("SELECT open_orders FROM sessions WHERE id = $1")
+                .bind(session)
+                .fetch_one(t.app.state.db.read_pool())
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(counted(session.clone()).await, 3, "the session counts its open orders");
     t.complete(&attempt, "succeeded", 1).await;
     t.settle().await;
+    assert_eq!(counted(session.clone()).await, 2, "a paid order gives its place back");
     let (status, body) = t.checkout(&buyer, &fourth, None).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(counted(session.clone()).await, 3);
+    // A cancelled order gives its place back too; the count is what `kassa check` compares.
+    let r = t
+        .http
+        .post(t.url(&format!("/api/v1/orders/{}/cancel", orders[2])))
+        .bearer_auth(&buyer)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    assert_eq!(counted(session.clone()).await, 2);
     t.assert_clean().await;
+    // A count that disagrees with the orders is a violation, named with the session.
+    sql::query("UPDATE sessions SET open_orders = 7 WHERE id = $1")
+        .bind(&session)
+        .execute(t.app.state.db.read_pool())
+        .await
+        .unwrap();
+    let found: Vec<String> =
+        t.violations().await.into_iter().filter(|v| v.invariant == "open_orders").map(|v| v.detail).collect();
+    assert_eq!(found, [format!("session {session} counts 7 open orders but has 2 awaiting payment")]);
 }
 on_both!(open_orders, a_buyer_holds_at_most_three_open_orders);
 
