@@ -11,6 +11,7 @@ pub mod stripe;
 pub mod timed;
 pub mod wechat_keys;
 pub mod wechat_shipping;
+pub mod wechat_sign;
 pub mod wechatpay;
 
 use std::collections::{BTreeMap, HashMap};
