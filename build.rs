@@ -7,7 +7,15 @@
 //! - with `KASSA_NGINX` set (the path of nginx, Debian's `nginx-light`), the `kassa_test_nginx` cfg
 //!   is on and the tests behind a real proxy run; without it, the same;
 //! - with `KASSA_SCHEMATHESIS` set (the path of Schemathesis' `st`), the `kassa_test_schemathesis`
-//!   cfg is on and the contract tests run it against a served kassa; without it, the same.
+//!   cfg is on and the contract tests run it against a served kassa; without it, the same;
+//! - with Chromium and chromedriver installed (`CHROMIUM`, `CHROMEDRIVER`, else Debian's paths) the
+//!   `kassa_test_browser` cfg is on and the browser tests run; with promtool (Debian's
+//!   `prometheus`) `kassa_test_promtool`, and the alert rules' tests run; with Node.js and Python
+//!   `kassa_test_node` and `kassa_test_python`, and the webhook snippets run. Without one, its
+//!   tests are compiled as ignored and counted so, naming what to install.
+//!
+//! Programs are looked up when the tests are built: installing one (into /usr/bin or
+//! /usr/local/bin) builds the tests again.
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(kassa_test_pg)");
     println!("cargo::rustc-check-cfg=cfg(kassa_test_previous)");
@@ -29,4 +37,32 @@ fn main() {
     if std::env::var("KASSA_SCHEMATHESIS").is_ok_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=kassa_test_schemathesis");
     }
+    for (cfg, found) in [
+        ("kassa_test_browser", program("CHROMEDRIVER", "chromedriver") && program("CHROMIUM", "chromium")),
+        ("kassa_test_promtool", program("", "promtool")),
+        ("kassa_test_node", program("", "node")),
+        ("kassa_test_python", program("", "python3")),
+    ] {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+        if found {
+            println!("cargo::rustc-cfg={cfg}");
+        }
+    }
+    for dir in ["/usr/bin", "/usr/local/bin"] {
+        if std::path::Path::new(dir).is_dir() {
+            println!("cargo::rerun-if-changed={dir}");
+        }
+    }
+}
+
+/// Whether `name` is installed: at the path the environment variable `env` names, if it is set,
+/// else on the `PATH`.
+fn program(env: &str, name: &str) -> bool {
+    if !env.is_empty() {
+        println!("cargo::rerun-if-env-changed={env}");
+        if let Ok(path) = std::env::var(env) {
+            return std::path::Path::new(&path).is_file();
+        }
+    }
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
 }

@@ -163,8 +163,16 @@ pub async fn mount_gateways(
 }
 
 /// What a server started like this cannot do.
-fn startup_warnings(state: &AppState) -> Vec<String> {
+fn startup_warnings(state: &AppState, settings: &Settings) -> Vec<String> {
     let mut warnings = Vec::new();
+    if settings.sandbox_in_production {
+        warnings.push(
+            "DANGER: the sandbox gateway is mounted beside a real gateway or on a public URL \
+             (--sandbox-in-production-i-know): anyone who reaches /sandbox can mark an order paid and take its \
+             goods"
+                .to_string(),
+        );
+    }
     if state.gateways.names().is_empty() {
         warnings.push(
             "no payment gateway is configured: buyers can order but cannot pay (configure [gateways.*] in the \
@@ -179,7 +187,7 @@ fn startup_warnings(state: &AppState) -> Vec<String> {
                 .to_string(),
         );
     }
-    if state.public_url.starts_with("http://") && !is_loopback_url(&state.public_url) {
+    if state.public_url.starts_with("http://") && !crate::config::is_loopback_url(&state.public_url) {
         warnings.push(format!(
             "the public URL {} is not https: the admin cookie and buyer tokens travel in clear (set --public-url \
              https://… behind a TLS proxy)",
@@ -187,11 +195,6 @@ fn startup_warnings(state: &AppState) -> Vec<String> {
         ));
     }
     warnings
-}
-
-fn is_loopback_url(url: &str) -> bool {
-    let host = url.trim_start_matches("http://").split(['/', ':']).next().unwrap_or_default();
-    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Writes a secret file readable by its owner only.
@@ -217,7 +220,7 @@ impl App {
         workers: Workers,
     ) -> anyhow::Result<App> {
         let addr = listener.local_addr()?;
-        std::fs::create_dir_all(&settings.data_dir)
+        crate::store::files::create_private_dir(&settings.data_dir)
             .with_context(|| format!("creating the data dir {}", settings.data_dir.display()))?;
         let db = Db::connect_with(&settings.database_url, settings.db_max_connections, settings.engine).await?;
         db.migrate().await.context("applying migrations")?;
@@ -314,7 +317,7 @@ impl App {
             clock: clock.clone(),
             schedule: settings.statement_schedule.unwrap_or_default(),
         });
-        let warnings = startup_warnings(&state);
+        let warnings = startup_warnings(&state, settings);
         for w in &warnings {
             tracing::warn!("{w}");
         }
@@ -482,6 +485,7 @@ pub fn usecase_context(
         public_url: public_url.to_string(),
         hold_ms: i64::try_from(settings.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
         max_open_orders_per_session: settings.protection.max_open_orders_per_session,
+        order_limits: settings.protection.order_limits,
         late_policy: settings.late_payment_policy,
         refund_policy: settings.refund_policy,
         allowed_return_origins: settings.allowed_return_origins.clone(),

@@ -69,7 +69,7 @@ pub async fn backup(db: &Db, url: &str, to: &Path, now_ms: i64) -> anyhow::Resul
     if to.exists() && std::fs::read_dir(to).with_context(|| format!("reading {}", to.display()))?.next().is_some() {
         anyhow::bail!("{} is not empty: a backup goes into a new directory", to.display());
     }
-    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    crate::store::files::create_private_dir(to).with_context(|| format!("creating {}", to.display()))?;
     let schema_version = db.schema_version().await?;
     let keys_check = crate::store::fulfilment::keys_check_value(db).await?;
     let mut files = Vec::new();
@@ -89,6 +89,7 @@ pub async fn backup(db: &Db, url: &str, to: &Path, now_ms: i64) -> anyhow::Resul
     let files = files
         .into_iter()
         .map(|name| {
+            crate::store::files::make_private(&to.join(name))?;
             let (sha256, bytes) = digest(&to.join(name))?;
             Ok(BackupFile { name: name.to_string(), bytes, sha256 })
         })
@@ -159,11 +160,12 @@ pub fn restore(from: &Path, data_dir: &Path, newest_schema: i64, vault: Option<&
     if let Some(existing) = targets.iter().find(|t| t.exists()) {
         anyhow::bail!("{} exists: a restore goes into a data dir without a database", existing.display());
     }
-    std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    crate::store::files::create_private_dir(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     for (file, target) in manifest.files.iter().zip(&targets) {
         // Copied under a temporary name, then renamed: a restore cut short leaves no database.
         let partial = target.with_extension("db.partial");
         std::fs::copy(from.join(&file.name), &partial).with_context(|| format!("writing {}", partial.display()))?;
+        crate::store::files::make_private(&partial)?;
         std::fs::rename(&partial, target).with_context(|| format!("writing {}", target.display()))?;
     }
     Ok(manifest)

@@ -217,7 +217,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     if args.check_config {
         return check_config(&settings);
     }
-    std::fs::create_dir_all(&settings.data_dir)?;
+    kassa::store::files::create_private_dir(&settings.data_dir)?;
     let listener = tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| {
         let addr = settings.listen;
         match e.kind() {

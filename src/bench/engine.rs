@@ -89,6 +89,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
                     hold_ms: 900_000,
                     // The engine bench holds orders open by the thousand: no per-buyer limit.
                     max_open_orders: 0,
+                    limits: kassa::domain::checkout::OrderLimits::default(),
                     now,
                 };
                 let t0 = Instant::now();

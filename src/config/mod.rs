@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// Sandbox fault switch: accept close calls but still let the buyer pay (late-payment tests)
     #[arg(long, env = "KASSA_SANDBOX_IGNORE_CLOSE", value_parser = clap::builder::BoolishValueParser::new())]
     pub sandbox_ignore_close: bool,
+    /// Start the sandbox even beside a real gateway or with a public URL that is not loopback:
+    /// anyone could then mark an order paid through it. Refused without this flag
+    #[arg(long, env = "KASSA_SANDBOX_IN_PRODUCTION_I_KNOW", value_parser = clap::builder::BoolishValueParser::new())]
+    pub sandbox_in_production_i_know: bool,
     /// Admin bearer token (generated and printed in --demo mode when absent)
     #[arg(long, env = "KASSA_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -126,6 +130,17 @@ pub struct ProtectionArgs {
     /// Unpaid orders one buyer session may have open at once; 0 for no limit [default: 3]
     #[arg(long, env = "KASSA_MAX_OPEN_ORDERS_PER_SESSION")]
     pub max_open_orders_per_session: Option<u32>,
+    /// Units of one SKU one order may hold, for a SKU with no max_per_order of its own; 0 for no
+    /// limit [default: 20]
+    #[arg(long, env = "KASSA_DEFAULT_MAX_PER_ORDER")]
+    pub default_max_per_order: Option<u32>,
+    /// Units one order may hold, all lines together; 0 for no limit [default: 100]
+    #[arg(long, env = "KASSA_MAX_UNITS_PER_ORDER")]
+    pub max_units_per_order: Option<u32>,
+    /// Share of a SKU's stock one order may hold, in percent (rounded up, at least one unit), for
+    /// a SKU with no max_per_order of its own; 100 for no limit [default: 50]
+    #[arg(long, env = "KASSA_MAX_STOCK_SHARE_PERCENT")]
+    pub max_stock_share_percent: Option<u32>,
     /// Per-address rate limits: on or off (benchmarks and load tests) [default: on]
     #[arg(long, env = "KASSA_RATE_LIMITS")]
     pub rate_limits: Option<String>,
@@ -144,6 +159,10 @@ pub struct ProtectionArgs {
     /// Admin sign-in attempts per address per minute [default: 10]
     #[arg(long, env = "KASSA_RATE_SIGNINS_PER_MINUTE")]
     pub rate_signins_per_minute: Option<u32>,
+    /// Gateway notifications failing verification stored per address per minute; more are
+    /// answered 429 and not stored (genuine notifications are never limited) [default: 30]
+    #[arg(long, env = "KASSA_RATE_REJECTED_NOTIFICATIONS_PER_MINUTE")]
+    pub rate_rejected_notifications_per_minute: Option<u32>,
     /// Failed admin sign-ins from one address, within the lockout time, that lock it out [default: 10]
     #[arg(long, env = "KASSA_SIGNIN_LOCKOUT_FAILURES")]
     pub signin_lockout_failures: Option<u32>,
@@ -188,6 +207,17 @@ pub struct ProtectionArgs {
     /// records stay) [default: 180]
     #[arg(long, env = "KASSA_NOTIFICATION_BODY_DAYS")]
     pub notification_body_days: Option<u32>,
+    /// Notifications that failed verification (a digest of each) are deleted after this many days
+    /// [default: 30]
+    #[arg(long, env = "KASSA_REJECTED_NOTIFICATION_DAYS")]
+    pub rejected_notification_days: Option<u32>,
+    /// Bearer token (at least 32 characters) that reads /metrics from another machine; the admin
+    /// token does too. Without it only this machine's clients read /metrics
+    #[arg(long, env = "KASSA_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+    /// Serve /metrics to every client without a token (a proxy in front keeps it private)
+    #[arg(long, env = "KASSA_METRICS_PUBLIC", value_parser = clap::builder::BoolishValueParser::new())]
+    pub metrics_public: bool,
 }
 
 /// Where the card-key encryption secret comes from.
@@ -210,6 +240,7 @@ pub struct FileConfig {
     pub demo: Option<bool>,
     pub sandbox: Option<bool>,
     pub sandbox_ignore_close: Option<bool>,
+    pub sandbox_in_production_i_know: Option<bool>,
     pub admin_token: Option<String>,
     pub hold_seconds: Option<u64>,
     pub sweep_interval_ms: Option<u64>,
@@ -241,6 +272,7 @@ pub struct FileConfig {
     pub rate_confirms_per_minute: Option<u32>,
     pub rate_polls_per_minute: Option<u32>,
     pub rate_signins_per_minute: Option<u32>,
+    pub rate_rejected_notifications_per_minute: Option<u32>,
     pub signin_lockout_failures: Option<u32>,
     pub signin_lockout_seconds: Option<u64>,
     pub trusted_proxies: Option<String>,
@@ -254,6 +286,12 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     pub retention_days: Option<u32>,
     pub notification_body_days: Option<u32>,
+    pub rejected_notification_days: Option<u32>,
+    pub default_max_per_order: Option<u32>,
+    pub max_units_per_order: Option<u32>,
+    pub max_stock_share_percent: Option<u32>,
+    pub metrics_token: Option<String>,
+    pub metrics_public: Option<bool>,
 }
 
 /// Resolved settings.
@@ -267,6 +305,8 @@ pub struct Settings {
     pub demo: bool,
     pub sandbox: bool,
     pub sandbox_ignore_close: bool,
+    /// The sandbox runs beside a real gateway or on a public URL that is not loopback, as asked.
+    pub sandbox_in_production: bool,
     pub admin_token: Option<String>,
     pub hold_seconds: u64,
     pub sweep_interval_ms: u64,
@@ -377,6 +417,20 @@ pub fn keys_secret_file(data_dir: &Path) -> PathBuf {
     data_dir.join("keys.secret")
 }
 
+/// Whether a URL's host is this machine (`localhost`, `127.0.0.0/8`, `::1`).
+pub fn is_loopback_url(url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(url) else { return false };
+    let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether the sandbox would run where real money is taken: beside a real gateway, or reachable
+/// under a public URL that is not loopback.
+fn sandbox_beside_production(gateways: &GatewaysFile, public_url: Option<&str>) -> bool {
+    let real = gateways.alipay.is_some() || gateways.wechatpay.is_some() || gateways.stripe.is_some();
+    real || public_url.is_some_and(|u| !is_loopback_url(u))
+}
+
 fn database_url(data_dir: &Path, explicit: Option<String>) -> String {
     explicit.unwrap_or_else(|| format!("sqlite://{}", data_dir.join("kassa.db").display()))
 }
@@ -401,6 +455,7 @@ impl Default for Settings {
             demo: false,
             sandbox: false,
             sandbox_ignore_close: false,
+            sandbox_in_production: false,
             admin_token: None,
             hold_seconds: DEFAULT_HOLD_SECONDS,
             sweep_interval_ms: DEFAULT_SWEEP_INTERVAL_MS,
@@ -476,6 +531,18 @@ impl Settings {
             args.statement_time.as_deref().or(file.statement_time.as_deref()),
             args.statement_time_zone.as_deref().or(file.statement_time_zone.as_deref()),
         )?;
+        let sandbox = demo || args.sandbox || file.sandbox.unwrap_or(false);
+        let public_url = args.public_url.clone().or(file.public_url);
+        let sandbox_in_production = sandbox && sandbox_beside_production(&file.gateways, public_url.as_deref());
+        if sandbox_in_production
+            && !(args.sandbox_in_production_i_know || file.sandbox_in_production_i_know.unwrap_or(false))
+        {
+            anyhow::bail!(
+                "the sandbox gateway (--demo or --sandbox) lets anyone mark an order paid: it is refused beside a \
+                 real gateway or with a public URL that is not loopback. Leave out --demo and --sandbox in \
+                 production, or add --sandbox-in-production-i-know for a closed test installation"
+            );
+        }
         Ok(Settings {
             allowed_return_origins,
             time_zone,
@@ -508,9 +575,10 @@ impl Settings {
                 .or(file.db_max_connections)
                 .unwrap_or(DEFAULT_DB_MAX_CONNECTIONS),
             listen,
-            public_url: args.public_url.clone().or(file.public_url),
+            public_url,
             demo,
-            sandbox: demo || args.sandbox || file.sandbox.unwrap_or(false),
+            sandbox,
+            sandbox_in_production,
             sandbox_ignore_close: args.sandbox_ignore_close || file.sandbox_ignore_close.unwrap_or(false),
             admin_token: check_admin_token(
                 args.admin_token.clone().or(file.admin_token.clone()).filter(|t| !t.is_empty()),
@@ -628,6 +696,35 @@ mod tests {
             let args = ServeArgs { protection: bad.clone(), ..Default::default() };
             assert!(Settings::resolve(&args).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_sandbox_is_refused_where_real_money_is_taken_unless_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kassa.toml");
+        std::fs::write(&file, "[gateways.stripe]\nsecret_key = \"sk_test_x\"\nwebhook_secret = \"whsec_x\"\n").unwrap();
+        let demo = |config: Option<PathBuf>, public_url: Option<&str>, i_know: bool| ServeArgs {
+            common: CommonArgs { config, ..Default::default() },
+            demo: true,
+            public_url: public_url.map(str::to_string),
+            sandbox_in_production_i_know: i_know,
+            ..Default::default()
+        };
+        for local in [None, Some("http://127.0.0.1:8080"), Some("http://localhost:9000/"), Some("http://[::1]:8080")] {
+            let s = Settings::resolve(&demo(None, local, false)).unwrap();
+            assert!(s.sandbox && !s.sandbox_in_production, "{local:?}");
+        }
+        for (config, url) in
+            [(Some(file.clone()), None), (None, Some("https://shop.example")), (None, Some("http://10.0.0.5:8080"))]
+        {
+            let err = Settings::resolve(&demo(config.clone(), url, false)).unwrap_err().to_string();
+            assert!(err.contains("--sandbox-in-production-i-know"), "{err}");
+            let s = Settings::resolve(&demo(config, url, true)).unwrap();
+            assert!(s.sandbox_in_production);
+        }
+        // A real gateway alone is production as usual.
+        let args = ServeArgs { common: CommonArgs { config: Some(file), ..Default::default() }, ..Default::default() };
+        assert!(!Settings::resolve(&args).unwrap().sandbox);
     }
 
     #[test]

@@ -51,6 +51,12 @@ pub(super) fn resolve(args: &ProtectionArgs, file: &FileConfig) -> anyhow::Resul
                 r.signins_per_minute,
                 "rate-signins-per-minute",
             )?,
+            rejected_notifications_per_minute: rate(
+                args.rate_rejected_notifications_per_minute,
+                file.rate_rejected_notifications_per_minute,
+                r.rejected_notifications_per_minute,
+                "rate-rejected-notifications-per-minute",
+            )?,
             signin_lockout_failures: rate(
                 args.signin_lockout_failures,
                 file.signin_lockout_failures,
@@ -116,7 +122,31 @@ pub(super) fn resolve(args: &ProtectionArgs, file: &FileConfig) -> anyhow::Resul
         }
         Ok(days * DAY_MS)
     };
+    let order_limits = crate::domain::checkout::OrderLimits {
+        default_max_per_order: args
+            .default_max_per_order
+            .or(file.default_max_per_order)
+            .map_or(d.order_limits.default_max_per_order, i64::from),
+        units_per_order: args
+            .max_units_per_order
+            .or(file.max_units_per_order)
+            .map_or(d.order_limits.units_per_order, i64::from),
+        stock_share_percent: args
+            .max_stock_share_percent
+            .or(file.max_stock_share_percent)
+            .map_or(d.order_limits.stock_share_percent, i64::from),
+    };
+    order_limits.validate().map_err(anyhow::Error::msg)?;
+    let metrics_token = args.metrics_token.clone().or(file.metrics_token.clone()).filter(|k| !k.is_empty());
+    if metrics_token.as_ref().is_some_and(|k| k.chars().count() < SHOP_API_KEY_LEN_MIN) {
+        anyhow::bail!(
+            "--metrics-token must be at least {SHOP_API_KEY_LEN_MIN} characters; generate one with `openssl rand -hex 32`"
+        );
+    }
     Ok(Protection {
+        order_limits,
+        metrics_token,
+        metrics_public: args.metrics_public || file.metrics_public.unwrap_or(false),
         max_open_orders_per_session: args
             .max_open_orders_per_session
             .or(file.max_open_orders_per_session)
@@ -147,6 +177,12 @@ pub(super) fn resolve(args: &ProtectionArgs, file: &FileConfig) -> anyhow::Resul
                 file.notification_body_days,
                 d.retention.notification_body_ms,
                 "notification-body-days",
+            )?,
+            rejected_notification_ms: days(
+                args.rejected_notification_days,
+                file.rejected_notification_days,
+                d.retention.rejected_notification_ms,
+                "rejected-notification-days",
             )?,
         },
     })

@@ -24,6 +24,8 @@ pub struct QuotedLine {
     pub max_per_order: Option<i64>,
     /// The SKU's own hold, in seconds, when shorter than the shop's default is wanted.
     pub hold_seconds: Option<i64>,
+    /// The SKU's stock as it stands (units held by pending orders included).
+    pub on_hand: i64,
 }
 
 /// A line of the order about to be placed.
@@ -61,7 +63,12 @@ impl Pricing {
 /// Re-prices a basket for confirm. Refused if it is empty, if any price or currency moved since
 /// it was quoted (`price_changed`, with each moved line), if the total does not add up, or if the
 /// chosen gateway does not take its currency (`accepted`: `None` for any; a zero total needs none).
-pub fn price(lines: &[QuotedLine], gateway: &str, accepted: Option<&[Currency]>) -> Result<Pricing, Refusal> {
+pub fn price(
+    lines: &[QuotedLine],
+    limits: &OrderLimits,
+    gateway: &str,
+    accepted: Option<&[Currency]>,
+) -> Result<Pricing, Refusal> {
     let Some(first) = lines.first() else {
         return Err(Refusal::unprocessable("basket_empty", "the basket has no lines"));
     };
@@ -77,9 +84,7 @@ pub fn price(lines: &[QuotedLine], gateway: &str, accepted: Option<&[Currency]>)
         )
         .with_details(json!({"lines": changed})));
     }
-    for l in lines {
-        super::basket::check_line_limit(&l.sku, l.quantity, l.max_per_order)?;
-    }
+    limits.check(lines)?;
     let mut priced = Vec::with_capacity(lines.len());
     let mut total = Money::zero(Currency::parse(&first.currency)?);
     for l in lines {
@@ -158,6 +163,97 @@ impl SkuLimits {
     }
 }
 
+/// The shop's limits on one order, so that no one order holds a SKU's whole stock for the hold
+/// time (hoarding). A SKU's own `max_per_order` replaces [`OrderLimits::default_max_per_order`]
+/// and [`OrderLimits::stock_share_percent`] for its line; [`OrderLimits::units_per_order`] counts
+/// every line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderLimits {
+    /// Units of one SKU in one order, for a SKU with no `max_per_order` of its own; 0: no limit.
+    pub default_max_per_order: i64,
+    /// Units in one order, all lines together; 0: no limit.
+    pub units_per_order: i64,
+    /// Share of a SKU's stock one order may hold, in percent (rounded up, at least one unit), for a
+    /// SKU with no `max_per_order` of its own; 100: no limit.
+    pub stock_share_percent: i64,
+}
+
+/// Units of one SKU in one order by default.
+pub const DEFAULT_MAX_PER_ORDER: i64 = 20;
+/// Units in one order by default.
+pub const UNITS_PER_ORDER_DEFAULT: i64 = 100;
+/// Share of a SKU's stock one order may hold by default, in percent.
+pub const STOCK_SHARE_PERCENT_DEFAULT: i64 = 50;
+
+impl Default for OrderLimits {
+    fn default() -> Self {
+        OrderLimits {
+            default_max_per_order: DEFAULT_MAX_PER_ORDER,
+            units_per_order: UNITS_PER_ORDER_DEFAULT,
+            stock_share_percent: STOCK_SHARE_PERCENT_DEFAULT,
+        }
+    }
+}
+
+impl OrderLimits {
+    /// No limit beyond each SKU's own.
+    pub const NONE: OrderLimits =
+        OrderLimits { default_max_per_order: 0, units_per_order: 0, stock_share_percent: 100 };
+
+    /// Most units of a line's SKU one order may hold: its own `max_per_order`, or the least of
+    /// the default and the share of `on_hand`. `None`: no limit.
+    pub fn line_max(&self, max_per_order: Option<i64>, on_hand: i64) -> Option<i64> {
+        if max_per_order.is_some() {
+            return max_per_order;
+        }
+        let default = (self.default_max_per_order > 0).then_some(self.default_max_per_order);
+        let share = (self.stock_share_percent < 100).then(|| {
+            let share = on_hand.max(0).saturating_mul(self.stock_share_percent.max(1)).saturating_add(99) / 100;
+            share.max(1)
+        });
+        match (default, share) {
+            (Some(d), Some(s)) => Some(d.min(s)),
+            (d, s) => d.or(s),
+        }
+    }
+
+    /// Each line within its SKU's limit, and the order within the units per order: else
+    /// `quantity_limit`, naming the SKU and its limit (or the order's).
+    pub fn check(&self, lines: &[QuotedLine]) -> Result<(), Refusal> {
+        for l in lines {
+            super::basket::check_line_limit(&l.sku, l.quantity, self.line_max(l.max_per_order, l.on_hand))?;
+        }
+        let units = lines.iter().map(|l| l.quantity).fold(0_i64, i64::saturating_add);
+        if self.units_per_order > 0 && units > self.units_per_order {
+            let max = self.units_per_order;
+            return Err(Refusal::unprocessable(
+                "quantity_limit",
+                format!("at most {max} units may be bought in one order"),
+            )
+            .with_details(json!({"units": units, "max_units": max})));
+        }
+        Ok(())
+    }
+
+    /// Refused unless each limit is within its range.
+    pub fn validate(&self) -> Result<(), String> {
+        let max = super::basket::LINE_QUANTITY_MAX;
+        if !(0..=max).contains(&self.default_max_per_order) {
+            return Err(format!("--default-max-per-order must be between 0 (no limit) and {max}"));
+        }
+        if !(0..=max.saturating_mul(super::basket::BASKET_LINES_MAX)).contains(&self.units_per_order) {
+            return Err(format!(
+                "--max-units-per-order must be between 0 (no limit) and {}",
+                max.saturating_mul(super::basket::BASKET_LINES_MAX)
+            ));
+        }
+        if !(1..=100).contains(&self.stock_share_percent) {
+            return Err("--max-stock-share-percent must be between 1 and 100 (no limit)".to_string());
+        }
+        Ok(())
+    }
+}
+
 /// A SKU's price as the shop sets it: a price of zero gives goods away, so it is taken only when
 /// the shop says so (`free`); and `free` with a price is a contradiction.
 pub fn check_price(price_minor: i64, free: bool) -> Result<(), Refusal> {
@@ -221,6 +317,7 @@ mod tests {
             currency: currency.into(),
             max_per_order: None,
             hold_seconds: None,
+            on_hand: 1000,
         }
     }
 
@@ -240,11 +337,46 @@ mod tests {
     fn a_line_over_its_skus_limit_is_refused_with_the_limit() {
         let mut limited = quoted("LAMP", 990, 990, "CNY");
         limited.max_per_order = Some(1);
-        let r = price(&[quoted("A", 150, 150, "CNY"), limited.clone()], "sandbox", None).unwrap_err();
+        let r = price(&[quoted("A", 150, 150, "CNY"), limited.clone()], &OrderLimits::default(), "sandbox", None)
+            .unwrap_err();
         assert_eq!((r.code, r.kind), ("quantity_limit", crate::domain::refusal::RefusalKind::Unprocessable));
         assert_eq!(r.details.unwrap(), json!({"sku": "LAMP", "max": 1}));
         limited.max_per_order = Some(2);
-        assert!(price(&[limited], "sandbox", None).is_ok(), "a line at its limit is within it");
+        assert!(
+            price(&[limited], &OrderLimits::default(), "sandbox", None).is_ok(),
+            "a line at its limit is within it"
+        );
+    }
+
+    #[test]
+    fn no_one_order_holds_a_skus_whole_stock_by_default() {
+        let limits = OrderLimits::default();
+        let line = |quantity: i64, on_hand: i64, own: Option<i64>| QuotedLine {
+            quantity,
+            on_hand,
+            max_per_order: own,
+            ..quoted("GPU", 100, 100, "CNY")
+        };
+        // Half the stock, rounded up, at least one unit; and the default cap.
+        assert!(limits.check(&[line(1, 1, None)]).is_ok());
+        assert!(limits.check(&[line(2, 3, None)]).is_ok());
+        assert!(limits.check(&[line(3, 5, None)]).is_ok());
+        let r = limits.check(&[line(4, 5, None)]).unwrap_err();
+        assert_eq!((r.code, r.details.unwrap()), ("quantity_limit", json!({"sku": "GPU", "max": 3})));
+        assert!(limits.check(&[line(20, 1000, None)]).is_ok());
+        assert_eq!(limits.check(&[line(21, 1000, None)]).unwrap_err().code, "quantity_limit");
+        // A SKU's own limit replaces both.
+        assert!(limits.check(&[line(50, 50, Some(50))]).is_ok());
+        // The order as a whole.
+        let big: Vec<QuotedLine> =
+            (0..6).map(|i| QuotedLine { sku: format!("S{i}"), ..line(20, 1000, None) }).collect();
+        let r = limits.check(&big).unwrap_err();
+        assert_eq!(r.details.unwrap(), json!({"units": 120, "max_units": 100}));
+        assert!(OrderLimits::NONE.check(&big).is_ok());
+        assert!(OrderLimits::NONE.check(&[line(10, 10, None)]).is_ok());
+        assert!(OrderLimits::default().validate().is_ok() && OrderLimits::NONE.validate().is_ok());
+        assert!(OrderLimits { stock_share_percent: 0, ..limits }.validate().is_err());
+        assert!(OrderLimits { default_max_per_order: -1, ..limits }.validate().is_err());
     }
 
     #[test]
@@ -282,7 +414,13 @@ mod tests {
 
     #[test]
     fn prices_at_todays_catalog() {
-        let p = price(&[quoted("A", 150, 150, "EUR"), quoted("B", 50, 50, "EUR")], "sandbox", None).unwrap();
+        let p = price(
+            &[quoted("A", 150, 150, "EUR"), quoted("B", 50, 50, "EUR")],
+            &OrderLimits::default(),
+            "sandbox",
+            None,
+        )
+        .unwrap();
         assert_eq!(p.total.amount_minor(), 400);
         assert!(!p.free);
         assert_eq!(p.payer("sandbox", "web"), ("sandbox", "web"));
@@ -291,27 +429,36 @@ mod tests {
 
     #[test]
     fn a_moved_price_is_refused_with_the_lines() {
-        let r = price(&[quoted("A", 150, 150, "EUR"), quoted("B", 50, 60, "EUR")], "sandbox", None).unwrap_err();
+        let r = price(
+            &[quoted("A", 150, 150, "EUR"), quoted("B", 50, 60, "EUR")],
+            &OrderLimits::default(),
+            "sandbox",
+            None,
+        )
+        .unwrap_err();
         assert_eq!(r.code, "price_changed");
         assert_eq!(r.details.unwrap()["lines"][0]["sku"], "B");
         let mut moved = quoted("C", 50, 50, "EUR");
         moved.currency = "CNY".into();
-        assert_eq!(price(&[moved], "sandbox", None).unwrap_err().code, "price_changed");
+        assert_eq!(price(&[moved], &OrderLimits::default(), "sandbox", None).unwrap_err().code, "price_changed");
     }
 
     #[test]
     fn empty_baskets_and_foreign_currencies_are_refused() {
-        assert_eq!(price(&[], "sandbox", None).unwrap_err().code, "basket_empty");
+        assert_eq!(price(&[], &OrderLimits::default(), "sandbox", None).unwrap_err().code, "basket_empty");
         let cny = [Currency::parse("CNY").unwrap()];
         assert_eq!(
-            price(&[quoted("A", 150, 150, "EUR")], "alipay", Some(&cny)).unwrap_err().code,
+            price(&[quoted("A", 150, 150, "EUR")], &OrderLimits::default(), "alipay", Some(&cny)).unwrap_err().code,
             "unsupported_currency"
         );
         // A zero total needs no gateway, so any currency will do.
-        let free = price(&[quoted("A", 0, 0, "EUR")], "alipay", Some(&cny)).unwrap();
+        let free = price(&[quoted("A", 0, 0, "EUR")], &OrderLimits::default(), "alipay", Some(&cny)).unwrap();
         assert!(free.free);
         assert_eq!(free.payer("alipay", "page"), (FREE_GATEWAY, FREE_GATEWAY));
-        assert_eq!(price(&[quoted("A", i64::MAX, i64::MAX, "EUR")], "s", None).unwrap_err().code, "amount_overflow");
+        assert_eq!(
+            price(&[quoted("A", i64::MAX, i64::MAX, "EUR")], &OrderLimits::default(), "s", None).unwrap_err().code,
+            "amount_overflow"
+        );
     }
 
     #[test]

@@ -173,6 +173,20 @@ pub struct ShopData {
     pub cancel_url: Option<String>,
 }
 
+/// The shop's own fields of an order — its `merchant_reference` and `metadata` — are the shop's
+/// word: webhooks and the shop's books trust them. A checkout may carry them only from the shop's
+/// server (`by_shop`: its request carries the shop's API key); a buyer naming them is refused.
+pub fn may_set_shop_fields(by_shop: bool, names_reference: bool, names_metadata: bool) -> Result<(), Refusal> {
+    if by_shop || !(names_reference || names_metadata) {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        RefusalKind::Forbidden,
+        "shop_key_required",
+        "merchant_reference and metadata are the shop's: send them from the shop's server with its Kassa-Shop-Key",
+    ))
+}
+
 /// A checkout named a reference an order already has: the same buyer is answered that order (a
 /// retried request, like an idempotency key); another buyer is refused, and learns nothing of it.
 pub fn on_reference_taken(order_session: &str, session: &str) -> Result<(), Refusal> {
@@ -191,6 +205,16 @@ mod tests {
     fn a_taken_reference_answers_its_own_buyer_only() {
         assert!(on_reference_taken("s1", "s1").is_ok());
         assert_eq!(on_reference_taken("s1", "s2").unwrap_err().code, "merchant_reference_taken");
+    }
+
+    #[test]
+    fn only_the_shop_names_its_own_fields() {
+        assert!(may_set_shop_fields(false, false, false).is_ok());
+        assert!(may_set_shop_fields(true, true, true).is_ok());
+        for (reference, metadata) in [(true, false), (false, true), (true, true)] {
+            let refused = may_set_shop_fields(false, reference, metadata).unwrap_err();
+            assert_eq!((refused.kind, refused.code), (RefusalKind::Forbidden, "shop_key_required"));
+        }
     }
 
     #[test]

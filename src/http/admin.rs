@@ -131,6 +131,46 @@ fn login_refused(status: StatusCode, error: &str) -> Response {
     r
 }
 
+/// A wrong admin token on the API (`Authorization: Bearer`). With rate limits on it counts against
+/// the address as a failed sign-in does — the address's sign-in bucket, then the stored lockout —
+/// and while the address is backed off its wrong tokens are answered 429 (`rate_limited`, with
+/// Retry-After) without being counted again; otherwise 403. The right token is never refused, so a
+/// guesser cannot lock the admin out.
+pub(super) async fn wrong_admin_token(state: &AppState, client: Option<&Client>) -> Error {
+    let (Some(limits), Some(client)) = (state.protection.rate_limits, client) else { return Error::forbidden() };
+    if client.exempt {
+        return Error::forbidden();
+    }
+    let address = client.addr.to_string();
+    tracing::warn!(client = %address, "wrong admin token");
+    if let Err(limited) = state.guard.take(Bucket::Signins, client) {
+        return limited;
+    }
+    let now = state.now_ms();
+    let policy = LockoutPolicy { max_failures: limits.signin_lockout_failures, lockout_ms: limits.signin_lockout_ms };
+    let backed_off = |until: Millis| {
+        let retry_after_s = until.saturating_sub(now).max(1000) / 1000;
+        Error::refused(
+            crate::error::RefusalKind::TooMany,
+            "rate_limited",
+            format!("too many wrong admin tokens from this address; retry in {retry_after_s} s"),
+        )
+        .with_details(serde_json::json!({"bucket": "signins", "retry_after_s": retry_after_s}))
+    };
+    let locked_until = match admin::signin_locked_until(&state.db, &address, now).await {
+        Ok(until) => until,
+        Err(e) => return e,
+    };
+    match verdict(false, locked_until, now) {
+        Verdict::BackedOff(until) => backed_off(until),
+        _ => match admin::record_signin_failure(&state.db, &address, now, policy).await {
+            Ok(Some(until)) => backed_off(until),
+            Ok(None) => Error::forbidden(),
+            Err(e) => e,
+        },
+    }
+}
+
 /// Signs in with the admin token. The right token always signs in. With rate limits on, wrong
 /// tokens draw from the address's sign-in bucket, and an address that fails too often (or all
 /// addresses together, ten times as often) is backed off for a while: its wrong tokens are answered

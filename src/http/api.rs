@@ -60,7 +60,32 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
 /// How long a scrape waits for the database gauges before it answers with the last ones.
 const GAUGES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+/// Whether `client` may read `/metrics`: any client with `--metrics-public`; else one on this
+/// machine (a loopback address, not behind a proxy that names another), or one with the metrics
+/// token or the admin token as bearer.
+async fn may_read_metrics(state: &AppState, client: &super::guard::Client, headers: &HeaderMap) -> Result<()> {
+    if state.protection.metrics_public || client.addr.is_loopback() {
+        return Ok(());
+    }
+    let Some(given) = super::bearer(headers) else { return Err(Error::unauthorized()) };
+    let metrics_token = state.protection.metrics_token.as_deref().is_some_and(|expected| {
+        let digest = |t: &str| aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, t.as_bytes());
+        aws_lc_rs::constant_time::verify_slices_are_equal(digest(given).as_ref(), digest(expected).as_ref()).is_ok()
+    });
+    if metrics_token || state.is_admin_token(given) {
+        return Ok(());
+    }
+    Err(super::admin::wrong_admin_token(state, Some(client)).await)
+}
+
+pub(super) async fn metrics(
+    State(state): State<AppState>,
+    axum::Extension(client): axum::Extension<super::guard::Client>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = may_read_metrics(&state, &client, &headers).await {
+        return e.into_response();
+    }
     // The database gauges are read now, so a scrape never shows counts the monitor has not caught
     // up with; if the database cannot answer in time, the last values are shown.
     let refreshed = tokio::time::timeout(GAUGES_TIMEOUT, gauges::refresh(&state.db, state.webhook_configured)).await;
@@ -325,7 +350,7 @@ pub(super) async fn checkout_json(
         .map(IdempotencyKey::parse)
         .transpose()?;
     let (placed, handoff) =
-        place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device(&headers)).await?;
+        place_order(&state, &session.id, &basket_id, &body, key.as_ref(), &client, device(&headers)).await?;
     if wants_html(&headers) {
         return Ok(super::pages::handoff_page(&state, lang, &placed, handoff.as_ref()).await);
     }
@@ -504,6 +529,7 @@ pub(super) async fn admin_order(
 pub(super) async fn notify(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    axum::Extension(client): axum::Extension<super::guard::Client>,
     headers: HeaderMap,
     body: std::result::Result<RawBody, Error>,
 ) -> Response {
@@ -542,7 +568,14 @@ pub(super) async fn notify(
             reply(gateway.ack())
         }
         Err(rejection) => {
-            tracing::warn!(gateway = %name, code = rejection.code, detail = %rejection.detail, "notification rejected");
+            tracing::warn!(gateway = %name, code = rejection.code, detail = %rejection.detail, client = %client.addr, "notification rejected");
+            // Anyone can send a body that fails verification: past its per-address rate, such a
+            // sender is answered 429 and nothing of it is stored.
+            if let Err(limited) = state.guard.take(super::guard::Bucket::RejectedNotifications, &client) {
+                metrics::counter!("kassa_notifications_total", "gateway" => name.clone(), "result" => "rejected_limited")
+                    .increment(1);
+                return limited.into_response();
+            }
             let reason = format!("{}: {}", rejection.code, rejection.detail);
             if let Err(e) = payments::record_rejected(
                 &state.db,

@@ -43,11 +43,17 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             get(readyz),
         ),
         (
-            op("get", "/metrics", "Prometheus metrics (text format)", "operations", None).answer(
-                200,
-                "metrics",
-                Content::Other("text/plain"),
-            ),
+            op(
+                "get",
+                "/metrics",
+                "Prometheus metrics (text format): open to this machine's clients; another machine sends Authorization: Bearer with --metrics-token or the admin token (or the server runs with --metrics-public)",
+                "operations",
+                None,
+            )
+            .answer(200, "metrics", Content::Other("text/plain"))
+            .errors(401, &["unauthorized"])
+            .errors(403, &["forbidden"])
+            .errors(429, &["rate_limited"]),
             get(metrics),
         ),
         (
@@ -116,6 +122,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             .with_header(("Idempotent-Replayed", false, "string", "`true` when this answers an order made before"))
             .answer(200, "the hand-off page (Accept: text/html)", Content::Other("text/html"))
             .errors(400, &["invalid_idempotency_key"])
+            .errors(403, &["shop_key_required"])
             .errors(404, &["not_found"])
             .errors(409, &["out_of_stock", "price_changed", "merchant_reference_taken", "basket_frozen"])
             .errors(
@@ -395,7 +402,8 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             )
             .answer(200, "accepted, or a duplicate", Content::Other("application/json"))
             .answer(400, "invalid_signature / malformed_body / merchant_mismatch", Content::Other("application/json"))
-            .answer(404, "unknown gateway", Content::Other("application/json")),
+            .answer(404, "unknown gateway", Content::Other("application/json"))
+            .errors(429, &["rate_limited"]),
             post(notify),
         ),
     ]

@@ -70,8 +70,8 @@ pub struct RetryBody {
 }
 
 impl CheckoutBody {
-    /// The checkout as the use case reads it.
-    pub fn as_checkout(&self) -> Checkout<'_> {
+    /// The checkout as the use case reads it; `by_shop`: the request carries the shop's key.
+    pub fn as_checkout(&self, by_shop: bool) -> Checkout<'_> {
         Checkout {
             gateway: self.gateway.as_deref(),
             channel: self.channel.as_deref(),
@@ -80,6 +80,7 @@ impl CheckoutBody {
             metadata: self.metadata.as_ref(),
             return_url: self.return_url.as_deref(),
             cancel_url: self.cancel_url.as_deref(),
+            by_shop,
         }
     }
 }
@@ -100,19 +101,19 @@ pub async fn place_order(
     basket_id: &BasketId,
     body: &CheckoutBody,
     idempotency_key: Option<&IdempotencyKey>,
-    client: std::net::IpAddr,
+    client: &super::guard::Client,
     device: Device,
 ) -> Result<(Placed, Option<Handoff>)> {
     super::guard::token_fits(body.captcha_token.as_deref())?;
     let open = |status: &str| BasketStatus::parse(status) == Some(BasketStatus::Open);
     if state.guard.captcha_required() && open(&catalog::get_basket(&state.db, session_id, basket_id).await?.status) {
-        state.guard.verify_captcha(body.captcha_token.as_deref(), client).await?;
+        state.guard.verify_captcha(body.captcha_token.as_deref(), client.addr).await?;
     }
     let placed = crate::usecase::checkout::place_order(
         &state.cx,
         session_id,
         basket_id,
-        &body.as_checkout(),
+        &body.as_checkout(client.shop),
         idempotency_key,
         device,
     )

@@ -51,6 +51,9 @@ pub enum Bucket {
     Confirms,
     Polls,
     Signins,
+    /// Gateway notifications that fail verification: only those draw from it, after verifying, so
+    /// a gateway's genuine notifications are never limited.
+    RejectedNotifications,
 }
 
 impl Bucket {
@@ -61,6 +64,7 @@ impl Bucket {
             Bucket::Confirms => "confirms",
             Bucket::Polls => "polls",
             Bucket::Signins => "signins",
+            Bucket::RejectedNotifications => "rejected_notifications",
         }
     }
 }
@@ -130,6 +134,7 @@ struct Buckets {
     confirms: Limiter,
     polls: Limiter,
     signins: Limiter,
+    rejected_notifications: Limiter,
 }
 
 impl Buckets {
@@ -144,6 +149,7 @@ impl Buckets {
             confirms: limiter(r.confirms_per_minute),
             polls: limiter(r.polls_per_minute),
             signins: limiter(r.signins_per_minute),
+            rejected_notifications: limiter(r.rejected_notifications_per_minute),
         }
     }
 
@@ -154,11 +160,12 @@ impl Buckets {
             Bucket::Confirms => &self.confirms,
             Bucket::Polls => &self.polls,
             Bucket::Signins => &self.signins,
+            Bucket::RejectedNotifications => &self.rejected_notifications,
         }
     }
 
-    fn all(&self) -> [&Limiter; 5] {
-        [&self.sessions, &self.basket_writes, &self.confirms, &self.polls, &self.signins]
+    fn all(&self) -> [&Limiter; 6] {
+        [&self.sessions, &self.basket_writes, &self.confirms, &self.polls, &self.signins, &self.rejected_notifications]
     }
 }
 
@@ -170,6 +177,8 @@ pub struct Guard {
     /// SHA-256 of the shop's API key; compared in constant time.
     shop_key_hash: Option<Vec<u8>>,
     captcha: Option<(Captcha, reqwest::Client)>,
+    /// Whether a trusted proxy's request without the client address header has been logged.
+    warned_unforwarded: std::sync::atomic::AtomicBool,
 }
 
 fn sha256(text: &str) -> Vec<u8> {
@@ -188,6 +197,7 @@ impl Guard {
             header: p.client_address_header,
             shop_key_hash: p.shop_api_key.as_deref().map(sha256),
             captcha,
+            warned_unforwarded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -197,6 +207,13 @@ impl Guard {
 
     /// The client of a request from `peer` with `headers`. Refused: a wrong shop key.
     pub fn client(&self, peer: IpAddr, headers: &HeaderMap) -> Result<Client, Error> {
+        self.client_and_source(peer, headers).map(|(client, _)| client)
+    }
+
+    /// [`Guard::client`], and where its address comes from: `peer` (the connection),
+    /// `forwarded` (the configured header of a trusted proxy) or `shop` (the shop's server, or the
+    /// buyer it named).
+    pub fn client_and_source(&self, peer: IpAddr, headers: &HeaderMap) -> Result<(Client, &'static str), Error> {
         if let Some(given) = headers.get(SHOP_KEY_HEADER) {
             let ok = self.shop_key_hash.as_ref().is_some_and(|expected| {
                 let given = sha256(given.to_str().unwrap_or_default());
@@ -215,12 +232,30 @@ impl Guard {
                     let addr = text.parse::<IpAddr>().map_err(|_| {
                         Error::invalid("invalid_buyer_ip", format!("{BUYER_IP_HEADER} is not an IP address"))
                     })?;
-                    Ok(Client { addr, shop: true, exempt: false })
+                    Ok((Client { addr, shop: true, exempt: false }, "shop"))
                 }
-                None => Ok(Client { addr: peer, shop: true, exempt: true }),
+                None => Ok((Client { addr: peer, shop: true, exempt: true }, "shop")),
             };
         }
-        Ok(Client { addr: self.forwarded_client(peer, headers), shop: false, exempt: false })
+        let addr = self.forwarded_client(peer, headers);
+        if addr != peer {
+            return Ok((Client { addr, shop: false, exempt: false }, "forwarded"));
+        }
+        if let Some(name) = self.header.name()
+            && self.trusts(peer)
+            && headers.get(name).is_none()
+            && !self.warned_unforwarded.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                peer = %peer,
+                header = name,
+                "a request from a trusted proxy carries no {name}: clients behind a proxy that does not set it \
+                 share its address (one rate limit for all), and a client connecting from a trusted address \
+                 is taken at its word. Make the proxy set {name}, or start with --trusted-proxies none when \
+                 nothing proxies kassa (said once)"
+            );
+        }
+        Ok((Client { addr, shop: false, exempt: false }, "peer"))
     }
 
     /// The peer, or — when the peer is a trusted proxy — the right-most hop of the configured
@@ -381,8 +416,13 @@ pub async fn guard_requests(State(state): State<AppState>, mut req: Request, nex
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), |c| c.0.ip());
-    let client = match state.guard.client(peer, req.headers()) {
-        Ok(c) => c,
+    let client = match state.guard.client_and_source(peer, req.headers()) {
+        Ok((client, source)) => {
+            let span = tracing::Span::current();
+            span.record("client", tracing::field::display(client.addr));
+            span.record("client_source", source);
+            client
+        }
         Err(e) => return e.into_response(),
     };
     let bucket =

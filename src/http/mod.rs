@@ -280,8 +280,43 @@ where
         let token = bearer(&parts.headers)
             .or_else(|| cookie(&parts.headers, SESSION_COOKIE))
             .ok_or_else(Error::unauthorized)?;
-        catalog::session_by_token(&state.db, token, state.now_ms()).await?.map(Buyer).ok_or_else(Error::unauthorized)
+        let session =
+            catalog::session_by_token(&state.db, token, state.now_ms()).await?.ok_or_else(Error::unauthorized)?;
+        cookie_write_allowed(parts, &session)?;
+        Ok(Buyer(session))
     }
+}
+
+/// Header a script sends the session's CSRF token in, for an API write on the session cookie that
+/// is not JSON.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// An API write (`/api/…`, not GET or HEAD) that authenticates with the buyer's session cookie
+/// rather than a bearer token must be one no other site can make a browser send: a JSON body
+/// (`Content-Type: application/json`, which a cross-site form cannot set), or the session's CSRF
+/// token in [`CSRF_HEADER`]. Else 403 `csrf_required`. Bearer requests and the HTML forms (which
+/// carry their own CSRF field) are not concerned.
+fn cookie_write_allowed(parts: &Parts, session: &Session) -> Result<(), Error> {
+    let read = parts.method == axum::http::Method::GET || parts.method == axum::http::Method::HEAD;
+    if read || bearer(&parts.headers).is_some() || !parts.uri.path().starts_with("/api/") {
+        return Ok(());
+    }
+    let json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    let token = parts.headers.get(CSRF_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    let csrf = aws_lc_rs::constant_time::verify_slices_are_equal(token, session.csrf_token.as_bytes()).is_ok();
+    if json || csrf {
+        return Ok(());
+    }
+    Err(Error::refused(
+        crate::error::RefusalKind::Forbidden,
+        "csrf_required",
+        "a write on the session cookie must send Content-Type: application/json or the X-CSRF-Token header",
+    ))
 }
 
 /// The caller may be a buyer, the admin, or nobody; used where both may read.
@@ -303,6 +338,9 @@ where
             Some(t) if !admin => catalog::session_by_token(&state.db, t, state.now_ms()).await?,
             _ => None,
         };
+        if let Some(session) = &session {
+            cookie_write_allowed(parts, session)?;
+        }
         Ok(Caller { session, admin })
     }
 }
@@ -319,7 +357,7 @@ where
         let state = AppState::from_ref(state);
         match bearer(&parts.headers) {
             Some(t) if state.is_admin_token(t) => Ok(Admin),
-            Some(_) => Err(Error::forbidden()),
+            Some(_) => Err(admin::wrong_admin_token(&state, parts.extensions.get::<guard::Client>()).await),
             None => Err(Error::unauthorized()),
         }
     }
@@ -391,7 +429,9 @@ async fn track_requests(req: Request, next: axum::middleware::Next) -> Response 
         %route,
         %request_id,
         order_no = tracing::field::Empty,
-        attempt_ref = tracing::field::Empty
+        attempt_ref = tracing::field::Empty,
+        client = tracing::field::Empty,
+        client_source = tracing::field::Empty
     );
     let started = std::time::Instant::now();
     let response = tracing::Instrument::instrument(next.run(req), span.clone()).await;

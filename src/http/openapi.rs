@@ -197,9 +197,15 @@ impl RouteDoc {
         if self.auth != Auth::None {
             self.add_codes(401, &["unauthorized"]);
         }
+        if matches!(self.auth, Auth::Buyer | Auth::BuyerOrAdmin) && !matches!(self.method, "get" | "head") {
+            // A write on the session cookie that is neither JSON nor carries the CSRF token.
+            self.add_codes(403, &["csrf_required"]);
+        }
         if self.auth == Auth::Admin {
-            // A bearer token that is not the admin's (a buyer's, a mistyped one).
+            // A bearer token that is not the admin's (a buyer's, a mistyped one); an address
+            // that sends wrong ones too often is backed off (the sign-in lockout's limits).
             self.add_codes(403, &["forbidden"]);
+            self.add_codes(429, &["rate_limited"]);
         }
         if self.body.is_some() {
             self.add_codes(400, &["invalid_json", "invalid_body"]);

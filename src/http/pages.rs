@@ -318,7 +318,9 @@ pub(super) async fn page_session(state: &AppState, headers: &HeaderMap) -> Resul
         return Ok((session, None));
     }
     let (token, session) = catalog::create_session(&state.db, state.now_ms()).await?;
-    Ok((session, Some(format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax"))))
+    // Secure whenever kassa is reached over https: the buyer's token then never travels in clear.
+    let secure = if state.public_url.starts_with("https://") { "; Secure" } else { "" };
+    Ok((session, Some(format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax{secure}"))))
 }
 
 pub(super) fn with_cookie(mut response: Response, set_cookie: Option<String>) -> Response {
@@ -516,7 +518,7 @@ async fn shop_confirm(
         let basket_id = BasketId::parse(&basket_id)?;
         let key = form.get("idempotency_key").map(|k| IdempotencyKey::parse(k)).transpose()?;
         let (placed, handoff) =
-            place_order(&state, &session.id, &basket_id, &body, key.as_ref(), client.addr, device).await?;
+            place_order(&state, &session.id, &basket_id, &body, key.as_ref(), &client, device).await?;
         Ok(handoff_page(&state, lang, &placed, handoff.as_ref()).await)
     }
     .await;

@@ -12,6 +12,8 @@ use crate::store::retention::Retention;
 pub struct Protection {
     /// Unpaid orders per buyer session; 0 for no limit.
     pub max_open_orders_per_session: u32,
+    /// Units one order may hold (a SKU's share of stock, per line, per order).
+    pub order_limits: crate::domain::checkout::OrderLimits,
     /// `None`: rate limits off.
     pub rate_limits: Option<RateLimits>,
     pub trusted_proxies: Vec<ipnet::IpNet>,
@@ -24,6 +26,10 @@ pub struct Protection {
     pub request_timeout: std::time::Duration,
     pub max_connections: usize,
     pub retention: Retention,
+    /// `/metrics` for clients other than this machine: with this bearer token (or the admin's).
+    pub metrics_token: Option<String>,
+    /// `/metrics` open to every client, as behind a proxy that keeps it private.
+    pub metrics_public: bool,
 }
 
 /// Token buckets per client address: each refills at its rate per minute and holds as much.
@@ -34,6 +40,9 @@ pub struct RateLimits {
     pub confirms_per_minute: u32,
     pub polls_per_minute: u32,
     pub signins_per_minute: u32,
+    /// Gateway notifications failing verification that are stored per address per minute; more
+    /// are answered 429 and not stored.
+    pub rejected_notifications_per_minute: u32,
     /// Failed sign-ins within `signin_lockout_ms` that lock an address out for as long.
     pub signin_lockout_failures: u32,
     pub signin_lockout_ms: i64,
@@ -47,6 +56,7 @@ impl Default for RateLimits {
             confirms_per_minute: 20,
             polls_per_minute: 240,
             signins_per_minute: 10,
+            rejected_notifications_per_minute: 30,
             signin_lockout_failures: 10,
             signin_lockout_ms: 900_000,
         }
@@ -113,6 +123,7 @@ impl Default for Protection {
     fn default() -> Self {
         Protection {
             max_open_orders_per_session: crate::domain::checkout::OPEN_ORDERS_PER_SESSION_DEFAULT,
+            order_limits: crate::domain::checkout::OrderLimits::default(),
             rate_limits: Some(RateLimits::default()),
             trusted_proxies: loopback_proxies(),
             client_address_header: ClientAddressHeader::default(),
@@ -122,7 +133,13 @@ impl Default for Protection {
             header_read_timeout: std::time::Duration::from_secs(10),
             request_timeout: std::time::Duration::from_secs(30),
             max_connections: 1024,
-            retention: Retention { idle_ms: 30 * DAY_MS, notification_body_ms: 180 * DAY_MS },
+            metrics_token: None,
+            metrics_public: false,
+            retention: Retention {
+                idle_ms: 30 * DAY_MS,
+                notification_body_ms: 180 * DAY_MS,
+                rejected_notification_ms: 30 * DAY_MS,
+            },
         }
     }
 }

@@ -135,7 +135,7 @@ pub fn max_per_order() -> RefOr<Schema> {
 
 pub fn hold_seconds() -> RefOr<Schema> {
     schema_of(
-        json!({"type": ["integer", "null"], "minimum": 1, "maximum": checkout::HOLD_SECONDS_MAX, "description": "how long an order holds this SKU's stock; null: the server's --hold-minutes"}),
+        json!({"type": ["integer", "null"], "minimum": 1, "maximum": checkout::HOLD_SECONDS_MAX, "description": "how long an order holds this SKU's stock; null: the server's --hold-seconds"}),
     )
 }
 
@@ -175,7 +175,7 @@ pub fn express_company_schema() -> RefOr<Schema> {
 pub fn merchant_reference() -> RefOr<Schema> {
     schema_of(json!({
         "type": ["string", "null"], "minLength": 1, "maxLength": shop::MERCHANT_REFERENCE_LEN_MAX, "pattern": printable_pattern(true),
-        "description": "the shop's own reference, unique: a checkout naming one that an order of the same buyer has answers that order (merchant_reference_taken for another buyer's)"
+        "description": "the shop's own reference, set only from the shop's server with its Kassa-Shop-Key (else shop_key_required), unique: a checkout naming one that an order of the same buyer has answers that order (merchant_reference_taken for another buyer's)"
     }))
 }
 
@@ -183,7 +183,7 @@ pub fn metadata() -> RefOr<Schema> {
     schema_of(json!({
         "type": ["object", "null"], "maxProperties": shop::METADATA_PAIRS_MAX,
         "additionalProperties": {"type": "string", "maxLength": shop::METADATA_VALUE_LEN_MAX, "pattern": format!("^[^{CONTROL}]*$")},
-        "description": format!("the shop's string pairs, returned on the order and in every webhook about it; keys of 1-{} printable characters (else invalid_metadata)", shop::METADATA_KEY_LEN_MAX)
+        "description": format!("the shop's string pairs, set only from the shop's server with its Kassa-Shop-Key (else shop_key_required), returned on the order and in every webhook about it; keys of 1-{} printable characters (else invalid_metadata)", shop::METADATA_KEY_LEN_MAX)
     }))
 }
 

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::args;
 use crate::clock::Millis;
-use crate::domain::checkout::{self, QuotedLine};
+use crate::domain::checkout::{self, OrderLimits, QuotedLine};
 use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
@@ -25,6 +25,8 @@ pub struct ConfirmRequest<'a> {
     pub hold_ms: i64,
     /// Unpaid orders the buyer may have open at once; 0 for no limit.
     pub max_open_orders: u32,
+    /// The shop's limits on one order's units.
+    pub limits: OrderLimits,
     pub now: Millis,
     /// The currencies the chosen gateway takes; `None` for any. Checked before anything is held.
     pub currencies: Option<&'a [Currency]>,
@@ -80,7 +82,8 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     let (session_id, basket_id, gateway, channel) =
         (req.session_id.to_string(), req.basket_id.clone(), req.gateway.to_string(), req.channel.to_string());
     let (key, currencies) = (req.idempotency_key.cloned(), req.currencies.map(<[Currency]>::to_vec));
-    let (hold_ms, max_open_orders, now, shop_data) = (req.hold_ms, req.max_open_orders, req.now, req.shop.clone());
+    let (hold_ms, max_open_orders, limits, now, shop_data) =
+        (req.hold_ms, req.max_open_orders, req.limits, req.now, req.shop.clone());
     let payer = req.payer.map(|p| (p.openid.to_string(), p.appid.to_string()));
     db.command(move |db| async move {
         let req = ConfirmRequest {
@@ -91,6 +94,7 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             idempotency_key: key.as_ref(),
             hold_ms,
             max_open_orders,
+            limits,
             now,
             currencies: currencies.as_deref(),
             shop: &shop_data,
@@ -146,7 +150,7 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
             }
             // Re-priced from today's catalog; the preview's total is never trusted.
             let quoted = quoted_lines(&read.next().unwrap_or_default())?;
-            let pricing = checkout::price(&quoted, req.gateway, req.currencies)?;
+            let pricing = checkout::price(&quoted, &req.limits, req.gateway, req.currencies)?;
             // A zero total is completed here, without a gateway (none takes a zero amount).
             let (free, total) = (pricing.free, pricing.total);
             let (gateway, channel) = pricing.payer(req.gateway, req.channel);
@@ -344,7 +348,7 @@ const COUNT_OPEN_UNDER_SQL: &str =
 
 /// The lines of basket `$1` with today's prices, in SKU order; [`price_lines`] reads them.
 pub const PRICE_LINES_SQL: &str = "SELECT l.sku, l.quantity, l.quoted_unit_minor, l.currency AS quoted_currency, s.name, s.kind, s.price_minor, s.currency, \
-     s.max_per_order, s.hold_seconds \
+     s.max_per_order, s.hold_seconds, s.on_hand \
      FROM basket_lines l JOIN skus s ON s.sku = l.sku WHERE l.basket_id = $1 ORDER BY l.sku";
 
 /// The basket's lines as quoted, beside today's catalog ([`PRICE_LINES_SQL`]).
@@ -362,6 +366,7 @@ fn quoted_lines(rows: &[sql::Row]) -> Result<Vec<QuotedLine>> {
                 currency: col(r, "currency")?,
                 max_per_order: col(r, "max_per_order")?,
                 hold_seconds: col(r, "hold_seconds")?,
+                on_hand: col(r, "on_hand")?,
             })
         })
         .collect()

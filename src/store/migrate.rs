@@ -28,6 +28,7 @@ const SQLITE: &[Migration] = &[
     (14, "0014_statements", include_str!("../../migrations/sqlite/0014_statements.sql")),
     (15, "0015_second_captures", include_str!("../../migrations/sqlite/0015_second_captures.sql")),
     (16, "0016_open_orders", include_str!("../../migrations/sqlite/0016_open_orders.sql")),
+    (17, "0017_rejected_notifications", include_str!("../../migrations/sqlite/0017_rejected_notifications.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -47,6 +48,7 @@ const POSTGRES: &[Migration] = &[
     (14, "0014_statements", include_str!("../../migrations/postgres/0014_statements.sql")),
     (15, "0015_second_captures", include_str!("../../migrations/postgres/0015_second_captures.sql")),
     (16, "0016_open_orders", include_str!("../../migrations/postgres/0016_open_orders.sql")),
+    (17, "0017_rejected_notifications", include_str!("../../migrations/postgres/0017_rejected_notifications.sql")),
 ];
 
 impl Db {

@@ -11,6 +11,7 @@ pub mod dialect;
 pub mod engine;
 pub mod events;
 pub mod expiry;
+pub mod files;
 pub mod fulfilment;
 pub mod gauges;
 pub mod lines;

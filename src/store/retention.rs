@@ -1,8 +1,8 @@
 //! Retention: what a shop no longer needs is pruned — buyer sessions that never ordered, baskets
-//! left open, the raw bodies of old processed notifications, stale sign-in failure counts. Nothing
-//! an open order or an unsettled refund needs is touched: sessions with orders stay (their orders
-//! reference them), a frozen basket stays with its order, and a notification keeps its body while
-//! its order is open or a refund of it is unsettled.
+//! left open, the raw bodies of old processed notifications, old rejected notifications, stale
+//! sign-in failure counts. Nothing an open order or an unsettled refund needs is touched: sessions
+//! with orders stay (their orders reference them), a frozen basket stays with its order, and a
+//! notification keeps its body while its order is open or a refund of it is unsettled.
 
 use crate::store::sql;
 use serde::Serialize;
@@ -18,6 +18,8 @@ pub struct Retention {
     pub idle_ms: i64,
     /// Raw bodies of processed notifications, after this long.
     pub notification_body_ms: i64,
+    /// Notifications that failed verification (their digests), after this long.
+    pub rejected_notification_ms: i64,
 }
 
 /// Rows pruned per kind in one transaction.
@@ -33,12 +35,13 @@ pub struct Pruned {
     pub baskets: u64,
     pub sessions: u64,
     pub notification_bodies: u64,
+    pub rejected_notifications: u64,
     pub signin_failures: u64,
 }
 
 impl Pruned {
     pub fn any(&self) -> bool {
-        self.baskets + self.sessions + self.notification_bodies + self.signin_failures > 0
+        self.baskets + self.sessions + self.notification_bodies + self.rejected_notifications + self.signin_failures > 0
     }
 }
 
@@ -56,6 +59,10 @@ pub async fn prune(db: &Db, retention: Retention, now: Millis) -> Result<Pruned>
         sessions: rounds(|| prune_sessions(db, idle_before)).await?,
         notification_bodies: rounds(|| {
             prune_notification_bodies(db, now.saturating_sub(retention.notification_body_ms), now)
+        })
+        .await?,
+        rejected_notifications: rounds(|| {
+            prune_rejected_notifications(db, now.saturating_sub(retention.rejected_notification_ms))
         })
         .await?,
         signin_failures: rounds(|| prune_signin_failures(db, now)).await?,
@@ -131,6 +138,22 @@ async fn prune_notification_bodies(db: &Db, before: Millis, now: Millis) -> Resu
     crate::write_tx!(db, |tx| {
         let done =
             sql::query(&sql).bind(Vec::<u8>::new()).bind(now).bind(before).bind(PRUNE_BATCH).execute(&mut **tx).await?;
+        Ok(done.rows_affected())
+    })
+}
+
+/// Notifications that failed verification, received before `before`: nothing refers to them (only
+/// a verified notification is ever applied).
+async fn prune_rejected_notifications(db: &Db, before: Millis) -> Result<u64> {
+    crate::write_tx!(db, |tx| {
+        let done = sql::query(
+            "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications WHERE status = 'rejected' \
+             AND received_at < $1 ORDER BY received_at LIMIT $2)",
+        )
+        .bind(before)
+        .bind(PRUNE_BATCH)
+        .execute(&mut **tx)
+        .await?;
         Ok(done.rows_affected())
     })
 }

@@ -26,10 +26,13 @@ pub struct Checkout<'a> {
     pub metadata: Option<&'a serde_json::Map<String, Value>>,
     pub return_url: Option<&'a str>,
     pub cancel_url: Option<&'a str>,
+    /// Asked by the shop's own server (its API key), which alone may name its own fields.
+    pub by_shop: bool,
 }
 
 /// The shop's data a checkout named, checked ([`crate::domain::shop`]).
 fn shop_data(cx: &Context, asked: &Checkout<'_>) -> Result<ShopData> {
+    shop::may_set_shop_fields(asked.by_shop, asked.merchant_reference.is_some(), asked.metadata.is_some())?;
     let metadata = match asked.metadata {
         None => Metadata::default(),
         Some(map) => {
@@ -90,6 +93,7 @@ pub async fn place_order(
         idempotency_key,
         hold_ms: cx.hold_ms,
         max_open_orders: cx.max_open_orders_per_session,
+        limits: cx.order_limits,
         now: cx.now_ms(),
     };
     let placed = match checkout::confirm(&cx.db, &request).await {

@@ -34,6 +34,8 @@ pub struct Context {
     pub hold_ms: i64,
     /// Unpaid orders per buyer session; 0 for no limit.
     pub max_open_orders_per_session: u32,
+    /// The shop's limits on one order's units (hoarding).
+    pub order_limits: crate::domain::checkout::OrderLimits,
     pub late_policy: LatePolicy,
     pub refund_policy: RefundPolicy,
     /// Where a checkout may send its buyer back to (`--allowed-return-origins`).

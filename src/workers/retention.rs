@@ -33,6 +33,7 @@ impl Retainer {
             ("baskets", pruned.baskets),
             ("sessions", pruned.sessions),
             ("notification_bodies", pruned.notification_bodies),
+            ("rejected_notifications", pruned.rejected_notifications),
             ("signin_failures", pruned.signin_failures),
         ] {
             metrics::counter!("kassa_pruned_total", "kind" => kind).increment(n);

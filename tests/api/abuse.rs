@@ -489,10 +489,10 @@ on_both!(retention, retention_prunes_only_what_nothing_needs);
 
 /// `kassa serve` with `args` in a fresh data dir: (exit success, stdout, stderr) once it exits or
 /// prints that it listens (then it is stopped).
-fn serve_briefly(args: &[&str]) -> (Option<bool>, String, String) {
+pub(crate) fn serve_briefly(args: &[&str]) -> (Option<bool>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let (out, err) = (dir.path().join("stdout.log"), dir.path().join("stderr.log"));
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+    let mut child = crate::common::kassa_command()
         .arg("serve")
         .args(args)
         .arg("--data-dir")

@@ -91,9 +91,26 @@ pub struct Opts {
     pub time_zone: time::UtcOffset,
 }
 
-/// The product's protection with the rate limits off (a test is many buyers from one address).
+/// The kassa binary, run in the tests' own scratch directory: never where a developer ran
+/// `serve --demo`, so nothing of `./kassa-data` (its database, its `keys.secret`) is ever read.
+pub fn kassa_command() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"));
+    command.current_dir(env!("CARGO_TARGET_TMPDIR"));
+    command
+}
+
+/// The shop server's API key the tests configure (`--shop-api-key`).
+pub const SHOP_KEY: &str = "test-shop-key-0123456789abcdef0123456789";
+
+/// The product's protection with the rate limits and the order-size limits off (a test is many
+/// buyers from one address, buying what its scenario needs), and the shop's API key set.
 pub fn test_protection() -> kassa::config::Protection {
-    kassa::config::Protection { rate_limits: None, ..Default::default() }
+    kassa::config::Protection {
+        rate_limits: None,
+        order_limits: kassa::domain::checkout::OrderLimits::NONE,
+        shop_api_key: Some(SHOP_KEY.to_string()),
+        ..Default::default()
+    }
 }
 
 impl Default for Opts {

@@ -5,7 +5,7 @@
 //! number of kills (default 6).
 
 use kassa::store::sql;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -21,7 +21,7 @@ use crate::on_both;
 const STOCK: i64 = 400;
 
 fn start(database_url: &str, port: u16, log: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_kassa"))
+    crate::common::kassa_command()
         .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}"), "--sandbox"])
         .args(["--admin-token", ADMIN, "--hold-seconds", "2", "--sweep-interval-ms", "200", "--rate-limits", "off"])
         .env("RUST_LOG", "warn")

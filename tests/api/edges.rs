@@ -81,7 +81,7 @@ async fn digital_stock(backend: Backend) {
 
 /// `kassa` run as a command against the test's database.
 fn kassa(t: &TestApp, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+    crate::common::kassa_command()
         .args(args)
         .args(["--database-url", &t.database_url])
         .env("CI", "")
@@ -163,28 +163,15 @@ fn test_settings(t: &TestApp) -> kassa::config::Settings {
         database_url: t.database_url.clone(),
         db_max_connections: 4,
         listen: "127.0.0.1:0".parse().unwrap(),
-        public_url: None,
-        demo: false,
         sandbox: true,
-        sandbox_ignore_close: false,
         admin_token: Some(ADMIN.to_string()),
-        hold_seconds: 900,
         sweep_interval_ms: 3_600_000,
-        late_payment_policy: Default::default(),
-        refund_policy: Default::default(),
-        webhook_url: None,
-        webhook_secret: None,
         keys_secret: Some(KEYS_SECRET.to_string()),
-        alert_webhook_url: None,
-        gateways: Default::default(),
-        default_gateway: None,
         reconcile_after_ms: 60_000,
         reconcile_interval_ms: 3_600_000,
-        engine: kassa::store::engine::EngineConfig::default(),
         protection: crate::common::test_protection(),
-        allowed_return_origins: Vec::new(),
-        time_zone: time::UtcOffset::UTC,
         statement_schedule: None,
+        ..Default::default()
     }
 }
 

@@ -51,6 +51,7 @@ pub fn free_port() -> u16 {
 /// Starts `bin` (this kassa, or another version's) as one instance of a fleet behind `public`.
 pub fn start_instance(bin: &str, database_url: &str, port: u16, public: SocketAddr, log: &std::path::Path) -> Child {
     Command::new(bin)
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}")])
         .args(["--public-url", &format!("http://{public}"), "--sandbox", "--admin-token", ADMIN])
         .args(["--hold-seconds", &HOLD_SECONDS.to_string(), "--sweep-interval-ms", "200", "--db-max-connections", "12"])
@@ -293,7 +294,11 @@ pub async fn settle_and_verify(database_url: &str, sandbox_url: &str, tally: &Ta
     db.close().await;
     // And the invariant checker agrees.
     for bin in checkers {
-        let out = Command::new(bin).args(["check", "--database-url", database_url]).output().unwrap();
+        let out = Command::new(bin)
+            .current_dir(env!("CARGO_TARGET_TMPDIR"))
+            .args(["check", "--database-url", database_url])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "{bin}: {}", String::from_utf8_lossy(&out.stdout));
     }
 }

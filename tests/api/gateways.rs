@@ -762,7 +762,7 @@ async fn alipay_expiry_closes_at_gateway(backend: Backend) {
 on_both!(alipay_sweeper_closes_or_finds_payment, alipay_expiry_closes_at_gateway);
 
 async fn run_kassa(args: &[&str], config: &std::path::Path) -> std::process::Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"));
+    let mut cmd = crate::common::kassa_command();
     cmd.args(args).arg(config).env_remove("KASSA_DATABASE_URL");
     tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap()
 }

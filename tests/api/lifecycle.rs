@@ -120,7 +120,7 @@ async fn keys_cli(backend: Backend) {
     std::fs::write(&file, text).unwrap();
     let url = t.database_url.clone();
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+        crate::common::kassa_command()
             .args(["keys", "import", "--sku", "GIFT", "--database-url", &url, "--keys-secret", KEYS_SECRET])
             .arg(&file)
             .output()

@@ -14,6 +14,7 @@ mod expiry;
 mod fakes;
 mod fleet;
 mod gateways;
+mod hardening;
 mod integration;
 mod languages;
 mod lifecycle;

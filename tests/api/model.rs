@@ -236,6 +236,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                 idempotency_key: None,
                 hold_ms: HOLD_MS,
                 max_open_orders: 0,
+                limits: kassa::domain::checkout::OrderLimits::NONE,
                 now,
             };
             let result = checkout::confirm(db, &req).await;
@@ -295,6 +296,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                 idempotency_key: None,
                 hold_ms: HOLD_MS,
                 max_open_orders: 0,
+                limits: kassa::domain::checkout::OrderLimits::NONE,
                 now,
             };
             let placed = checkout::confirm(db, &req).await.map_err(|e| fail(format!("reconfirm: {e}")))?;

@@ -34,7 +34,11 @@ fn previous() -> String {
 
 /// This kassa migrates the database to its schema before anything else runs on it.
 fn migrate(database_url: &str) {
-    let out = Command::new(THIS).args(["migrate", "--database-url", database_url]).output().unwrap();
+    let out = Command::new(THIS)
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .args(["migrate", "--database-url", database_url])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "migrate: {}", String::from_utf8_lossy(&out.stderr));
 }
 

@@ -695,7 +695,7 @@ async fn stripe_day(backend: Backend) {
 
 /// `kassa` run as a command against the test's database, the sandbox mounted.
 fn kassa_cli(t: &TestApp, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kassa"))
+    let out = crate::common::kassa_command()
         .args(args)
         .args(["--database-url", &t.database_url, "--sandbox"])
         .env("CI", "")

@@ -418,6 +418,7 @@ async fn every_engine_configuration_commits_the_same_way() {
                     idempotency_key: None,
                     hold_ms: 60_000,
                     max_open_orders: 0,
+                    limits: kassa::domain::checkout::OrderLimits::NONE,
                     now: 2,
                     currencies: None,
                 };

@@ -140,6 +140,10 @@ impl NativeConn {
         let conn = Connection::open_with_flags(&at.target, flags)?;
         conn.busy_timeout(Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
         if !at.uri {
+            // Readable by kassa's user only, whatever the umask, before WAL mode creates the
+            // companions (which take the database file's mode).
+            crate::store::files::private_sqlite_files(std::path::Path::new(&at.target))
+                .map_err(|e| Error::internal(format!("making {} private: {e}", at.target)))?;
             let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(Error::internal(format!("SQLite refused WAL mode (got {mode})")));
