@@ -8,11 +8,15 @@
 //!   is on and the tests behind a real proxy run; without it, the same;
 //! - with `KASSA_SCHEMATHESIS` set (the path of Schemathesis' `st`), the `kassa_test_schemathesis`
 //!   cfg is on and the contract tests run it against a served kassa; without it, the same;
+//! - with `KASSA_EXAMPLES` set (what `scripts/examples-setup.sh` prepared: the client generators
+//!   and the Node.js example's packages), the `kassa_test_examples` cfg is on and the shop
+//!   examples in `examples/` run against a served kassa; without it, the same;
 //! - with Chromium and chromedriver installed (`CHROMIUM`, `CHROMEDRIVER`, else Debian's paths) the
 //!   `kassa_test_browser` cfg is on and the browser tests run; with promtool (Debian's
 //!   `prometheus`) `kassa_test_promtool`, and the alert rules' tests run; with Node.js and Python
-//!   `kassa_test_node` and `kassa_test_python`, and the webhook snippets run. Without one, its
-//!   tests are compiled as ignored and counted so, naming what to install.
+//!   `kassa_test_node` and `kassa_test_python`, and the webhook snippets run; with curl, jq,
+//!   openssl and PostgreSQL's client programs `kassa_test_docs`, and the docs' shell blocks run.
+//!   Without one, its tests are compiled as ignored and counted so, naming what to install.
 //!
 //! Programs are looked up when the tests are built: installing one (into /usr/bin or
 //! /usr/local/bin) builds the tests again.
@@ -25,6 +29,11 @@ fn main() {
     println!("cargo::rerun-if-env-changed=KASSA_SCHEMATHESIS");
     println!("cargo::rustc-check-cfg=cfg(kassa_test_nginx)");
     println!("cargo::rerun-if-env-changed=KASSA_NGINX");
+    println!("cargo::rustc-check-cfg=cfg(kassa_test_examples)");
+    println!("cargo::rerun-if-env-changed=KASSA_EXAMPLES");
+    if std::env::var("KASSA_EXAMPLES").is_ok_and(|v| !v.is_empty()) {
+        println!("cargo::rustc-cfg=kassa_test_examples");
+    }
     if std::env::var("KASSA_TEST_DATABASE_URL").is_ok_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=kassa_test_pg");
     }
@@ -42,6 +51,7 @@ fn main() {
         ("kassa_test_promtool", program("", "promtool")),
         ("kassa_test_node", program("", "node")),
         ("kassa_test_python", program("", "python3")),
+        ("kassa_test_docs", ["curl", "jq", "openssl", "createdb", "dropdb", "bash"].iter().all(|p| program("", p))),
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         if found {

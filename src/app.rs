@@ -113,6 +113,30 @@ const DEMO_CATALOG: &[(&str, &str, i64, i64, SkuLimits)] = &[
 ];
 const NO_LIMITS: SkuLimits = SkuLimits { max_per_order: None, hold_seconds: None };
 
+/// The demo's digital SKU: each sale hands out one of its card keys, exactly once, shown on the
+/// buyer's order page after payment.
+pub const DEMO_DIGITAL_SKU: &str = "EBOOK-TEA-GUIDE";
+/// Its keys, imported when the demo starts (a key already there, sold or not, is not again).
+const DEMO_KEYS: [&str; 5] =
+    ["TEA-GUIDE-7Q4M-2K9D", "TEA-GUIDE-3HX8-PW6N", "TEA-GUIDE-R5TJ-8C2E", "TEA-GUIDE-L9VB-4F7A", "TEA-GUIDE-6MZP-1G3S"];
+
+/// The demo's digital SKU and its card keys: idempotent, like the catalog.
+async fn seed_demo_keys(db: &Db, vault: &Vault, now: i64) -> anyhow::Result<()> {
+    let sku = crate::domain::ids::Sku::parse(DEMO_DIGITAL_SKU)?;
+    let new = NewSku {
+        sku: sku.clone(),
+        name: "Tea guide e-book (card key)".to_string(),
+        kind: SkuKind::Digital,
+        price: Money::new(1_900, Currency::parse("CNY")?)?,
+        stock: 0,
+        limits: NO_LIMITS,
+    };
+    catalog::create_sku(db, &new, true, now).await?;
+    let keys: Vec<String> = DEMO_KEYS.iter().map(|k| (*k).to_string()).collect();
+    crate::store::fulfilment::import_keys(db, vault, &sku, &keys, now).await?;
+    Ok(())
+}
+
 async fn seed_demo(db: &Db, now: i64) -> anyhow::Result<()> {
     let cny = Currency::parse("CNY")?;
     for (sku, name, price, stock, limits) in DEMO_CATALOG {
@@ -268,7 +292,13 @@ impl App {
             ),
             None => {}
         }
-        let guard = Arc::new(crate::http::guard::Guard::new(&settings.protection)?);
+        if settings.demo
+            && let Some(vault) = &vault
+        {
+            seed_demo_keys(&db, vault, clock.now_ms()).await?;
+        }
+        let guard = crate::http::guard::Guard::new(&settings.protection)?;
+        let guard = Arc::new(if settings.demo { guard.quiet_about_unforwarded() } else { guard });
         let retainer = Arc::new(Retainer {
             db: db.clone(),
             clock: clock.clone(),

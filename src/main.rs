@@ -237,15 +237,36 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     }
     println!("kassa listening on http://{}", app.addr);
     if settings.demo {
-        println!("storefront: {}/", app.public_url);
+        let base = &app.public_url;
+        println!("storefront: {base}/");
+        println!("console:    {base}/admin");
     }
     if let Some(token) = &app.generated_admin_token {
         println!("admin token: {token}");
+    }
+    if settings.demo {
+        println!("{}", demo_banner(&app.public_url));
     }
     tokio::signal::ctrl_c().await?;
     tracing::info!("shutting down");
     app.stop().await;
     Ok(())
+}
+
+/// What the demo shows a newcomer after its addresses: the card-key sale, in the storefront and
+/// from a terminal.
+fn demo_banner(base: &str) -> String {
+    let sku = kassa::app::DEMO_DIGITAL_SKU;
+    let auth = "-H \"Authorization: Bearer $T\"";
+    format!(
+        "\nBuy the e-book {sku} in the storefront and pay in the sandbox: its card key appears on the order\n\
+         page once paid, each key sold exactly once. Or from a terminal (with curl and jq):\n\
+         \x20 T=$(curl -s -XPOST {base}/api/v1/sessions | jq -r .token)\n\
+         \x20 B=$(curl -s -XPOST {auth} -d '{{\"lines\":[{{\"sku\":\"{sku}\",\"quantity\":1}}]}}' {base}/api/v1/baskets | jq -r .basket_id)\n\
+         \x20 O=$(curl -s -XPOST {auth} -d '{{\"gateway\":\"sandbox\"}}' {base}/api/v1/baskets/$B/checkout)\n\
+         \x20 curl -s -XPOST -d '{{\"outcome\":\"succeeded\"}}' {base}/sandbox/api/payments/$(echo \"$O\" | jq -r .attempt_ref)/complete\n\
+         \x20 sleep 1; curl -s {auth} {base}/api/v1/orders/$(echo \"$O\" | jq -r .order_no) | jq '.status, .lines[0].keys'"
+    )
 }
 
 /// A command's database (migrated) and gateways, as `serve` would have them.

@@ -66,28 +66,33 @@ pub struct Handed {
 
 pub use crate::domain::ids::AttemptKey;
 
+/// A hand-off form's fields, each name with its value: a schema of its own in `/openapi.json`, so
+/// every client generator names it once.
+#[derive(utoipa::ToSchema)]
+pub struct FormFields(pub BTreeMap<String, String>);
+
 /// How the buyer reaches the gateway (the checkout answer's `payment`, `/openapi.json`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Handoff {
     /// An auto-submitting form: every field generated and signed server-side.
+    #[schema(title = "FormHandoff")]
     Form {
         action: String,
         method: String,
+        #[schema(value_type = FormFields)]
         fields: BTreeMap<String, String>,
     },
-    Redirect {
-        url: String,
-    },
-    Client {
-        params: serde_json::Value,
-    },
+    /// A page of the gateway's to send the buyer to (Stripe Checkout, WeChat Pay H5).
+    #[schema(title = "RedirectHandoff")]
+    Redirect { url: String },
+    /// Parameters for the gateway's app or mini-program call (`wx.requestPayment`).
+    #[schema(title = "ClientHandoff")]
+    Client { params: serde_json::Value },
     /// A code the buyer scans with the gateway's app (WeChat Pay Native): kassa draws it; it can
     /// be paid until `expires_at` (RFC 3339), the hold's end.
-    Qr {
-        code_url: String,
-        expires_at: String,
-    },
+    #[schema(title = "QrHandoff")]
+    Qr { code_url: String, expires_at: String },
 }
 
 /// Why a notification was refused before it reached the store.

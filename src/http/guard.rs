@@ -177,7 +177,8 @@ pub struct Guard {
     /// SHA-256 of the shop's API key; compared in constant time.
     shop_key_hash: Option<Vec<u8>>,
     captcha: Option<(Captcha, reqwest::Client)>,
-    /// Whether a trusted proxy's request without the client address header has been logged.
+    /// Whether a trusted proxy's request without the client address header has been logged (set
+    /// from the start where no such warning is wanted: the demo, all of it on one machine).
     warned_unforwarded: std::sync::atomic::AtomicBool,
 }
 
@@ -199,6 +200,14 @@ impl Guard {
             captcha,
             warned_unforwarded: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// No warning about a trusted proxy's request without the client address header: for the demo,
+    /// whose clients are this machine's.
+    #[must_use]
+    pub fn quiet_about_unforwarded(self) -> Guard {
+        self.warned_unforwarded.store(true, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     fn trusts(&self, addr: IpAddr) -> bool {

@@ -117,6 +117,7 @@ impl Db {
         )
         .await?;
         tx.commit().await?;
+        let mut applied_now: Vec<i64> = Vec::new();
         for (version, sql) in migrations {
             let mut tx = self.begin().await?;
             let applied: Option<i64> = query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
@@ -134,7 +135,12 @@ impl Db {
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
-            tracing::info!(version, "applied migration");
+            tracing::debug!(version, "applied migration");
+            applied_now.push(*version);
+        }
+        // One line for the lot: a new database applies every migration at once.
+        if let (Some(first), Some(last)) = (applied_now.first(), applied_now.last()) {
+            tracing::info!(count = applied_now.len(), first, last, "applied migrations");
         }
         Ok(())
     }

@@ -135,8 +135,8 @@ impl Default for Opts {
 
 pub struct TestApp {
     pub app: App,
-    /// PostgreSQL: (server URL, database name) to drop when the test ends.
-    pg_drop: Option<(String, String)>,
+    /// Dropped after the app (fields drop in order): the test's database goes with it.
+    _database: TestDb,
     pub base: String,
     pub http: reqwest::Client,
     pub clock: Option<ManualClock>,
@@ -144,17 +144,55 @@ pub struct TestApp {
     _dir: tempfile::TempDir,
 }
 
-pub async fn fresh_database(backend: &Backend, dir: &std::path::Path) -> String {
+/// A test's own database: its URL, and (on PostgreSQL) the database dropped when this goes out of
+/// scope — whether the test passed or panicked — so a run leaves no `kassa_t_*` database behind.
+pub struct TestDb {
+    pub url: String,
+    /// The server and the database's name, on PostgreSQL.
+    drop: Option<(String, String)>,
+}
+
+impl std::ops::Deref for TestDb {
+    type Target = String;
+    fn deref(&self) -> &String {
+        &self.url
+    }
+}
+
+impl std::fmt::Display for TestDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+impl Drop for TestDb {
+    /// Drops the PostgreSQL database (FORCE closes whatever is still connected to it), on a thread
+    /// of its own: a test's runtime may be shutting down.
+    fn drop(&mut self) {
+        let Some((server, name)) = self.drop.take() else { return };
+        let dropper = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                let _ = pg_admin(&server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+/// A fresh database for one test: a SQLite file in `dir`, or a new PostgreSQL database dropped with
+/// the returned guard.
+pub async fn fresh_database(backend: &Backend, dir: &std::path::Path) -> TestDb {
     match backend {
-        Backend::Sqlite => format!("sqlite://{}", dir.join("kassa.db").display()),
-        Backend::Postgres(url) => {
+        Backend::Sqlite => TestDb { url: format!("sqlite://{}", dir.join("kassa.db").display()), drop: None },
+        Backend::Postgres(server) => {
             let name = format!("kassa_t_{}", uuid::Uuid::now_v7().simple());
-            pg_admin(url, &format!("CREATE DATABASE {name}")).await.expect("create test database");
+            pg_admin(server, &format!("CREATE DATABASE {name}")).await.expect("create test database");
             // The query may hold slashes of its own (`?host=/var/run/postgresql`): split it off first.
             let (path, query) =
-                url.split_once('?').map_or((url.as_str(), String::new()), |(p, q)| (p, format!("?{q}")));
+                server.split_once('?').map_or((server.as_str(), String::new()), |(p, q)| (p, format!("?{q}")));
             let (prefix, _) = path.rsplit_once('/').expect("database URL ends with /dbname");
-            format!("{prefix}/{name}{query}")
+            TestDb { url: format!("{prefix}/{name}{query}"), drop: Some((server.clone(), name)) }
         }
     }
 }
@@ -196,7 +234,8 @@ impl TestApp {
 
     pub async fn spawn_with(backend: Backend, opts: Opts) -> TestApp {
         let dir = tempfile::tempdir().expect("temp dir");
-        let database_url = fresh_database(&backend, dir.path()).await;
+        let database = fresh_database(&backend, dir.path()).await;
+        let database_url = database.url.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let settings = Settings {
             data_dir: dir.path().to_path_buf(),
@@ -236,17 +275,16 @@ impl TestApp {
         // Workers off: tests drive the sweeper and delivery steps themselves.
         let app = App::start(&settings, clock, listener, Workers::Off).await.expect("start kassa");
         let base = format!("http://{}", app.addr);
-        let pg_drop = match &backend {
-            Backend::Postgres(server) => {
-                database_url.rsplit('/').next().map(|n| (server.clone(), n.split('?').next().unwrap_or(n).to_string()))
-            }
-            Backend::Sqlite => None,
-        };
-        TestApp { app, pg_drop, base, http: reqwest::Client::new(), clock: manual, database_url, _dir: dir }
+        TestApp { app, _database: database, base, http: reqwest::Client::new(), clock: manual, database_url, _dir: dir }
     }
 
     pub fn now_ms(&self) -> i64 {
         self.app.state.clock.now_ms()
+    }
+
+    /// The test's own data directory, for the commands it runs (`--data-dir`).
+    pub fn data_dir(&self) -> String {
+        self._dir.path().display().to_string()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -424,20 +462,6 @@ impl TestApp {
     /// A count over the sandbox gateway's records.
     pub async fn sandbox_count(&self, sql: &str) -> i64 {
         sql::query_scalar(sql).fetch_one(self.sandbox_records().read_pool()).await.expect("count query")
-    }
-}
-
-impl Drop for TestApp {
-    /// Drops the test's PostgreSQL database (FORCE closes the app's pooled connections).
-    fn drop(&mut self) {
-        let Some((server, name)) = self.pg_drop.take() else { return };
-        let dropper = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(async {
-                let _ = pg_admin(&server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
-            });
-        });
-        let _ = dropper.join();
     }
 }
 

@@ -23,6 +23,8 @@ const STOCK: i64 = 400;
 fn start(database_url: &str, port: u16, log: &std::path::Path) -> Child {
     crate::common::kassa_command()
         .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}"), "--sandbox"])
+        .arg("--data-dir")
+        .arg(log.with_extension("data"))
         .args(["--admin-token", ADMIN, "--hold-seconds", "2", "--sweep-interval-ms", "200", "--rate-limits", "off"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

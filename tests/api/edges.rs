@@ -83,7 +83,7 @@ async fn digital_stock(backend: Backend) {
 fn kassa(t: &TestApp, args: &[&str]) -> std::process::Output {
     crate::common::kassa_command()
         .args(args)
-        .args(["--database-url", &t.database_url])
+        .args(["--database-url", &t.database_url, "--data-dir", &t.data_dir()])
         .env("CI", "")
         .env_remove("KASSA_KEYS_SECRET")
         .output()

@@ -53,6 +53,8 @@ pub fn start_instance(bin: &str, database_url: &str, port: u16, public: SocketAd
     Command::new(bin)
         .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(log.with_extension("data"))
         .args(["--public-url", &format!("http://{public}"), "--sandbox", "--admin-token", ADMIN])
         .args(["--hold-seconds", &HOLD_SECONDS.to_string(), "--sweep-interval-ms", "200", "--db-max-connections", "12"])
         // Many buyers from one address, each with orders in flight.
@@ -293,10 +295,13 @@ pub async fn settle_and_verify(database_url: &str, sandbox_url: &str, tally: &Ta
     sandbox.close().await;
     db.close().await;
     // And the invariant checker agrees.
+    let no_data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for bin in checkers {
         let out = Command::new(bin)
             .current_dir(env!("CARGO_TARGET_TMPDIR"))
             .args(["check", "--database-url", database_url])
+            .arg("--data-dir")
+            .arg(no_data.path())
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{bin}: {}", String::from_utf8_lossy(&out.stdout));

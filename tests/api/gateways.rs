@@ -763,7 +763,7 @@ on_both!(alipay_sweeper_closes_or_finds_payment, alipay_expiry_closes_at_gateway
 
 async fn run_kassa(args: &[&str], config: &std::path::Path) -> std::process::Output {
     let mut cmd = crate::common::kassa_command();
-    cmd.args(args).arg(config).env_remove("KASSA_DATABASE_URL");
+    cmd.args(args).arg(config).arg("--data-dir").arg(config.with_extension("data")).env_remove("KASSA_DATABASE_URL");
     tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap()
 }
 

@@ -287,3 +287,64 @@ fn the_sandbox_is_refused_beside_real_money_unless_asked_for() {
     assert_eq!(exited, None, "{err}");
     assert!(err.contains("DANGER: the sandbox gateway is mounted"), "{err}");
 }
+
+/// A request from a trusted proxy (the loopback) without `X-Forwarded-For` is warned about once,
+/// and each request's log line names the address counted and where it came from.
+#[test]
+fn the_client_address_and_its_source_are_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("stderr.log");
+    let out = dir.path().join("stdout.log");
+    let child = crate::common::kassa_command()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .env_remove("KASSA_ADMIN_TOKEN")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Stop(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let base = loop {
+        let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+        if let Some(base) = stdout.lines().find_map(|l| l.strip_prefix("kassa listening on ")) {
+            break base.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "kassa did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let get = |xff: Option<&str>| {
+        let mut args = vec!["-s".to_string(), "-o".into(), "/dev/null".into(), format!("{base}/healthz")];
+        if let Some(x) = xff {
+            args.extend(["-H".to_string(), format!("X-Forwarded-For: {x}")]);
+        }
+        assert!(std::process::Command::new("curl").args(&args).status().unwrap().success());
+    };
+    get(None);
+    get(None);
+    get(Some("198.51.100.7"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&err).unwrap_or_default();
+        let done = log.matches("request done").count() >= 3;
+        if done {
+            assert_eq!(log.matches("carries no x-forwarded-for").count(), 1, "said once: {log}");
+            assert!(log.contains("\"client\":\"127.0.0.1\"") && log.contains("\"client_source\":\"peer\""), "{log}");
+            assert!(
+                log.contains("\"client\":\"198.51.100.7\"") && log.contains("\"client_source\":\"forwarded\""),
+                "{log}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{log}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -122,6 +122,8 @@ async fn keys_cli(backend: Backend) {
     let out = tokio::task::spawn_blocking(move || {
         crate::common::kassa_command()
             .args(["keys", "import", "--sku", "GIFT", "--database-url", &url, "--keys-secret", KEYS_SECRET])
+            .arg("--data-dir")
+            .arg(file.with_extension("data"))
             .arg(&file)
             .output()
             .unwrap()

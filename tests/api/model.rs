@@ -146,6 +146,8 @@ struct Model {
 struct Real {
     db: Db,
     url: String,
+    /// The PostgreSQL database, dropped with this whatever the outcome.
+    _database: Option<crate::common::TestDb>,
     clock: ManualClock,
     vault: Vault,
 }
@@ -173,9 +175,12 @@ fn event(attempt_ref: &str, ok: bool, amount: i64) -> VerifiedEvent {
 }
 
 async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
-    let url = match backend {
-        Backend::Sqlite => format!("sqlite://{}", dir.join("model.db").display()),
-        pg => fresh_database(pg, dir).await,
+    let (url, database) = match backend {
+        Backend::Sqlite => (format!("sqlite://{}", dir.join("model.db").display()), None),
+        pg => {
+            let database = fresh_database(pg, dir).await;
+            (database.url.clone(), Some(database))
+        }
     };
     let db = Db::connect(&url, 8).await.unwrap();
     db.migrate().await.unwrap();
@@ -203,7 +208,7 @@ async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
             model.keys_imported = stock;
         }
     }
-    (Real { db, url, clock, vault }, model)
+    (Real { db, url, _database: database, clock, vault }, model)
 }
 
 fn pick(model: &Model, i: usize) -> Option<usize> {

@@ -697,7 +697,7 @@ async fn stripe_day(backend: Backend) {
 fn kassa_cli(t: &TestApp, args: &[&str]) -> (i32, String, String) {
     let out = crate::common::kassa_command()
         .args(args)
-        .args(["--database-url", &t.database_url, "--sandbox"])
+        .args(["--database-url", &t.database_url, "--data-dir", &t.data_dir(), "--sandbox"])
         .env("CI", "")
         .output()
         .unwrap();

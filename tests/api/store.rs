@@ -366,11 +366,13 @@ async fn every_engine_configuration_commits_the_same_way() {
     use kassa::domain::{Currency, Money};
     use kassa::store::catalog::{self, NewSku, SkuKind};
     let dir = tempfile::tempdir().unwrap();
-    let mut runs: Vec<(EngineConfig, String)> = Vec::new();
+    let mut runs: Vec<(EngineConfig, crate::common::TestDb)> = Vec::new();
     for writer in EngineConfig::all() {
         if writer.pg_pipeline {
             // SQLite: the PostgreSQL setting changes nothing.
-            runs.push((writer, format!("sqlite://{}", dir.path().join(format!("shop-{}.db", runs.len())).display())));
+            let file = dir.path().join(format!("shop-{}", runs.len()));
+            std::fs::create_dir_all(&file).unwrap();
+            runs.push((writer, crate::common::fresh_database(&Backend::Sqlite, &file).await));
         }
         if let Some(pg) = Backend::postgres()
             && writer.sqlite_group_commit
