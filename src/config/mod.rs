@@ -424,11 +424,11 @@ pub fn is_loopback_url(url: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Whether the sandbox would run where real money is taken: beside a real gateway, or reachable
-/// under a public URL that is not loopback.
-fn sandbox_beside_production(gateways: &GatewaysFile, public_url: Option<&str>) -> bool {
+/// Whether the sandbox would run where real money is taken: beside a real gateway, or reached at
+/// a URL that is not loopback (a public URL, or a listen address open to the network).
+fn sandbox_beside_production(gateways: &GatewaysFile, reached_at: &str) -> bool {
     let real = gateways.alipay.is_some() || gateways.wechatpay.is_some() || gateways.stripe.is_some();
-    real || public_url.is_some_and(|u| !is_loopback_url(u))
+    real || !is_loopback_url(reached_at)
 }
 
 fn database_url(data_dir: &Path, explicit: Option<String>) -> String {
@@ -533,14 +533,17 @@ impl Settings {
         )?;
         let sandbox = demo || args.sandbox || file.sandbox.unwrap_or(false);
         let public_url = args.public_url.clone().or(file.public_url);
-        let sandbox_in_production = sandbox && sandbox_beside_production(&file.gateways, public_url.as_deref());
+        // The sandbox is reached at the public URL, or where kassa listens when none is given.
+        let reached_at = public_url.clone().unwrap_or_else(|| format!("http://{listen}"));
+        let sandbox_in_production = sandbox && sandbox_beside_production(&file.gateways, &reached_at);
         if sandbox_in_production
             && !(args.sandbox_in_production_i_know || file.sandbox_in_production_i_know.unwrap_or(false))
         {
             anyhow::bail!(
                 "the sandbox gateway (--demo or --sandbox) lets anyone mark an order paid: it is refused beside a \
-                 real gateway or with a public URL that is not loopback. Leave out --demo and --sandbox in \
-                 production, or add --sandbox-in-production-i-know for a closed test installation"
+                 real gateway, with a public URL that is not loopback, or listening on the network. Leave out \
+                 --demo and --sandbox in production, or add --sandbox-in-production-i-know for a closed test \
+                 installation"
             );
         }
         Ok(Settings {
@@ -722,6 +725,9 @@ mod tests {
             let s = Settings::resolve(&demo(config, url, true)).unwrap();
             assert!(s.sandbox_in_production);
         }
+        // Listening on the network with no public URL: reached from it.
+        let open = ServeArgs { listen: Some("0.0.0.0:8080".into()), ..demo(None, None, false) };
+        assert!(Settings::resolve(&open).is_err());
         // A real gateway alone is production as usual.
         let args = ServeArgs { common: CommonArgs { config: Some(file), ..Default::default() }, ..Default::default() };
         assert!(!Settings::resolve(&args).unwrap().sandbox);

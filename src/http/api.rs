@@ -64,7 +64,9 @@ const GAUGES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// machine (a loopback address, not behind a proxy that names another), or one with the metrics
 /// token or the admin token as bearer.
 async fn may_read_metrics(state: &AppState, client: &super::guard::Client, headers: &HeaderMap) -> Result<()> {
-    if state.protection.metrics_public || client.addr.is_loopback() {
+    // This machine: a loopback peer (or one a trusted proxy names), never an address the shop's
+    // server named for a buyer.
+    if state.protection.metrics_public || (!client.shop && client.addr.to_canonical().is_loopback()) {
         return Ok(());
     }
     let Some(given) = super::bearer(headers) else { return Err(Error::unauthorized()) };

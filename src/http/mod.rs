@@ -341,6 +341,14 @@ where
         if let Some(session) = &session {
             cookie_write_allowed(parts, session)?;
         }
+        // A bearer token that is neither the admin's nor a buyer's counts against the address as
+        // a wrong admin token: backed off (429) past the sign-in limits, answered as before else.
+        if !admin && session.is_none() && bearer(&parts.headers).is_some() {
+            let refused = admin::wrong_admin_token(&state, parts.extensions.get::<guard::Client>()).await;
+            if refused.code() == "rate_limited" {
+                return Err(refused);
+            }
+        }
         Ok(Caller { session, admin })
     }
 }

@@ -205,6 +205,8 @@ impl RouteDoc {
             // A bearer token that is not the admin's (a buyer's, a mistyped one); an address
             // that sends wrong ones too often is backed off (the sign-in lockout's limits).
             self.add_codes(403, &["forbidden"]);
+        }
+        if matches!(self.auth, Auth::Admin | Auth::BuyerOrAdmin) {
             self.add_codes(429, &["rate_limited"]);
         }
         if self.body.is_some() {

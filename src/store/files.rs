@@ -14,8 +14,19 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     builder.create(dir)
 }
 
-/// Makes `path` readable and writable by its owner only, if it exists.
+/// Makes `path` readable and writable by its owner only, if it exists. A file kassa may not change
+/// the mode of (another user's, shared on purpose) is left as it is, with a warning.
 pub fn make_private(path: &Path) -> io::Result<()> {
+    match restrict(path) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            tracing::warn!(path = %path.display(), "cannot make the file readable by its owner only: {e}");
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+fn restrict(path: &Path) -> io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;

@@ -679,10 +679,11 @@ pub async fn record_rejected(
     let len = i64::try_from(raw_body.len()).unwrap_or(i64::MAX);
     let (reason, claimed_event_id) = (clip(reason), claimed_event_id.map(clip));
     let recorded = crate::write_tx!(db, |tx| {
-        let stored: i64 =
-            sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM notifications WHERE status = 'rejected'")
-                .fetch_one(&mut **tx)
-                .await?;
+        let stored: i64 = sql::query_scalar(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM notifications WHERE status = 'rejected' AND body_sha256 IS NOT NULL",
+        )
+        .fetch_one(&mut **tx)
+        .await?;
         if stored >= REJECTED_NOTIFICATIONS_MAX {
             let details = format!(
                 "{REJECTED_NOTIFICATIONS_MAX} rejected notifications are stored; newer ones are only counted until retention deletes old ones"

@@ -142,13 +142,14 @@ async fn prune_notification_bodies(db: &Db, before: Millis, now: Millis) -> Resu
     })
 }
 
-/// Notifications that failed verification, received before `before`: nothing refers to them (only
-/// a verified notification is ever applied).
+/// Notifications that failed verification (the digests `record_rejected` keeps, with their
+/// `body_sha256`), received before `before`: nothing refers to them. A verified notification that
+/// was refused (an amount that does not match) is a decision record, and stays.
 async fn prune_rejected_notifications(db: &Db, before: Millis) -> Result<u64> {
     crate::write_tx!(db, |tx| {
         let done = sql::query(
             "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications WHERE status = 'rejected' \
-             AND received_at < $1 ORDER BY received_at LIMIT $2)",
+             AND body_sha256 IS NOT NULL AND received_at < $1 ORDER BY received_at LIMIT $2)",
         )
         .bind(before)
         .bind(PRUNE_BATCH)

@@ -78,12 +78,36 @@ async fn rejected_digests(backend: Backend) {
     t.complete(&attempt_ref, "succeeded", 1).await;
     t.settle().await;
     assert_eq!(t.status(&order_no).await, "paid");
-    // Retention deletes rejected notifications after their time; the applied one stays.
-    let rejected = t.count("SELECT COUNT(*) FROM notifications WHERE status = 'rejected'").await;
+    // A genuine notification refused (an amount that does not match) is a decision record: kept
+    // whole, not counted among the digests, and never pruned as one.
+    let (_, _, pending_ref) = t.pending_order(&[("MUG", 1)]).await;
+    let wrong = json!({
+        "event_id": "evt-wrong-amount", "event_type": "payment.succeeded", "merchant_id": "kassa-demo-merchant",
+        "attempt_ref": pending_ref, "txn_id": "txn_wrong", "amount_minor": 1, "currency": "CNY", "created_at": 0
+    })
+    .to_string();
+    let signature = t.app.sandbox.as_ref().unwrap().sign_notification(wrong.as_bytes());
+    let r = t
+        .http
+        .post(t.url("/notify/sandbox"))
+        .header("content-type", "application/json")
+        .header("sandbox-signature", signature)
+        .body(wrong)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let refused = "SELECT COUNT(*) FROM notifications WHERE status = 'rejected' AND body_sha256 IS NULL";
+    assert_eq!(t.count(refused).await, 1);
+    // Retention deletes the digests of rejected notifications after their time; the applied one and
+    // the refused genuine one stay.
+    let rejected =
+        t.count("SELECT COUNT(*) FROM notifications WHERE status = 'rejected' AND body_sha256 IS NOT NULL").await;
     t.clock.as_ref().unwrap().advance_ms(31 * DAY_MS);
     let pruned = t.app.retainer.step().await.unwrap();
     assert_eq!(i64::try_from(pruned.rejected_notifications).unwrap(), rejected, "{pruned:?}");
-    assert_eq!(t.count("SELECT COUNT(*) FROM notifications WHERE status = 'rejected'").await, 0);
+    assert_eq!(t.count("SELECT COUNT(*) FROM notifications WHERE status = 'rejected'").await, 1);
+    assert_eq!(t.count(refused).await, 1);
     assert_eq!(t.count("SELECT COUNT(*) FROM notifications WHERE status = 'applied'").await, 1);
     t.assert_clean().await;
 
@@ -93,8 +117,8 @@ async fn rejected_digests(backend: Backend) {
     let empty = if matches!(backend, Backend::Sqlite) { "X''" } else { "decode('', 'hex')" };
     let fill = format!(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {max}) \
-         INSERT INTO notifications (id, gateway, status, reason, raw_body, received_at) \
-         SELECT 'fill-' || CAST(i AS TEXT), 'sandbox', 'rejected', 'invalid_signature: old', {empty}, 0 FROM n"
+         INSERT INTO notifications (id, gateway, status, reason, raw_body, body_len, body_sha256, received_at) \
+         SELECT 'fill-' || CAST(i AS TEXT), 'sandbox', 'rejected', 'invalid_signature: old', {empty}, 0, 'e3b0', 0 FROM n"
     );
     crate::common::run_script(&t.database_url, &fill).await;
     assert_eq!(bad_notification(&t, Some("203.0.113.9"), b"{}".to_vec()).await.status(), StatusCode::BAD_REQUEST);
@@ -163,6 +187,22 @@ async fn bearer_backoff(backend: Backend) {
     assert_eq!(t.count("SELECT COUNT(*) FROM alerts WHERE kind = 'admin_signin_lockout'").await, 1);
     t.clock.as_ref().unwrap().advance_ms(60_001);
     assert_eq!(admin_get(&t, "guess-5", from).await.status(), StatusCode::FORBIDDEN, "the back-off ends");
+    // Guessing through an operation a buyer or the admin may call (an order's cancel) counts the
+    // same: backed off after the failures, the admin still let in.
+    let cancel = |token: &'static str| {
+        t.http
+            .post(t.url("/api/v1/orders/KS00000000000000000000000/cancel"))
+            .bearer_auth(token)
+            .header("x-forwarded-for", "203.0.113.77")
+            .json(&json!({}))
+            .send()
+    };
+    let mut answers = Vec::new();
+    for guess in ["guess-a", "guess-b", "guess-c", "guess-d"] {
+        answers.push(cancel(guess).await.unwrap().status());
+    }
+    assert_eq!(answers[2..], [StatusCode::TOO_MANY_REQUESTS, StatusCode::TOO_MANY_REQUESTS], "{answers:?}");
+    assert_ne!(cancel(ADMIN).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
     // Many wrong tokens in a burst draw from the address's sign-in bucket first.
     let mut answers = Vec::new();
     for i in 0..12 {
@@ -196,6 +236,16 @@ async fn metrics_access(backend: Backend) {
     assert_eq!(ok.status(), StatusCode::OK);
     assert!(ok.text().await.unwrap().contains("kassa_"), "the metrics themselves");
     assert_eq!(get(Some(ADMIN), Some("198.51.100.7")).await.unwrap().status(), StatusCode::OK);
+    // The shop's server naming a loopback buyer is not this machine.
+    let r = t
+        .http
+        .get(t.url("/metrics"))
+        .header("kassa-shop-key", crate::common::SHOP_KEY)
+        .header("kassa-buyer-ip", "127.0.0.1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let protection = Protection { metrics_public: true, ..test_protection() };
     let t = TestApp::spawn_with(t_backend(&t), Opts { protection, ..Opts::default() }).await;
     let r = t.http.get(t.url("/metrics")).header("x-forwarded-for", "198.51.100.7").send().await.unwrap();
