@@ -15,6 +15,8 @@ use crate::gateway::config::GatewaysFile;
 
 mod protection;
 
+pub use protection::ProtectionArgs;
+
 pub use crate::http::protection::{
     ADMIN_TOKEN_LEN_MIN, Captcha, ClientAddressHeader, Protection, RETENTION_DAYS_MAX, RateLimits,
     SHOP_API_KEY_LEN_MIN, parse_proxies,
@@ -122,102 +124,6 @@ pub struct ServeArgs {
     pub keys: KeysArgs,
     #[command(flatten)]
     pub protection: ProtectionArgs,
-}
-
-/// Limits that protect a public storefront (docs/public-internet.md).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ProtectionArgs {
-    /// Unpaid orders one buyer session may have open at once; 0 for no limit [default: 3]
-    #[arg(long, env = "KASSA_MAX_OPEN_ORDERS_PER_SESSION")]
-    pub max_open_orders_per_session: Option<u32>,
-    /// Units of one SKU one order may hold, for a SKU with no max_per_order of its own; 0 for no
-    /// limit [default: 20]
-    #[arg(long, env = "KASSA_DEFAULT_MAX_PER_ORDER")]
-    pub default_max_per_order: Option<u32>,
-    /// Units one order may hold, all lines together; 0 for no limit [default: 100]
-    #[arg(long, env = "KASSA_MAX_UNITS_PER_ORDER")]
-    pub max_units_per_order: Option<u32>,
-    /// Share of a SKU's stock one order may hold, in percent (rounded up, at least one unit), for
-    /// a SKU with no max_per_order of its own; 100 for no limit [default: 50]
-    #[arg(long, env = "KASSA_MAX_STOCK_SHARE_PERCENT")]
-    pub max_stock_share_percent: Option<u32>,
-    /// Per-address rate limits: on or off (benchmarks and load tests) [default: on]
-    #[arg(long, env = "KASSA_RATE_LIMITS")]
-    pub rate_limits: Option<String>,
-    /// Buyer sessions one address may create per minute [default: 20]
-    #[arg(long, env = "KASSA_RATE_SESSIONS_PER_MINUTE")]
-    pub rate_sessions_per_minute: Option<u32>,
-    /// Basket writes (new baskets, line changes) per address per minute [default: 120]
-    #[arg(long, env = "KASSA_RATE_BASKET_WRITES_PER_MINUTE")]
-    pub rate_basket_writes_per_minute: Option<u32>,
-    /// Confirms (checkouts, payment retries) per address per minute [default: 20]
-    #[arg(long, env = "KASSA_RATE_CONFIRMS_PER_MINUTE")]
-    pub rate_confirms_per_minute: Option<u32>,
-    /// Order-status reads per address per minute [default: 240]
-    #[arg(long, env = "KASSA_RATE_POLLS_PER_MINUTE")]
-    pub rate_polls_per_minute: Option<u32>,
-    /// Admin sign-in attempts per address per minute [default: 10]
-    #[arg(long, env = "KASSA_RATE_SIGNINS_PER_MINUTE")]
-    pub rate_signins_per_minute: Option<u32>,
-    /// Gateway notifications failing verification stored per address per minute; more are
-    /// answered 429 and not stored (genuine notifications are never limited) [default: 30]
-    #[arg(long, env = "KASSA_RATE_REJECTED_NOTIFICATIONS_PER_MINUTE")]
-    pub rate_rejected_notifications_per_minute: Option<u32>,
-    /// Failed admin sign-ins from one address, within the lockout time, that lock it out [default: 10]
-    #[arg(long, env = "KASSA_SIGNIN_LOCKOUT_FAILURES")]
-    pub signin_lockout_failures: Option<u32>,
-    /// How long a locked-out address waits, in seconds [default: 900]
-    #[arg(long, env = "KASSA_SIGNIN_LOCKOUT_SECONDS")]
-    pub signin_lockout_seconds: Option<u64>,
-    /// Proxies whose --client-address-header is believed, as a comma-separated CIDR list
-    /// [default: 127.0.0.1/32,::1/128]; "none" believes no proxy
-    #[arg(long, env = "KASSA_TRUSTED_PROXIES")]
-    pub trusted_proxies: Option<String>,
-    /// The one header a trusted proxy names the client in: x-forwarded-for, forwarded, x-real-ip
-    /// or none; any other forwarding header is ignored [default: x-forwarded-for]
-    #[arg(long, env = "KASSA_CLIENT_ADDRESS_HEADER")]
-    pub client_address_header: Option<String>,
-    /// API key of the shop's own server (at least 32 characters), sent as Kassa-Shop-Key: its
-    /// requests are not limited as one address, and may name the buyer's in Kassa-Buyer-Ip
-    #[arg(long, env = "KASSA_SHOP_API_KEY", hide_env_values = true)]
-    pub shop_api_key: Option<String>,
-    /// Bot check: the siteverify URL of Turnstile, hCaptcha or reCAPTCHA; confirms then need a captcha_token
-    #[arg(long, env = "KASSA_CAPTCHA_VERIFY_URL")]
-    pub captcha_verify_url: Option<String>,
-    /// Bot check: the secret key the siteverify URL is called with
-    #[arg(long, env = "KASSA_CAPTCHA_SECRET", hide_env_values = true)]
-    pub captcha_secret: Option<String>,
-    /// An admin console session ends after this many idle minutes [default: 30]
-    #[arg(long, env = "KASSA_ADMIN_IDLE_MINUTES")]
-    pub admin_idle_minutes: Option<u64>,
-    /// A client must send its request headers within this many seconds [default: 10]
-    #[arg(long, env = "KASSA_HEADER_READ_TIMEOUT_SECONDS")]
-    pub header_read_timeout_seconds: Option<u64>,
-    /// A request (body included) must be answered within this many seconds [default: 30]
-    #[arg(long, env = "KASSA_REQUEST_TIMEOUT_SECONDS")]
-    pub request_timeout_seconds: Option<u64>,
-    /// Most client connections served at once; more wait to be accepted [default: 1024]
-    #[arg(long, env = "KASSA_MAX_CONNECTIONS")]
-    pub max_connections: Option<usize>,
-    /// Buyer sessions that never ordered, and open baskets, are pruned this many days after their
-    /// last use [default: 30]
-    #[arg(long, env = "KASSA_RETENTION_DAYS")]
-    pub retention_days: Option<u32>,
-    /// The raw bodies of processed notifications are emptied after this many days (the decision
-    /// records stay) [default: 180]
-    #[arg(long, env = "KASSA_NOTIFICATION_BODY_DAYS")]
-    pub notification_body_days: Option<u32>,
-    /// Notifications that failed verification (a digest of each) are deleted after this many days
-    /// [default: 30]
-    #[arg(long, env = "KASSA_REJECTED_NOTIFICATION_DAYS")]
-    pub rejected_notification_days: Option<u32>,
-    /// Bearer token (at least 32 characters) that reads /metrics from another machine; the admin
-    /// token does too. Without it only this machine's clients read /metrics
-    #[arg(long, env = "KASSA_METRICS_TOKEN", hide_env_values = true)]
-    pub metrics_token: Option<String>,
-    /// Serve /metrics to every client without a token (a proxy in front keeps it private)
-    #[arg(long, env = "KASSA_METRICS_PUBLIC", value_parser = clap::builder::BoolishValueParser::new())]
-    pub metrics_public: bool,
 }
 
 /// Where the card-key encryption secret comes from.

@@ -579,7 +579,7 @@ pub(super) async fn notify(
                 return limited.into_response();
             }
             let reason = format!("{}: {}", rejection.code, rejection.detail);
-            if let Err(e) = payments::record_rejected(
+            if let Err(e) = crate::store::rejected::record_rejected(
                 &state.db,
                 gateway.name(),
                 rejection.claimed_event_id.as_deref(),

@@ -22,6 +22,7 @@ pub mod outbox;
 pub mod payments;
 pub mod reconcile;
 pub mod refunds;
+pub mod rejected;
 pub mod reservations;
 pub mod retention;
 pub mod second_captures;

@@ -63,7 +63,7 @@ async fn rejected_digests(backend: Backend) {
     for (kept, len, sha256) in &rows {
         assert_eq!(
             (kept.len(), *len, sha256.as_str()),
-            (kassa::store::payments::REJECTED_BODY_KEPT_BYTES, 200_000, sha.as_str())
+            (kassa::store::rejected::REJECTED_BODY_KEPT_BYTES, 200_000, sha.as_str())
         );
     }
     // Another address is not held to the first one's rate.
@@ -113,7 +113,7 @@ async fn rejected_digests(backend: Backend) {
 
     // However many addresses send them, at most REJECTED_NOTIFICATIONS_MAX are kept.
     let t = TestApp::spawn_with(backend.clone(), Opts::default()).await;
-    let max = kassa::store::payments::REJECTED_NOTIFICATIONS_MAX;
+    let max = kassa::store::rejected::REJECTED_NOTIFICATIONS_MAX;
     let empty = if matches!(backend, Backend::Sqlite) { "X''" } else { "decode('', 'hex')" };
     let fill = format!(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {max}) \
