@@ -99,6 +99,57 @@ pub fn kassa_command() -> std::process::Command {
     command
 }
 
+/// A process the test started, killed and reaped when this goes out of scope (a failing assertion
+/// included), and the files its stdout and stderr go to.
+pub struct Running {
+    child: std::process::Child,
+    pub stdout: std::path::PathBuf,
+    pub stderr: std::path::PathBuf,
+}
+
+impl Running {
+    /// Starts `command` with its output in `name.out` and `name.err` in `dir`, and waits (at most
+    /// 30 s) until its stdout contains `ready`.
+    pub fn start(mut command: std::process::Command, dir: &std::path::Path, name: &str, ready: &str) -> Running {
+        let (stdout, stderr) = (dir.join(format!("{name}.out")), dir.join(format!("{name}.err")));
+        let child = command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("start the process");
+        let running = Running { child, stdout, stderr };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !running.out().contains(ready) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} did not print {ready:?}:\n{}{}",
+                running.out(),
+                running.err()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        running
+    }
+
+    /// What it printed on stdout so far.
+    pub fn out(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    /// What it printed on stderr so far.
+    pub fn err(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The shop server's API key the tests configure (`--shop-api-key`).
 pub const SHOP_KEY: &str = "test-shop-key-0123456789abcdef0123456789";
 

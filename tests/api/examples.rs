@@ -6,13 +6,12 @@
 //! `KASSA_EXAMPLES=1` when the tests are built.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Backend, Opts, SHOP_KEY, TestApp, WEBHOOK_SECRET, s};
+use crate::common::{Backend, Opts, Running, SHOP_KEY, TestApp, WEBHOOK_SECRET, s};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -29,49 +28,25 @@ fn run(dir: &Path, program: &str, args: &[&str]) {
     );
 }
 
-/// An example shop's process, stopped when this goes out of scope.
+/// An example shop's process (stopped when this goes out of scope) and its address.
 struct Shop {
-    child: Child,
-    log: PathBuf,
+    process: Running,
     base: String,
-}
-
-impl Drop for Shop {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Shop {
     fn start(mut command: Command, port: u16, kassa: &str, scratch: &Path) -> Shop {
-        let log = scratch.join("shop.log");
-        let file = std::fs::File::create(&log).unwrap();
-        let child = command
+        command
             .env("KASSA_URL", kassa)
             .env("SHOP_KEY", SHOP_KEY)
             .env("WEBHOOK_SECRET", WEBHOOK_SECRET)
-            .env("PORT", port.to_string())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let shop = Shop { child, log, base: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !std::fs::read_to_string(&shop.log).unwrap_or_default().contains("shop listening") {
-            assert!(
-                Instant::now() < deadline,
-                "the shop did not start:\n{}",
-                std::fs::read_to_string(&shop.log).unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        shop
+            .env("PORT", port.to_string());
+        let process = Running::start(command, scratch, "shop", "shop listening");
+        Shop { process, base: format!("http://127.0.0.1:{port}") }
     }
 
     fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        format!("{}{}", self.process.out(), self.process.err())
     }
 }
 

@@ -343,34 +343,15 @@ fn the_sandbox_is_refused_beside_real_money_unless_asked_for() {
 #[test]
 fn the_client_address_and_its_source_are_logged() {
     let dir = tempfile::tempdir().unwrap();
-    let err = dir.path().join("stderr.log");
-    let out = dir.path().join("stdout.log");
-    let child = crate::common::kassa_command()
+    let mut command = crate::common::kassa_command();
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path().join("data"))
         .env("RUST_LOG", "info")
-        .env_remove("KASSA_ADMIN_TOKEN")
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    struct Stop(std::process::Child);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Stop(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let base = loop {
-        let stdout = std::fs::read_to_string(&out).unwrap_or_default();
-        if let Some(base) = stdout.lines().find_map(|l| l.strip_prefix("kassa listening on ")) {
-            break base.to_string();
-        }
-        assert!(std::time::Instant::now() < deadline, "kassa did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+        .env_remove("KASSA_ADMIN_TOKEN");
+    let server = crate::common::Running::start(command, dir.path(), "kassa", "kassa listening on ");
+    let out = server.out();
+    let base = out.lines().find_map(|l| l.strip_prefix("kassa listening on ")).unwrap().to_string();
     let get = |xff: Option<&str>| {
         let mut args = vec!["-s".to_string(), "-o".into(), "/dev/null".into(), format!("{base}/healthz")];
         if let Some(x) = xff {
@@ -383,7 +364,7 @@ fn the_client_address_and_its_source_are_logged() {
     get(Some("198.51.100.7"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let log = std::fs::read_to_string(&err).unwrap_or_default();
+        let log = server.err();
         let done = log.matches("request done").count() >= 3;
         if done {
             assert_eq!(log.matches("carries no x-forwarded-for").count(), 1, "said once: {log}");

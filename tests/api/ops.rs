@@ -863,40 +863,15 @@ async fn kassa_serves_with_the_example_configuration() {
     assert!(stderr.contains("default_gateway \"stripe\" is not configured"), "{stderr}");
 }
 
-/// A server stopped when this goes out of scope.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `kassa serve --demo` in `data_dir` with `token` as the admin's, until it has printed its banner:
-/// (the server, its stdout so far, its stderr so far).
-fn demo_server(data_dir: &std::path::Path, token: &str) -> (Running, String, String) {
-    let (out, err) = (data_dir.with_extension("out"), data_dir.with_extension("err"));
-    let child = Running(
-        crate::common::kassa_command()
-            .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("KASSA_ADMIN_TOKEN", token)
-            .env("RUST_LOG", "info")
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let stdout = std::fs::read_to_string(&out).unwrap_or_default();
-        if stdout.contains(".lines[0].keys") {
-            return (child, stdout, std::fs::read_to_string(&err).unwrap_or_default());
-        }
-        assert!(std::time::Instant::now() < deadline, "no banner: {stdout}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+/// `kassa serve --demo` in `data_dir` with `token` as the admin's, once it has printed its banner.
+fn demo_server(data_dir: &std::path::Path, token: &str) -> crate::common::Running {
+    let mut command = crate::common::kassa_command();
+    command
+        .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env("KASSA_ADMIN_TOKEN", token)
+        .env("RUST_LOG", "info");
+    crate::common::Running::start(command, data_dir.parent().unwrap(), "kassa", ".lines[0].keys")
 }
 
 /// The demo's first minutes: one line for the migrations, then the banner with the storefront,
@@ -908,7 +883,8 @@ fn the_demo_shows_a_card_key_sale_and_starts_again_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let token = "demo-admin-token-0123456789abcdef0123456789";
-    let (server, stdout, stderr) = demo_server(&data, token);
+    let server = demo_server(&data, token);
+    let (stdout, stderr) = (server.out(), server.err());
     let migration_lines = stderr.lines().filter(|l| l.contains("applied migration")).count();
     assert!((1..=2).contains(&migration_lines), "one summary line per database: {stderr}");
     assert!(stderr.contains("applied migrations"), "{stderr}");
@@ -937,7 +913,8 @@ fn the_demo_shows_a_card_key_sale_and_starts_again_the_same() {
     };
     assert_eq!(on_hand(&base), (5, Some(4)), "four physical goods and the e-book, one key sold");
     drop(server);
-    let (again, stdout, _) = demo_server(&data, token);
+    let again = demo_server(&data, token);
+    let stdout = again.out();
     let base = stdout.lines().find_map(|l| l.strip_prefix("kassa listening on ")).unwrap().to_string();
     assert_eq!(on_hand(&base), (5, Some(4)), "a second start changes nothing");
     drop(again);
