@@ -48,9 +48,16 @@ impl DbError {
     pub fn is_unavailable(&self) -> bool {
         self.unreachable
             || self.code().is_some_and(|c| {
-                // PostgreSQL: connection_exception (08…), operator_intervention shutting down or
-                // not yet accepting connections (57P01-57P03), too_many_connections (53300).
-                c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300")
+                // PostgreSQL: connection_exception (08…), a connection not let in
+                // (invalid_authorization_specification 28…, the database missing 3D000),
+                // operator_intervention shutting down, not yet accepting connections or the
+                // database dropped (57P01-57P04), too_many_connections (53300), the server's own
+                // I/O failing (58030).
+                // (PostgreSQL's codes are five characters; SQLite's, numbers, never start with 0
+                // but may with 28.)
+                c.starts_with("08")
+                    || (c.len() == 5 && c.starts_with("28"))
+                    || matches!(c, "3D000" | "57P01" | "57P02" | "57P03" | "57P04" | "53300" | "58030")
             })
     }
 
@@ -161,5 +168,22 @@ impl From<crate::domain::status::IllegalTransition> for Error {
 impl From<Refusal> for Error {
     fn from(r: Refusal) -> Self {
         Error::Refused(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_that_does_not_let_kassa_in_is_unavailable_and_a_refused_statement_is_not() {
+        for code in ["08006", "28P01", "28000", "3D000", "57P01", "57P04", "53300", "58030"] {
+            assert!(DbError::new(Some(code.into()), "x").is_unavailable(), "{code}");
+        }
+        // SQLite's codes are numbers: a constraint (2067, 2835) or busy (5) is not the database away.
+        for code in ["23505", "40001", "2067", "2835", "5", "42P01"] {
+            assert!(!DbError::new(Some(code.into()), "x").is_unavailable(), "{code}");
+        }
+        assert!(DbError::unreachable("gone").is_unavailable());
     }
 }

@@ -1,7 +1,8 @@
 //! The layers of the crate, declared once. A module may use the modules of the layers below its
-//! own and nothing else: no module uses one of its own layer or of a layer above. The test below
-//! reads every source file of the library and fails on any `crate::` path against this order, so
-//! a cycle cannot come back unnoticed. ARCHITECTURE.md says what each layer is for.
+//! own and nothing else: no module uses one of its own layer or of a layer above. The tests below
+//! read every source file of the library and fail on any `crate::` path against this order, and
+//! on any loop among the files of one module (`http/api.rs` using `http/pages.rs` and back), so a
+//! cycle cannot come back unnoticed. ARCHITECTURE.md says what each layer is for.
 
 /// Lowest first.
 pub const LAYERS: &[&[&str]] = &[
@@ -58,9 +59,22 @@ mod tests {
 
     /// The first segment of every `crate::` path in `code`, `use crate::{a, b::c}` included.
     fn crate_paths(code: &str) -> Vec<String> {
+        paths_after(code, "crate::")
+    }
+
+    /// The segment after `prefix` of every path in `code` that starts with it, groups included.
+    fn paths_after(code: &str, prefix: &str) -> Vec<String> {
         let mut found = Vec::new();
-        for (at, _) in code.match_indices("crate::") {
-            let rest = &code[at + "crate::".len()..];
+        for (at, _) in code.match_indices(prefix) {
+            // A longer path that only ends with the prefix (`super::super::` for `super::`) is
+            // not this one.
+            if code[..at].ends_with("::") {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            if rest.starts_with(prefix) {
+                continue;
+            }
             if let Some(group) = rest.strip_prefix('{') {
                 let mut depth = 0usize;
                 let mut item_start = true;
@@ -135,6 +149,123 @@ mod tests {
         against.sort();
         against.dedup();
         assert!(against.is_empty(), "imports against the layer order of src/layers.rs:\n{}", against.join("\n"));
+    }
+
+    /// A file's code without comments and without its unit tests (a test module may reach any
+    /// sibling).
+    fn code_of(file: &Path) -> String {
+        let text = std::fs::read_to_string(file).unwrap();
+        let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+        text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+    }
+
+    /// The files and folders of module folder `dir` (its `mod.rs`, which declares and wires them,
+    /// and the `*_tests.rs` files aside), each with the siblings it uses: `super::x` from a file
+    /// of `dir`, `super::super::x` from a file of a folder in it, or the full `crate::…::x`.
+    fn sibling_uses(src: &Path, dir: &Path) -> Vec<(String, BTreeSet<String>)> {
+        let name = |p: &Path| p.file_name().unwrap().to_str().unwrap().trim_end_matches(".rs").to_string();
+        let mut nodes: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir() || (p.extension().is_some_and(|e| e == "rs") && !name(p).ends_with("_tests")))
+            .filter(|p| name(p) != "mod")
+            .collect();
+        nodes.sort();
+        let names: BTreeSet<String> = nodes.iter().map(|p| name(p)).collect();
+        let module_path: Vec<String> =
+            dir.strip_prefix(src).unwrap().components().map(|c| c.as_os_str().to_str().unwrap().to_string()).collect();
+        let full = format!("crate::{}::", module_path.join("::"));
+        nodes
+            .iter()
+            .map(|node| {
+                let mut files = Vec::new();
+                if node.is_dir() {
+                    sources(node, &mut files);
+                } else {
+                    files.push(node.clone());
+                }
+                let mut used = BTreeSet::new();
+                for file in &files {
+                    let code = code_of(file);
+                    let up = if node.is_dir() { "super::super::" } else { "super::" };
+                    for path in paths_after(&code, up).into_iter().chain(paths_after(&code, &full)) {
+                        if names.contains(&path) && path != name(node) {
+                            used.insert(path);
+                        }
+                    }
+                }
+                (name(node), used)
+            })
+            .collect()
+    }
+
+    /// The loops in a graph of names: each strongly connected part of more than one node.
+    fn loops(graph: &[(String, BTreeSet<String>)]) -> Vec<Vec<String>> {
+        let reach = |from: &str| {
+            let mut seen = BTreeSet::new();
+            let mut todo = vec![from.to_string()];
+            while let Some(n) = todo.pop() {
+                for (_, next) in graph.iter().filter(|(name, _)| *name == n) {
+                    for m in next {
+                        if seen.insert(m.clone()) {
+                            todo.push(m.clone());
+                        }
+                    }
+                }
+            }
+            seen
+        };
+        let mut found: Vec<Vec<String>> = Vec::new();
+        for (name, _) in graph {
+            if found.iter().any(|l| l.contains(name)) {
+                continue;
+            }
+            let mut part: Vec<String> =
+                reach(name).into_iter().filter(|other| other != name && reach(other).contains(name)).collect();
+            if !part.is_empty() {
+                part.push(name.clone());
+                part.sort();
+                found.push(part);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_files_of_a_module_use_each_other_without_loops() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut dirs = Vec::new();
+        let mut todo = vec![src.clone()];
+        while let Some(dir) = todo.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path.clone());
+                    todo.push(path);
+                }
+            }
+        }
+        dirs.sort();
+        let mut against = Vec::new();
+        for dir in &dirs {
+            for part in loops(&sibling_uses(&src, dir)) {
+                against.push(format!("{}: {}", dir.strip_prefix(&src).unwrap().display(), part.join(" ⇄ ")));
+            }
+        }
+        assert!(against.is_empty(), "files of one module that use each other in a loop:\n{}", against.join("\n"));
+    }
+
+    #[test]
+    fn loops_are_found_and_one_way_uses_are_not_loops() {
+        let graph = |edges: &[(&str, &[&str])]| -> Vec<(String, BTreeSet<String>)> {
+            edges.iter().map(|(n, to)| (n.to_string(), to.iter().map(|t| t.to_string()).collect())).collect()
+        };
+        assert!(loops(&graph(&[("a", &["b"]), ("b", &["c"]), ("c", &[])])).is_empty());
+        let found = loops(&graph(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"]), ("d", &["a"])]));
+        assert_eq!(found, [vec!["a".to_string(), "b".into(), "c".into()]]);
+        let code = "use super::{x, y::Z};\nuse super::super::w;\nlet v = crate::http::q::f();";
+        assert_eq!(paths_after(code, "super::"), ["x", "y"]);
+        assert_eq!(paths_after(code, "crate::http::"), ["q"]);
     }
 
     #[test]

@@ -77,20 +77,10 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
                         BasketId::stored(basket.basket_id)
                     }
                 };
+                // The engine bench holds orders open by the thousand: no per-buyer limit.
                 let req = checkout::ConfirmRequest {
-                    payer: None,
-                    shop: &Default::default(),
-                    currencies: None,
-                    session_id: &session.id,
-                    basket_id: &basket,
-                    gateway: "sandbox",
-                    channel: "form",
-                    idempotency_key: None,
-                    hold_ms: 900_000,
-                    // The engine bench holds orders open by the thousand: no per-buyer limit.
-                    max_open_orders: 0,
                     limits: kassa::domain::checkout::OrderLimits::default(),
-                    now,
+                    ..checkout::ConfirmRequest::new(&session.id, basket, "sandbox", "form", now)
                 };
                 let t0 = Instant::now();
                 let result = checkout::confirm(&db, &req).await;

@@ -299,7 +299,7 @@ fn check_admin_token(token: Option<String>) -> anyhow::Result<Option<String>> {
 pub const DEFAULT_RECONCILE_AFTER_SECONDS: u64 = 120;
 pub const DEFAULT_RECONCILE_INTERVAL_MS: u64 = 30_000;
 
-pub const DEFAULT_HOLD_SECONDS: u64 = 900;
+pub const DEFAULT_HOLD_SECONDS: u64 = crate::domain::checkout::HOLD_SECONDS_DEFAULT;
 pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 5_000;
 pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
 /// Upper bound of the hold (`domain::checkout::HOLD_SECONDS_MAX`), as the options count it.

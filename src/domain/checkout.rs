@@ -287,6 +287,26 @@ pub fn check_open_orders(open: i64, max: u32) -> Result<(), Refusal> {
     .with_details(json!({"open": open, "max": max})))
 }
 
+/// The hold on a SKU's stock in `sku` for `requested` units found `available` left: the order is
+/// not placed (nothing is held for it).
+pub fn out_of_stock(sku: &str, requested: i64, available: i64) -> Refusal {
+    Refusal::conflict("out_of_stock", format!("not enough stock for {sku}"))
+        .with_details(json!({"sku": sku, "requested": requested, "available": available.max(0)}))
+}
+
+/// A confirm repeated with an `Idempotency-Key` the buyer used before: it answers that key's order
+/// only when it names the same basket (`key_basket`, recorded with the key); a key sent again for
+/// another basket is a mistake in the shop's client, never a second order.
+pub fn may_replay_key(key_basket: &str, basket: &str) -> Result<(), Refusal> {
+    if key_basket == basket {
+        return Ok(());
+    }
+    Err(Refusal::unprocessable("idempotency_key_reused", "this Idempotency-Key was used for another basket"))
+}
+
+/// How long a confirm holds stock for payment unless the shop configures otherwise, in seconds.
+pub const HOLD_SECONDS_DEFAULT: u64 = 900;
+
 /// When the stock held at confirm is released if the order is not paid.
 pub fn hold_expires_at(now_ms: i64, hold_ms: i64) -> i64 {
     now_ms.saturating_add(hold_ms)
@@ -295,6 +315,19 @@ pub fn hold_expires_at(now_ms: i64, hold_ms: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_answers_only_for_the_basket_it_was_first_sent_with() {
+        assert!(may_replay_key("b1", "b1").is_ok());
+        assert_eq!(may_replay_key("b1", "b2").unwrap_err().code, "idempotency_key_reused");
+    }
+
+    #[test]
+    fn out_of_stock_never_shows_a_negative_availability() {
+        let r = out_of_stock("TEA", 3, -2);
+        assert_eq!((r.code, r.kind), ("out_of_stock", super::super::refusal::RefusalKind::Conflict));
+        assert_eq!(r.details, Some(json!({"sku": "TEA", "requested": 3, "available": 0})));
+    }
 
     #[test]
     fn a_zero_price_is_taken_only_when_the_shop_says_free() {

@@ -56,6 +56,39 @@ pub fn on_claimed(event_id: &str, attempt_ref: &str, claimed_by: Option<&str>) -
     }
 }
 
+/// A verified event whose content does not match kassa's records: refused and alerted, never
+/// applied (a gateway never pays other than what was asked; a mismatch is a forged or mis-sent
+/// notification, or a bug).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    pub code: &'static str,
+    pub reason: String,
+}
+
+/// A payment reported for an attempt that asked for `asked`: the same currency and amount.
+pub fn check_payment(paid: Money, asked: Money) -> Result<(), Mismatch> {
+    if paid.currency() != asked.currency() {
+        let reason = format!("currency {} but attempt is in {}", paid.currency(), asked.currency());
+        return Err(Mismatch { code: "currency_mismatch", reason });
+    }
+    if paid.amount_minor() != asked.amount_minor() {
+        let reason = format!("amount {} but attempt is {}", paid.amount_minor(), asked.amount_minor());
+        return Err(Mismatch { code: "amount_mismatch", reason });
+    }
+    Ok(())
+}
+
+/// A refund reported done: where the gateway says how much (`reported`), it is what was asked.
+pub fn check_refund(refund_no: &str, reported: Option<Money>, asked: Money) -> Result<(), Mismatch> {
+    match reported {
+        Some(amount) if amount != asked => Err(Mismatch {
+            code: "amount_mismatch",
+            reason: format!("refund {refund_no} reported as {}", amount.display_major()),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// What an active query says about an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentState {
@@ -112,5 +145,17 @@ mod tests {
         assert_eq!(on_claimed("evt_1", "A-1", Some("A-1")), Claimed::Again);
         assert_eq!(on_claimed("evt_1", "B-1", Some("A-1")), Claimed::Reused { key: "evt_1@B-1".into() });
         assert_eq!(on_claimed("evt_1", "B-1", None), Claimed::Reused { key: "evt_1@B-1".into() });
+    }
+
+    #[test]
+    fn a_payment_or_refund_other_than_asked_is_a_mismatch() {
+        let cny = |minor| Money::new(minor, super::super::Currency::parse("CNY").unwrap()).unwrap();
+        let usd = Money::new(100, super::super::Currency::parse("USD").unwrap()).unwrap();
+        assert!(check_payment(cny(100), cny(100)).is_ok());
+        assert_eq!(check_payment(cny(99), cny(100)).unwrap_err().code, "amount_mismatch");
+        assert_eq!(check_payment(usd, cny(100)).unwrap_err().code, "currency_mismatch");
+        assert!(check_refund("R1", None, cny(100)).is_ok());
+        assert!(check_refund("R1", Some(cny(100)), cny(100)).is_ok());
+        assert_eq!(check_refund("R1", Some(usd), cny(100)).unwrap_err().code, "amount_mismatch");
     }
 }

@@ -102,6 +102,24 @@ pub fn check_window(policy: RefundPolicy, paid_at: Option<i64>, now: i64) -> Res
     Ok(())
 }
 
+/// A refund number sent again: it answers the refund it named the first time when it asks the
+/// same (`same`: the same order, amount, reason and kind), and is refused otherwise (a refund
+/// number is the shop's key for one refund, never a second one).
+pub fn may_repeat_refund_no(same: bool) -> Result<(), Refusal> {
+    if same {
+        return Ok(());
+    }
+    Err(Refusal::conflict(
+        "refund_no_reused",
+        "this refund number was used for another refund (other order, amount or reason)",
+    ))
+}
+
+/// A refund of an order whose payment was never captured.
+pub fn nothing_captured() -> Refusal {
+    Refusal::conflict("not_refundable", "the order has no captured payment")
+}
+
 /// Who asked for a refund.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefundKind {

@@ -26,6 +26,13 @@ macro_rules! string_enum {
                 f.write_str(self.as_str())
             }
         }
+
+        /// As its text, as stored and as the API shows it.
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
     };
 }
 

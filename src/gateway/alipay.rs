@@ -4,11 +4,12 @@
 //! verified responses.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::config::AlipayConfig;
 use super::keys::{RsaSigner, RsaVerifier};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, PaymentState,
@@ -23,6 +24,23 @@ use crate::domain::{Currency, Money};
 pub const NAME: &str = "alipay";
 /// Longest face-to-face `qr_code` accepted (Alipay's are short links to qr.alipay.com).
 pub const QR_CODE_LEN_MAX: usize = 512;
+
+/// The `[gateways.alipay]` section of the config file; key values are PEM file paths.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AlipayConfig {
+    pub app_id: String,
+    /// The receiving account (`seller_id`) notifications must name.
+    pub seller_id: String,
+    pub app_private_key_file: PathBuf,
+    pub alipay_public_key_file: PathBuf,
+    #[serde(default = "alipay_default_url")]
+    pub gateway_url: String,
+}
+
+fn alipay_default_url() -> String {
+    "https://openapi.alipay.com/gateway.do".to_string()
+}
 
 pub struct Alipay {
     app_id: String,

@@ -1,6 +1,6 @@
-//! The `[gateways.*]` sections of the config file and the adapters built from them. Key and
-//! certificate values are PEM file paths, relative to the config file; secrets never appear in
-//! `Debug` output.
+//! The `[gateways.*]` sections of the config file and the adapters built from them. Each section's
+//! type lives with its adapter (re-exported here); key and certificate values are PEM file paths,
+//! relative to the config file; secrets never appear in `Debug` output.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,17 +9,14 @@ use anyhow::Context as _;
 use serde::Deserialize;
 
 use super::Gateway;
+use super::alipay::{self, Alipay};
+use super::stripe::{self, Stripe};
+use super::wechatpay::{self, WechatPay};
 
-/// A secret string from the config: redacted in `Debug`.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+pub use super::alipay::AlipayConfig;
+pub use super::keys::Secret;
+pub use super::stripe::StripeConfig;
+pub use super::wechatpay::WechatPayConfig;
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -27,80 +24,6 @@ pub struct GatewaysFile {
     pub alipay: Option<AlipayConfig>,
     pub wechatpay: Option<WechatPayConfig>,
     pub stripe: Option<StripeConfig>,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct AlipayConfig {
-    pub app_id: String,
-    /// The receiving account (`seller_id`) notifications must name.
-    pub seller_id: String,
-    pub app_private_key_file: PathBuf,
-    pub alipay_public_key_file: PathBuf,
-    #[serde(default = "alipay_default_url")]
-    pub gateway_url: String,
-}
-
-fn alipay_default_url() -> String {
-    "https://openapi.alipay.com/gateway.do".to_string()
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct WechatPayConfig {
-    pub mchid: String,
-    pub appid: String,
-    pub merchant_serial_no: String,
-    pub merchant_private_key_file: PathBuf,
-    /// WeChat Pay public key (`PUB_KEY_ID_…` mode) …
-    pub platform_public_key_file: Option<PathBuf>,
-    /// … or a platform certificate.
-    pub platform_cert_file: Option<PathBuf>,
-    /// The `Wechatpay-Serial` WeChat signs with: the public key's `PUB_KEY_ID_…`; with a
-    /// certificate alone, read from it when absent.
-    pub platform_serial: Option<String>,
-    /// Download the platform certificates (`/v3/certificates`) hourly and when a notification is
-    /// signed under an unknown certificate serial, so a rotation needs nothing done by hand.
-    #[serde(default = "yes")]
-    pub download_certificates: bool,
-    pub api_v3_key: Secret,
-    #[serde(default = "wechat_default_url")]
-    pub api_base_url: String,
-    /// The mini program's AppSecret (`appid` being the mini program's): turns on shipping reports
-    /// (发货信息录入) of JSAPI payments, without which WeChat holds their funds.
-    #[serde(default)]
-    pub mini_program_secret: Option<Secret>,
-    /// Where the mini-program server API answers (`stable_token`, `upload_shipping_info`).
-    #[serde(default = "wechat_open_default_url")]
-    pub open_api_base_url: String,
-}
-
-fn wechat_open_default_url() -> String {
-    "https://api.weixin.qq.com".to_string()
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn wechat_default_url() -> String {
-    "https://api.mch.weixin.qq.com".to_string()
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StripeConfig {
-    pub secret_key: Secret,
-    pub webhook_secret: Secret,
-    /// Further endpoint secrets accepted while one is being rotated.
-    #[serde(default)]
-    pub previous_webhook_secrets: Vec<Secret>,
-    #[serde(default = "stripe_default_url")]
-    pub api_base_url: String,
-}
-
-fn stripe_default_url() -> String {
-    "https://api.stripe.com".to_string()
 }
 
 impl GatewaysFile {
@@ -126,13 +49,13 @@ impl GatewaysFile {
     pub fn names(&self) -> Vec<&'static str> {
         let mut names = Vec::new();
         if self.alipay.is_some() {
-            names.push(super::alipay::NAME);
+            names.push(alipay::NAME);
         }
         if self.wechatpay.is_some() {
-            names.push(super::wechatpay::NAME);
+            names.push(wechatpay::NAME);
         }
         if self.stripe.is_some() {
-            names.push(super::stripe::NAME);
+            names.push(stripe::NAME);
         }
         names
     }
@@ -142,15 +65,15 @@ impl GatewaysFile {
         let base = public_url.trim_end_matches('/');
         let mut out: Vec<Arc<dyn Gateway>> = Vec::new();
         if let Some(c) = &self.alipay {
-            let notify = format!("{base}/notify/{}", super::alipay::NAME);
-            out.push(Arc::new(super::alipay::Alipay::new(c, notify).context("[gateways.alipay]")?));
+            let notify = format!("{base}/notify/{}", alipay::NAME);
+            out.push(Arc::new(Alipay::new(c, notify).context("[gateways.alipay]")?));
         }
         if let Some(c) = &self.wechatpay {
-            let notify = format!("{base}/notify/{}", super::wechatpay::NAME);
-            out.push(Arc::new(super::wechatpay::WechatPay::new(c, notify).context("[gateways.wechatpay]")?));
+            let notify = format!("{base}/notify/{}", wechatpay::NAME);
+            out.push(Arc::new(WechatPay::new(c, notify).context("[gateways.wechatpay]")?));
         }
         if let Some(c) = &self.stripe {
-            out.push(Arc::new(super::stripe::Stripe::new(c).context("[gateways.stripe]")?));
+            out.push(Arc::new(Stripe::new(c).context("[gateways.stripe]")?));
         }
         Ok(out)
     }

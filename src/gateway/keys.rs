@@ -1,6 +1,7 @@
-//! Key material and primitives the real gateways use, all through aws-lc-rs: PEM files, RSA
-//! PKCS#1 v1.5 SHA-256 signatures (Alipay RSA2, WeChat Pay v3), AES-256-GCM (WeChat resources),
-//! HMAC-SHA256 (Stripe). Nothing here logs or formats key material.
+//! Key material and primitives the real gateways use: PEM files (rustls-pki-types), X.509
+//! certificates (x509-cert), and through aws-lc-rs RSA PKCS#1 v1.5 SHA-256 signatures (Alipay RSA2,
+//! WeChat Pay v3), AES-256-GCM (WeChat resources), HMAC-SHA256 (Stripe). Nothing here logs or
+//! formats key material.
 
 use std::path::Path;
 
@@ -8,6 +9,11 @@ use aws_lc_rs::signature::{self, KeyPair as _, UnparsedPublicKey};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use rand::Rng;
+use rustls_pki_types::pem::PemObject as _;
+pub use rustls_pki_types::pem::SectionKind;
+use serde::Deserialize;
+use x509_cert::Certificate;
+use x509_cert::der::{Decode as _, Encode as _};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -17,28 +23,33 @@ pub enum KeyError {
     Invalid(String),
 }
 
-/// The DER blocks of a PEM text with their labels. Text without any `-----BEGIN` line is read as
-/// one bare base64 block (Alipay's console hands out public keys that way).
-pub fn pem_blocks(text: &str) -> Result<Vec<(String, Vec<u8>)>, KeyError> {
-    let mut blocks = Vec::new();
-    let mut current: Option<(String, String)> = None;
-    for line in text.lines().map(str::trim) {
-        if let Some(label) = line.strip_prefix("-----BEGIN ").and_then(|l| l.strip_suffix("-----")) {
-            current = Some((label.to_string(), String::new()));
-        } else if line.starts_with("-----END ") {
-            let (label, body) = current.take().ok_or_else(|| KeyError::Invalid("PEM END without BEGIN".into()))?;
-            let der = B64.decode(body).map_err(|_| KeyError::Invalid(format!("PEM block {label} is not base64")))?;
-            blocks.push((label, der));
-        } else if let Some((_, body)) = current.as_mut() {
-            body.push_str(line);
-        }
+/// A secret string from the config: redacted in `Debug`.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
     }
-    if blocks.is_empty() && !text.contains("-----BEGIN") {
+}
+
+/// The DER sections of a PEM text by kind, read by rustls-pki-types (private keys' base64 is
+/// decoded in constant time; sections of a kind it does not know are skipped, text around them
+/// is ignored).
+///
+/// Text without any `-----BEGIN` line is read as one bare base64 public key, the way Alipay's
+/// console hands them out. That case stays by hand: it is no PEM at all, only base64 of the DER,
+/// which the `base64` crate decodes.
+pub fn pem_blocks(text: &str) -> Result<Vec<(SectionKind, Vec<u8>)>, KeyError> {
+    if !text.contains("-----BEGIN") {
         let bare: String = text.split_whitespace().collect();
         let der = B64.decode(bare).map_err(|_| KeyError::Invalid("neither PEM nor base64".into()))?;
-        blocks.push(("PUBLIC KEY".to_string(), der));
+        return Ok(vec![(SectionKind::PublicKey, der)]);
     }
-    Ok(blocks)
+    <(SectionKind, Vec<u8>)>::pem_slice_iter(text.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| KeyError::Invalid(format!("PEM: {e}")))
 }
 
 fn read(path: &Path) -> Result<String, KeyError> {
@@ -66,10 +77,10 @@ impl std::fmt::Debug for RsaSigner {
 impl RsaSigner {
     /// From PEM text: `PRIVATE KEY` (PKCS#8) or `RSA PRIVATE KEY` (PKCS#1).
     pub fn from_pem(text: &str) -> Result<Self, KeyError> {
-        for (label, der) in pem_blocks(text)? {
-            let key = match label.as_str() {
-                "PRIVATE KEY" => signature::RsaKeyPair::from_pkcs8(&der),
-                "RSA PRIVATE KEY" => signature::RsaKeyPair::from_der(&der),
+        for (kind, der) in pem_blocks(text)? {
+            let key = match kind {
+                SectionKind::PrivateKey => signature::RsaKeyPair::from_pkcs8(&der),
+                SectionKind::RsaPrivateKey => signature::RsaKeyPair::from_der(&der),
                 _ => continue,
             };
             return key.map(|key| RsaSigner { key }).map_err(|e| KeyError::Invalid(format!("RSA private key: {e}")));
@@ -114,12 +125,16 @@ impl std::fmt::Debug for RsaVerifier {
 impl RsaVerifier {
     /// From PEM text (`PUBLIC KEY`, `RSA PUBLIC KEY` or a `CERTIFICATE`) or bare base64.
     pub fn from_pem(text: &str) -> Result<Self, KeyError> {
-        for (label, der) in pem_blocks(text)? {
-            let der = match label.as_str() {
-                "PUBLIC KEY" | "RSA PUBLIC KEY" => der,
-                "CERTIFICATE" => certificate_spki(&der)
-                    .ok_or_else(|| KeyError::Invalid("certificate without a readable public key".into()))?
-                    .to_vec(),
+        // rustls-pki-types knows no PKCS#1 `RSA PUBLIC KEY` label and would skip the section;
+        // aws-lc-rs reads its DER (RSAPublicKey) as well as a SubjectPublicKeyInfo, so such a
+        // section is read as a `PUBLIC KEY`.
+        let text = text
+            .replace("-----BEGIN RSA PUBLIC KEY-----", "-----BEGIN PUBLIC KEY-----")
+            .replace("-----END RSA PUBLIC KEY-----", "-----END PUBLIC KEY-----");
+        for (kind, der) in pem_blocks(&text)? {
+            let der = match kind {
+                SectionKind::PublicKey => der,
+                SectionKind::Certificate => certificate_spki(&der)?,
                 _ => continue,
             };
             aws_lc_rs::rsa::PublicKey::from_der(&der).map_err(|_| KeyError::Invalid("not an RSA public key".into()))?;
@@ -145,66 +160,30 @@ impl RsaVerifier {
     }
 }
 
-/// One DER element: (tag, content, rest).
-fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n].iter().fold(0_usize, |acc, b| (acc << 8) | usize::from(*b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
+/// An X.509 certificate read by x509-cert: strict DER, RFC 5280's profile (serials of up to 20
+/// octets, 21 with the sign byte).
+fn certificate(der: &[u8]) -> Result<Certificate, KeyError> {
+    Certificate::from_der(der).map_err(|e| KeyError::Invalid(format!("unreadable certificate: {e}")))
 }
 
-/// One DER field: tag, content, and the whole encoding.
-type DerField<'a> = (u8, &'a [u8], &'a [u8]);
-
-/// The fields of an X.509 certificate's `tbsCertificate`, in order.
-fn tbs_fields(cert: &[u8]) -> Option<Vec<DerField<'_>>> {
-    let (_, certificate, _) = der_element(cert)?;
-    let (tag, tbs, _) = der_element(certificate)?;
-    if tag != 0x30 {
-        return None;
-    }
-    let mut fields = Vec::new();
-    let mut rest = tbs;
-    while !rest.is_empty() {
-        let whole = rest;
-        let (tag, content, next) = der_element(rest)?;
-        let full = &whole[..whole.len() - next.len()];
-        fields.push((tag, content, full));
-        rest = next;
-    }
-    // Skip the optional explicit version [0].
-    if fields.first().is_some_and(|f| f.0 == 0xa0) {
-        fields.remove(0);
-    }
-    Some(fields)
+/// The SubjectPublicKeyInfo (DER) of an X.509 certificate.
+pub fn certificate_spki(cert: &[u8]) -> Result<Vec<u8>, KeyError> {
+    certificate(cert)?
+        .tbs_certificate()
+        .subject_public_key_info()
+        .to_der()
+        .map_err(|e| KeyError::Invalid(format!("certificate public key: {e}")))
 }
 
-/// The SubjectPublicKeyInfo (DER) of an X.509 certificate: serial, signature, issuer, validity,
-/// subject, then the key.
-pub fn certificate_spki(cert: &[u8]) -> Option<&[u8]> {
-    tbs_fields(cert)?.get(5).map(|f| f.2)
-}
-
-/// A certificate's serial number as upper-case hex, the form `Wechatpay-Serial` carries.
-pub fn certificate_serial_hex(cert: &[u8]) -> Option<String> {
-    let serial = tbs_fields(cert)?.first()?.1;
-    let trimmed = match serial {
+/// A certificate's serial number as upper-case hex, the form `Wechatpay-Serial` carries: the
+/// INTEGER's bytes without the zero byte DER puts before a first byte of 0x80 or more.
+pub fn certificate_serial_hex(cert: &[u8]) -> Result<String, KeyError> {
+    let cert = certificate(cert)?;
+    let serial = match cert.tbs_certificate().serial_number().as_bytes() {
         [0, rest @ ..] if !rest.is_empty() => rest,
         s => s,
     };
-    Some(hex::encode_upper(trimmed))
+    Ok(hex::encode_upper(serial))
 }
 
 /// AES-256-GCM decryption of `ciphertext ‖ tag`.
@@ -246,12 +225,71 @@ pub fn hmac_sha256_verify_hex(key: &[u8], message: &[u8], expected_hex: &str) ->
 mod tests {
     use super::*;
 
+    /// An EC certificate whose serial's first byte is 0x80: DER gives it a leading zero byte.
+    const HIGH_SERIAL_CERT: &str = "\
+-----BEGIN CERTIFICATE-----\n\
+MIIBbjCCARSgAwIBAgIVAIAAAAAAAAAAAAAAAAAAAAAAAAABMAoGCCqGSM49BAMC\n\
+MAwxCjAIBgNVBAMMAXMwHhcNMjYxMjA2MDcxNjA0WhcNMzYxMjAzMDcxNjA0WjAM\n\
+MQowCAYDVQQDDAFzMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAELljbLWOKwSBG\n\
+4m5fK/GPBidXXIRZ8KpGqmnofir6S4AcO5z+wwdJXKwIL05n2Rvw3Vl5Fzb6k7ww\n\
+X4jnt/VbMqNTMFEwHQYDVR0OBBYEFD2dM38j+N0DfsvgQ/1I8aM5DjJnMB8GA1Ud\n\
+IwQYMBaAFD2dM38j+N0DfsvgQ/1I8aM5DjJnMA8GA1UdEwEB/wQFMAMBAf8wCgYI\n\
+KoZIzj0EAwIDSAAwRQIgS9XpP85bFZctKmo3sf0rdQc7JOY3UZgjf2D6AhTau+MC\n\
+IQCOfjy2yVzsTLlbO9QOLJER1EHwhZ1tsD8aVhNxr3qa5g==\n\
+-----END CERTIFICATE-----\n\
+";
+
+    fn fixture(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gateways").join(name);
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    fn first_der(text: &str, kind: SectionKind) -> Vec<u8> {
+        pem_blocks(text).unwrap().into_iter().find(|(k, _)| *k == kind).unwrap().1
+    }
+
     #[test]
     fn bare_base64_and_garbage() {
         assert!(pem_blocks("not base64 !!").is_err());
-        assert_eq!(pem_blocks("AAEC").unwrap(), vec![("PUBLIC KEY".to_string(), vec![0, 1, 2])]);
+        assert_eq!(pem_blocks("AAEC").unwrap(), vec![(SectionKind::PublicKey, vec![0, 1, 2])]);
+        assert!(pem_blocks("-----BEGIN PUBLIC KEY-----\nAAEC\n").is_err(), "no END line");
         assert!(RsaSigner::from_pem("-----BEGIN PRIVATE KEY-----\nAAEC\n-----END PRIVATE KEY-----\n").is_err());
         assert!(RsaVerifier::from_pem("").is_err());
+        assert!(RsaVerifier::from_pem("-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n").is_err());
+    }
+
+    #[test]
+    fn every_key_form_verifies() {
+        let signer = RsaSigner::from_pem(&fixture("provider_private.pem")).unwrap();
+        let signature = signer.sign_base64(b"message");
+        let pkcs1 = B64.encode(signer.public_key_der());
+        let forms = [
+            fixture("provider_public.pem"),
+            fixture("provider_cert.pem"),
+            format!("Bag Attributes: text around a section\n{}", fixture("provider_cert.pem")),
+            format!("-----BEGIN RSA PUBLIC KEY-----\n{pkcs1}\n-----END RSA PUBLIC KEY-----\n"),
+        ];
+        for form in forms {
+            let verifier = RsaVerifier::from_pem(&form).unwrap();
+            assert!(verifier.verify_base64(b"message", &signature), "{form}");
+            assert!(!verifier.verify_base64(b"other", &signature));
+        }
+        let pkcs1_signer = RsaSigner::from_pem(&fixture("merchant_private_pkcs1.pem")).unwrap();
+        let merchant = RsaVerifier::from_pem(&fixture("merchant_public.pem")).unwrap();
+        assert!(merchant.verify_base64(b"m", &pkcs1_signer.sign_base64(b"m")));
+    }
+
+    #[test]
+    fn certificates_give_their_key_and_serial() {
+        let cert = first_der(&fixture("provider_cert.pem"), SectionKind::Certificate);
+        let spki = first_der(&fixture("provider_public.pem"), SectionKind::PublicKey);
+        assert_eq!(certificate_spki(&cert).unwrap(), spki);
+        assert_eq!(certificate_serial_hex(&cert).unwrap(), "5157F09EFDC096DE15EBE9A3F4A0A1B2C3D4E5F6");
+        let rotated = first_der(&fixture("platform2_cert.pem"), SectionKind::Certificate);
+        assert_eq!(certificate_serial_hex(&rotated).unwrap(), "6A3E2F0B77C1D4E5F60718293A4B5C6D7E8F9012");
+        let high = first_der(HIGH_SERIAL_CERT, SectionKind::Certificate);
+        assert_eq!(certificate_serial_hex(&high).unwrap(), "8000000000000000000000000000000000000001");
+        assert!(RsaVerifier::from_pem(HIGH_SERIAL_CERT).is_err(), "an EC key is no RSA key");
     }
 
     #[test]
@@ -265,8 +303,12 @@ mod tests {
     }
 
     #[test]
-    fn der_walker_refuses_truncation() {
-        assert!(certificate_spki(&[0x30, 0x82, 0x01]).is_none());
-        assert!(certificate_serial_hex(&[]).is_none());
+    fn certificate_reader_refuses_truncation_and_trailing_bytes() {
+        assert!(certificate_spki(&[0x30, 0x82, 0x01]).is_err());
+        assert!(certificate_serial_hex(&[]).is_err());
+        let mut cert = first_der(&fixture("provider_cert.pem"), SectionKind::Certificate);
+        assert!(certificate_serial_hex(&cert[..cert.len() - 1]).is_err());
+        cert.push(0);
+        assert!(certificate_serial_hex(&cert).is_err());
     }
 }

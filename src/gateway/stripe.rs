@@ -3,10 +3,10 @@
 //! configured secret, 300 s tolerance), session expiry as close, refunds keyed by our refund number.
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::config::StripeConfig;
-use super::keys::hmac_sha256_verify_hex;
+use super::keys::{Secret, hmac_sha256_verify_hex};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, IGNORED_EVENT,
     PaymentState, RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, http_client,
@@ -26,6 +26,23 @@ pub const TOLERANCE_S: i64 = 300;
 /// hold is enforced by expiring the session when the order expires (close).
 const SESSION_MIN_LIFETIME_S: i64 = 31 * 60;
 const SESSION_MAX_LIFETIME_S: i64 = 23 * 3600;
+
+/// The `[gateways.stripe]` section of the config file.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StripeConfig {
+    pub secret_key: Secret,
+    pub webhook_secret: Secret,
+    /// Further endpoint secrets accepted while one is being rotated.
+    #[serde(default)]
+    pub previous_webhook_secrets: Vec<Secret>,
+    #[serde(default = "stripe_default_url")]
+    pub api_base_url: String,
+}
+
+fn stripe_default_url() -> String {
+    "https://api.stripe.com".to_string()
+}
 
 pub struct Stripe {
     secret_key: String,

@@ -6,12 +6,13 @@
 //! it expires; a notification signed under a certificate serial not seen yet is worth one download.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 
-use super::keys::{RsaVerifier, aes_gcm_open};
+use super::keys::{RsaVerifier, SectionKind, aes_gcm_open, certificate_serial_hex, pem_blocks};
 use crate::clock::Millis;
 
 /// The prefix of a WeChat Pay public key's id: such a serial is configured, never downloaded.
@@ -55,6 +56,44 @@ fn normal(serial: &str) -> String {
 }
 
 impl KeyRing {
+    /// The configured keys: the WeChat Pay public key under its `PUB_KEY_ID_…` (`platform_serial`,
+    /// required with it) and a platform certificate under the serial read from it (or
+    /// `platform_serial`, when no public key is configured and it is set).
+    pub fn configured(
+        public_key_file: Option<&Path>,
+        cert_file: Option<&Path>,
+        platform_serial: Option<&str>,
+    ) -> anyhow::Result<KeyRing> {
+        let mut keys = KeyRing::default();
+        if let Some(path) = public_key_file {
+            let id = platform_serial.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "platform_serial (the public key's PUB_KEY_ID_…) is required with platform_public_key_file"
+                )
+            })?;
+            let verifier = RsaVerifier::from_file(path)?;
+            keys.insert(id, PlatformKey { verifier, source: Source::PublicKey, expires_at: None });
+        }
+        if let Some(path) = cert_file {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            let cert = pem_blocks(&text)?.into_iter().find(|(kind, _)| *kind == SectionKind::Certificate);
+            let cert_serial = cert.map(|(_, der)| certificate_serial_hex(&der)).transpose()?;
+            // With a public key too, platform_serial names the public key; the certificate names itself.
+            let serial = if public_key_file.is_some() {
+                cert_serial
+            } else {
+                platform_serial.map(str::to_string).or(cert_serial)
+            };
+            let serial = serial.ok_or_else(|| {
+                anyhow::anyhow!("the platform certificate's serial cannot be read; set platform_serial")
+            })?;
+            let verifier = RsaVerifier::from_pem(&text)?;
+            keys.insert(&serial, PlatformKey { verifier, source: Source::Certificate, expires_at: None });
+        }
+        Ok(keys)
+    }
+
     pub fn insert(&mut self, serial: &str, key: PlatformKey) {
         self.keys.insert(normal(serial), key);
     }

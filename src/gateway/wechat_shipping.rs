@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::config::WechatPayConfig;
+use super::wechatpay::WechatPayConfig;
 use super::{GatewayError, format_at_offset, http_client, transport_error};
 use crate::clock::Millis;
 use crate::domain::shipping::{Answer, Logistics, classify};

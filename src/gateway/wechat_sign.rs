@@ -6,8 +6,12 @@ use axum::http::HeaderMap;
 
 use super::unix_seconds;
 use super::wechat_keys::{self, KeyRing};
-use super::wechatpay::{SIGNTEST_PREFIX, TIMESTAMP_TOLERANCE_S};
 use crate::clock::Millis;
+
+/// Responses and notifications signed further than this from our clock are refused (SDKs: 5 min).
+pub const TIMESTAMP_TOLERANCE_S: i64 = 300;
+/// Signature-probe traffic WeChat sends to check that merchants verify; it must fail.
+pub const SIGNTEST_PREFIX: &str = "WECHATPAY/SIGNTEST/";
 
 /// `METHOD\nURL\nTIMESTAMP\nNONCE\nBODY\n`, what the merchant signs for each request.
 pub fn request_message(method: &str, path_and_query: &str, timestamp: i64, nonce: &str, body: &str) -> String {

@@ -4,15 +4,16 @@
 //! close and refunds with `out_refund_no`. Requests are signed with the merchant key; responses are
 //! verified with the platform key before they are believed.
 
+use std::path::PathBuf;
+
 use axum::http::HeaderMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::config::WechatPayConfig;
-use super::keys::{RsaSigner, RsaVerifier, aes_gcm_open, nonce};
-use super::wechat_keys::{self, KeyRing, PlatformKey, Source};
+use super::keys::{RsaSigner, Secret, aes_gcm_open, nonce};
+use super::wechat_keys::{self, KeyRing};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, Payer, PaymentState,
     RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, bills, format_at_offset,
@@ -24,16 +25,58 @@ use crate::domain::ids::is_plain_id;
 use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
 
-pub use super::wechat_sign::{SignatureRefused, pay_sign_message, request_message, verify_wechat_signature};
+pub use super::wechat_sign::{
+    SIGNTEST_PREFIX, SignatureRefused, TIMESTAMP_TOLERANCE_S, pay_sign_message, request_message,
+    verify_wechat_signature,
+};
 
 pub const NAME: &str = "wechatpay";
-/// Responses and notifications signed further than this from our clock are refused (SDKs: 5 min).
-pub const TIMESTAMP_TOLERANCE_S: i64 = 300;
 /// Longest Native `code_url` accepted (WeChat's are about 40 characters; a QR code holds far more,
 /// but a longer answer is not WeChat's).
 pub const CODE_URL_LEN_MAX: usize = 512;
-/// Signature-probe traffic WeChat sends to check that merchants verify; it must fail.
-pub const SIGNTEST_PREFIX: &str = "WECHATPAY/SIGNTEST/";
+
+/// The `[gateways.wechatpay]` section of the config file; key and certificate values are PEM file paths.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WechatPayConfig {
+    pub mchid: String,
+    pub appid: String,
+    pub merchant_serial_no: String,
+    pub merchant_private_key_file: PathBuf,
+    /// WeChat Pay public key (`PUB_KEY_ID_…` mode) …
+    pub platform_public_key_file: Option<PathBuf>,
+    /// … or a platform certificate.
+    pub platform_cert_file: Option<PathBuf>,
+    /// The `Wechatpay-Serial` WeChat signs with: the public key's `PUB_KEY_ID_…`; with a
+    /// certificate alone, read from it when absent.
+    pub platform_serial: Option<String>,
+    /// Download the platform certificates (`/v3/certificates`) hourly and when a notification is
+    /// signed under an unknown certificate serial, so a rotation needs nothing done by hand.
+    #[serde(default = "yes")]
+    pub download_certificates: bool,
+    pub api_v3_key: Secret,
+    #[serde(default = "wechat_default_url")]
+    pub api_base_url: String,
+    /// The mini program's AppSecret (`appid` being the mini program's): turns on shipping reports
+    /// (发货信息录入) of JSAPI payments, without which WeChat holds their funds.
+    #[serde(default)]
+    pub mini_program_secret: Option<Secret>,
+    /// Where the mini-program server API answers (`stable_token`, `upload_shipping_info`).
+    #[serde(default = "wechat_open_default_url")]
+    pub open_api_base_url: String,
+}
+
+fn wechat_open_default_url() -> String {
+    "https://api.weixin.qq.com".to_string()
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn wechat_default_url() -> String {
+    "https://api.mch.weixin.qq.com".to_string()
+}
 
 pub struct WechatPay {
     mchid: String,
@@ -95,39 +138,11 @@ impl Answer {
 
 impl WechatPay {
     pub fn new(c: &WechatPayConfig, notify_url: String) -> anyhow::Result<Self> {
-        let mut keys = KeyRing::default();
-        if let Some(path) = &c.platform_public_key_file {
-            let id = c.platform_serial.clone().ok_or_else(|| {
-                anyhow::anyhow!(
-                    "platform_serial (the public key's PUB_KEY_ID_…) is required with platform_public_key_file"
-                )
-            })?;
-            keys.insert(
-                &id,
-                PlatformKey { verifier: RsaVerifier::from_file(path)?, source: Source::PublicKey, expires_at: None },
-            );
-        }
-        if let Some(path) = &c.platform_cert_file {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-            let cert_serial = super::keys::pem_blocks(&text)?
-                .into_iter()
-                .find(|(label, _)| label == "CERTIFICATE")
-                .and_then(|(_, der)| super::keys::certificate_serial_hex(&der));
-            // With a public key too, platform_serial names the public key; the certificate names itself.
-            let serial = if c.platform_public_key_file.is_some() {
-                cert_serial
-            } else {
-                c.platform_serial.clone().or(cert_serial)
-            };
-            let serial = serial.ok_or_else(|| {
-                anyhow::anyhow!("the platform certificate's serial cannot be read; set platform_serial")
-            })?;
-            keys.insert(
-                &serial,
-                PlatformKey { verifier: RsaVerifier::from_pem(&text)?, source: Source::Certificate, expires_at: None },
-            );
-        }
+        let keys = KeyRing::configured(
+            c.platform_public_key_file.as_deref(),
+            c.platform_cert_file.as_deref(),
+            c.platform_serial.as_deref(),
+        )?;
         if keys.serials().is_empty() && !c.download_certificates {
             anyhow::bail!("set platform_public_key_file, platform_cert_file, or download_certificates = true");
         }

@@ -5,27 +5,26 @@ use std::collections::BTreeMap;
 
 use askama::Template;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{FromRequestParts, Path, Query, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
 use super::api_lists::{self, ExportQuery, OrderFilterQuery, RangeQuery, read_query};
+use super::console::{ADMIN_COOKIE, Operator, done_message};
 use super::guard::{Bucket, Client};
-use super::{AppState, Content, FormBody, RouteDoc, cookie, render};
+use super::{AppState, Content, FormBody, RouteDoc, cookie, render, set_cookie};
 use crate::clock::Millis;
 use crate::domain::ids::{self, OrderNo, RefundNo, Sku};
 use crate::domain::signin::{LockoutPolicy, Verdict, verdict};
 use crate::error::{Error, Result};
 use crate::store::admin::{self, AlertRow, Dashboard, NotificationRow, SkuRow};
+use crate::store::fulfilment;
 use crate::store::listing::{self, Cursor, MessageView, OrderFilter, OrderSummary};
 use crate::store::refunds::{self, RefundView};
 use crate::store::views::{self, OrderView};
-use crate::store::{fulfilment, orders};
 use crate::usecase::{payment, refund};
-
-const ADMIN_COOKIE: &str = "kassa_admin";
+use cookie::SameSite;
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let doc = |method, path, summary| {
@@ -86,32 +85,6 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (doc("get", "/admin/alerts", "Admin console: alerts"), get(alerts_page)),
         (doc("post", "/admin/alerts/{id}/ack", "Admin console: acknowledge an alert"), post(ack_alert)),
     ]
-}
-
-/// A signed-in operator, with the CSRF token their forms must echo.
-pub struct Operator {
-    pub(super) csrf: String,
-}
-
-impl FromRequestParts<AppState> for Operator {
-    type Rejection = Response;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> std::result::Result<Self, Response> {
-        let token = cookie(&parts.headers, ADMIN_COOKIE).unwrap_or_default();
-        match admin::session_csrf(&state.db, token, state.now_ms(), state.protection.admin_idle_ms).await {
-            Ok(Some(csrf)) => Ok(Operator { csrf }),
-            Ok(None) => Err(Redirect::to("/admin/login").into_response()),
-            Err(e) => Err(e.into_response()),
-        }
-    }
-}
-
-impl Operator {
-    pub(super) fn check(&self, form: &BTreeMap<String, String>) -> Result<()> {
-        let given = form.get("csrf").map(String::as_bytes).unwrap_or_default();
-        aws_lc_rs::constant_time::verify_slices_are_equal(given, self.csrf.as_bytes()).map_err(|_| {
-            Error::refused(crate::error::RefusalKind::Forbidden, "csrf_failed", "the form has expired; reload the page")
-        })
-    }
 }
 
 #[derive(Template)]
@@ -236,10 +209,9 @@ async fn login(
         Ok((session, _)) => {
             let mut r = Redirect::to("/admin").into_response();
             // Secure whenever kassa is reached over https: the cookie then never travels in clear.
-            let secure = if state.public_url.starts_with("https://") { "; Secure" } else { "" };
-            let max_age = admin::ADMIN_SESSION_MS / 1000;
-            let c =
-                format!("{ADMIN_COOKIE}={session}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
+            let secure = state.public_url.starts_with("https://");
+            let max_age = Some(admin::ADMIN_SESSION_MS / 1000);
+            let c = set_cookie(ADMIN_COOKIE, &session, "/admin", max_age, SameSite::Strict, true, secure);
             if let Ok(v) = HeaderValue::from_str(&c) {
                 r.headers_mut().append(header::SET_COOKIE, v);
             }
@@ -264,10 +236,10 @@ async fn logout(
         return e.into_response();
     }
     let mut r = Redirect::to("/admin/login").into_response();
-    r.headers_mut().append(
-        header::SET_COOKIE,
-        HeaderValue::from_static("kassa_admin=; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=0"),
-    );
+    let gone = set_cookie(ADMIN_COOKIE, "", "/admin", Some(0), SameSite::Strict, true, false);
+    if let Ok(v) = HeaderValue::from_str(&gone) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
     r
 }
 
@@ -401,15 +373,15 @@ async fn order_action(
         let order_no = OrderNo::parse(&order_no)?;
         let action = form.get("action").map(String::as_str).unwrap_or_default();
         match action {
-            "accept" => orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?,
+            "accept" => drop(crate::usecase::fulfilment::accept_late(&state.cx, &order_no).await?),
             "deliver" => {
                 let field = |name: &str| form.get(name).map(String::as_str).filter(|v| !v.trim().is_empty());
-                let logistics = crate::domain::shipping::Logistics::of_shipment(
-                    field("logistics"),
-                    field("tracking_no"),
-                    field("express_company"),
-                )?;
-                fulfilment::mark_delivered(&state.db, &order_no, &logistics, state.now_ms()).await?
+                let shipment = crate::usecase::fulfilment::Shipment {
+                    logistics: field("logistics"),
+                    tracking_no: field("tracking_no"),
+                    express_company: field("express_company"),
+                };
+                crate::usecase::fulfilment::deliver(&state.cx, &order_no, shipment).await?
             }
             "cancel" => {
                 let current = views::get_order(&state.db, &order_no, false).await?;
@@ -436,7 +408,7 @@ async fn order_action(
                 if message.order_no != order_no.as_str() {
                     return Err(Error::not_found("webhook message"));
                 }
-                crate::store::outbox::resend(&state.db, id, state.now_ms()).await?;
+                crate::usecase::webhook::resend(&state.cx, id).await?;
             }
             _ => return Err(Error::invalid("invalid_action", "unknown action")),
         }
@@ -461,7 +433,7 @@ async fn skus_page(
     op: Operator,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
-    let message = super::admin_catalog::done_message(&query);
+    let message = done_message(&query);
     let currencies = crate::domain::Currency::known().collect();
     Ok(render(&SkusPage { csrf: &op.csrf, rows: admin::skus(&state.db).await?, message, currencies }))
 }

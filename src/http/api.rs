@@ -1,6 +1,5 @@
 //! JSON API handlers (docs/CONTRACT.md, "HTTP").
 
-use crate::store::sql;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,9 +23,9 @@ use crate::error::{Error, Result};
 use crate::gateway::{Handoff, Rejection};
 use crate::store::catalog::{self, LimitsPatch};
 use crate::store::checkout::Placed;
-use crate::store::payments::{self, Applied};
+use crate::store::payments::Applied;
 use crate::store::views;
-use crate::store::{fulfilment, gauges, orders, refunds};
+use crate::store::{fulfilment, gauges, refunds};
 use crate::usecase::catalog::{self as uc, SkuDraft};
 use crate::usecase::payment::{self, query_for_buyer};
 use crate::usecase::refund;
@@ -41,7 +40,7 @@ pub(super) async fn healthz() -> Response {
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let unavailable =
         |status, pending| (StatusCode::SERVICE_UNAVAILABLE, axum::Json(Readiness { status, pending })).into_response();
-    if let Err(e) = sql::query_scalar::<i64>("SELECT 1").fetch_one(state.db.read_pool()).await {
+    if let Err(e) = state.db.ping().await {
         tracing::error!(error = %e, "readiness check: the database does not answer");
         return unavailable("database_unavailable", Vec::new());
     }
@@ -99,7 +98,7 @@ pub(super) async fn metrics(
 }
 
 pub(super) async fn create_session(State(state): State<AppState>) -> Result<Response> {
-    let (token, _) = catalog::create_session(&state.db, state.now_ms()).await?;
+    let (token, _) = crate::usecase::basket::start_session(&state.cx).await?;
     Ok((StatusCode::CREATED, axum::Json(SessionCreated { token })).into_response())
 }
 
@@ -108,16 +107,7 @@ pub(super) async fn create_session(State(state): State<AppState>) -> Result<Resp
 pub struct NewBasketBody {
     #[serde(default)]
     #[schema(schema_with = schema::basket_lines)]
-    lines: Vec<NewLine>,
-}
-
-/// One line of a new basket.
-#[derive(Deserialize, ToSchema)]
-pub struct NewLine {
-    #[schema(schema_with = schema::sku_code)]
-    sku: String,
-    #[schema(schema_with = schema::line_quantity)]
-    quantity: i64,
+    lines: Vec<schema::NewLine>,
 }
 
 pub(super) async fn create_basket(
@@ -126,7 +116,7 @@ pub(super) async fn create_basket(
     ApiJson(body): ApiJson<NewBasketBody>,
 ) -> Result<Response> {
     let lines = body.lines.into_iter().map(|l| (l.sku, l.quantity)).collect();
-    let basket = catalog::open_basket(&state.db, &session.id, lines, state.now_ms()).await?;
+    let basket = crate::usecase::basket::open_basket(&state.cx, &session.id, lines).await?;
     Ok((StatusCode::CREATED, axum::Json(basket)).into_response())
 }
 
@@ -145,8 +135,7 @@ pub(super) async fn set_line(
 ) -> Result<Response> {
     let basket_id = BasketId::parse(&basket_id)?;
     let sku = Sku::parse(&sku)?;
-    let basket =
-        catalog::set_basket_line(&state.db, &session.id, &basket_id, &sku, body.quantity, state.now_ms()).await?;
+    let basket = crate::usecase::basket::set_line(&state.cx, &session.id, &basket_id, &sku, body.quantity).await?;
     Ok(axum::Json(basket).into_response())
 }
 
@@ -168,7 +157,7 @@ pub(super) async fn retry_payment(
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
     let session = owner(&caller)?;
-    let (placed, handoff) = retry_flow(&state, session, &order_no, &body, device(&headers)).await?;
+    let (placed, handoff) = retry_flow(&state, session, &order_no, &body, super::negotiate::device(&headers)).await?;
     Ok((StatusCode::CREATED, axum::Json(placed_body(&placed, Some(&handoff)))).into_response())
 }
 
@@ -258,12 +247,12 @@ pub(super) async fn mark_delivered(
     ApiJson(body): ApiJson<DeliverBody>,
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
-    let logistics = crate::domain::shipping::Logistics::of_shipment(
-        body.logistics.as_deref(),
-        body.tracking_no.as_deref(),
-        body.express_company.as_deref(),
-    )?;
-    fulfilment::mark_delivered(&state.db, &order_no, &logistics, state.now_ms()).await?;
+    let shipment = crate::usecase::fulfilment::Shipment {
+        logistics: body.logistics.as_deref(),
+        tracking_no: body.tracking_no.as_deref(),
+        express_company: body.express_company.as_deref(),
+    };
+    crate::usecase::fulfilment::deliver(&state.cx, &order_no, shipment).await?;
     let status = OrderStatus::Delivered.as_str().to_string();
     Ok(axum::Json(OrderStatusBody { order_no: order_no.to_string(), status, basket_id: None }).into_response())
 }
@@ -274,10 +263,8 @@ pub(super) async fn accept_late(
     Path(order_no): Path<String>,
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
-    orders::accept_late_payment(&state.db, &order_no, state.now_ms()).await?;
-    let order = views::get_order(&state.db, &order_no, false).await?;
-    Ok(axum::Json(OrderStatusBody { order_no: order_no.to_string(), status: order.status, basket_id: None })
-        .into_response())
+    let status = crate::usecase::fulfilment::accept_late(&state.cx, &order_no).await?.as_str().to_string();
+    Ok(axum::Json(OrderStatusBody { order_no: order_no.to_string(), status, basket_id: None }).into_response())
 }
 
 /// Card keys to import, one per item (surrounding spaces trimmed).
@@ -326,15 +313,6 @@ pub fn placed_body(placed: &Placed, handoff: Option<&Handoff>) -> PlacedOrder {
     }
 }
 
-/// The buyer's device, from the request's `User-Agent` (chooses a channel when none is named).
-pub(super) fn device(headers: &HeaderMap) -> crate::domain::channel::Device {
-    crate::domain::channel::device_of(headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()))
-}
-
-pub(super) fn wants_html(headers: &HeaderMap) -> bool {
-    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
-}
-
 pub(super) async fn checkout_json(
     State(state): State<AppState>,
     Buyer(session): Buyer,
@@ -352,8 +330,9 @@ pub(super) async fn checkout_json(
         .map(IdempotencyKey::parse)
         .transpose()?;
     let (placed, handoff) =
-        place_order(&state, &session.id, &basket_id, &body, key.as_ref(), &client, device(&headers)).await?;
-    if wants_html(&headers) {
+        place_order(&state, &session.id, &basket_id, &body, key.as_ref(), &client, super::negotiate::device(&headers))
+            .await?;
+    if super::negotiate::wants_html(&headers) {
         return Ok(super::pages::handoff_page(&state, lang, &placed, handoff.as_ref()).await);
     }
     let mut response = (StatusCode::CREATED, axum::Json(placed_body(&placed, handoff.as_ref()))).into_response();
@@ -511,7 +490,7 @@ pub(super) async fn adjust_stock(
     ApiJson(body): ApiJson<StockBody>,
 ) -> Result<Response> {
     let sku = Sku::parse(&sku)?;
-    Ok(axum::Json(catalog::adjust_stock(&state.db, &sku, body.delta, state.now_ms()).await?).into_response())
+    Ok(axum::Json(crate::usecase::catalog::adjust_stock(&state.cx, &sku, body.delta).await?).into_response())
 }
 
 pub(super) async fn admin_order(
@@ -597,8 +576,7 @@ pub(super) async fn notify(
             tracing::Span::current().record("attempt_ref", event.attempt_ref.as_str());
             let span = tracing::info_span!("notification", gateway = %name, event_id = %event.event_id, attempt_ref = %event.attempt_ref);
             let applied =
-                tracing::Instrument::instrument(payments::apply_event(&state.db, &event, state.late_policy, now), span)
-                    .await;
+                tracing::Instrument::instrument(crate::usecase::payment::apply_verified(&state.cx, &event), span).await;
             match applied {
                 Ok(Applied::Rejected { code, reason }) => {
                     tracing::warn!(code, reason = %reason, "notification refused");

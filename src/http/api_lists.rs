@@ -7,11 +7,11 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
 use utoipa::IntoParams;
 
-use super::schema::{self, Catalog, MessagePage, OrderPage};
+use super::schema::{self, Catalog, CatalogItem, FILTER_LEN_MAX, MessagePage, OrderPage};
 use super::{Admin, AppState};
 use crate::clock::{Millis, rfc3339};
 use crate::domain::OrderStatus;
@@ -23,22 +23,6 @@ use crate::store::listing::{self, Cursor, OrderFilter};
 
 /// Rows one query of an export reads (and one chunk of the response carries).
 pub const EXPORT_BATCH: i64 = 500;
-/// Longest text filter accepted.
-pub const FILTER_LEN_MAX: usize = 128;
-
-/// A SKU as the public catalog shows it: what a buyer may order, at what price, and how many.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct CatalogItem {
-    sku: String,
-    name: String,
-    kind: String,
-    price_minor: i64,
-    currency: String,
-    /// Units that can be ordered now (stock not held by open orders; a digital SKU's keys).
-    available: i64,
-    /// Most units in one order (`null`: no limit of its own).
-    max_per_order: Option<i64>,
-}
 
 pub(super) async fn catalog_json(State(state): State<AppState>) -> Result<Response> {
     let items: Vec<CatalogItem> = catalog::list_skus(&state.db)
@@ -336,7 +320,7 @@ pub(super) fn orders_export(state: &AppState, query: &OrderFilterQuery, export: 
                     vec![
                         s.order_no.clone(),
                         s.created_at.clone(),
-                        s.status.clone(),
+                        s.status.to_string(),
                         s.currency.clone(),
                         major(s.total_minor, &s.currency),
                         s.captured_minor.map(|c| major(c, &s.currency)).unwrap_or_default(),
@@ -449,7 +433,7 @@ pub(super) async fn resend_webhook(
     if !crate::domain::ids::is_plain_id(&id) {
         return Err(Error::not_found("webhook message"));
     }
-    let message = crate::store::outbox::resend(&state.db, &id, state.now_ms()).await?;
+    let message = crate::usecase::webhook::resend(&state.cx, &id).await?;
     Ok((StatusCode::OK, axum::Json(message)).into_response())
 }
 

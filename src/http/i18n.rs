@@ -121,7 +121,9 @@ pub fn of_request(query: Option<&str>, headers: &HeaderMap) -> Lang {
 
 /// The `Set-Cookie` value that keeps `lang` as the buyer's choice.
 pub fn lang_cookie(lang: Lang) -> String {
-    format!("{LANG_COOKIE}={}; Path=/; Max-Age={LANG_COOKIE_MAX_AGE_S}; SameSite=Lax", lang.code())
+    let max_age = Some(i64::from(LANG_COOKIE_MAX_AGE_S));
+    // Not HttpOnly: nothing secret, and the page's language switch is a plain link.
+    super::set_cookie(LANG_COOKIE, lang.code(), "/", max_age, cookie::SameSite::Lax, false, false)
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Lang {

@@ -6,9 +6,11 @@ pub mod admin_catalog;
 pub mod api;
 pub mod api_lists;
 pub mod api_routes;
+pub mod console;
 pub mod flows;
 pub mod guard;
 pub mod i18n;
+pub mod negotiate;
 pub mod openapi;
 pub mod order_pages;
 pub mod pages;
@@ -256,15 +258,35 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
+/// The value of the request's cookie `name` (the first, if sent twice), as sent.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
+        .flat_map(cookie::Cookie::split_parse)
+        .filter_map(std::result::Result::ok)
+        .find(|c| c.name_raw() == Some(name))
+        .and_then(|c| c.value_raw())
+}
+
+/// A `Set-Cookie` value: `name=value` for `path`, kept `max_age_s` seconds (`None`: until the
+/// browser closes), HttpOnly unless the pages' scripts read it, sent over https only when `secure`.
+pub fn set_cookie(
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age_s: Option<i64>,
+    same_site: cookie::SameSite,
+    http_only: bool,
+    secure: bool,
+) -> String {
+    let mut c =
+        cookie::Cookie::build((name, value)).path(path).same_site(same_site).http_only(http_only).secure(secure);
+    if let Some(s) = max_age_s {
+        c = c.max_age(cookie::time::Duration::seconds(s));
+    }
+    c.build().to_string()
 }
 
 /// An authenticated buyer (bearer token, or the session cookie of the HTML pages).
@@ -395,6 +417,7 @@ pub enum Auth {
 pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let mut all = api_routes::routes();
     all.extend(pages::routes());
+    all.extend(order_pages::routes());
     all.extend(admin::routes());
     all.extend(admin_catalog::routes());
     all.extend(statements::routes());

@@ -416,6 +416,26 @@ fn narrow_to_served(components: &mut Map<String, Value>, served: &Served) {
     }
 }
 
+/// Rules between the fields of one body that each field's own schema cannot state.
+fn cross_field_rules(components: &mut Map<String, Value>) {
+    // A shipment (`domain::shipping::Logistics::of_shipment`): a tracking number names its
+    // carrier and the other way round, `express` names both, the other modes neither. A blank
+    // field counts as absent.
+    let named = |field: &str| json!({"properties": {field: {"type": "string", "pattern": "\\S"}}, "required": [field]});
+    let mode = |modes: &[&str]| json!({"properties": {"logistics": {"enum": modes}}, "required": ["logistics"]});
+    if let Some(body) = components.get_mut("DeliverBody").and_then(Value::as_object_mut) {
+        body.insert(
+            "allOf".into(),
+            json!([
+                {"if": named("tracking_no"), "then": named("express_company")},
+                {"if": named("express_company"), "then": named("tracking_no")},
+                {"if": mode(&["express"]), "then": named("tracking_no")},
+                {"if": mode(&["same_city", "pickup"]), "then": {"not": {"anyOf": [named("tracking_no"), named("express_company")]}}},
+            ]),
+        );
+    }
+}
+
 pub fn document(served: &Served) -> Value {
     let with_sandbox = served.sandbox;
     let mut schemas: Collected = Vec::new();
@@ -431,6 +451,7 @@ pub fn document(served: &Served) -> Value {
         components.entry(name.clone()).or_insert_with(|| json_value(schema));
     }
     narrow_to_served(&mut components, served);
+    cross_field_rules(&mut components);
     json!({
         "openapi": "3.1.0",
         "info": {

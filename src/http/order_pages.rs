@@ -5,11 +5,12 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
 use std::collections::BTreeMap;
 
 use super::i18n::{Lang, Texts};
-use super::pages::{error_page, form_session, handoff_page, page_payer};
-use super::{AppState, Caller, FormBody, render};
+use super::pages::{error_page, form_session, handoff_page, order_lines, page_payer};
+use super::{AppState, Caller, Content, FormBody, RouteDoc, render};
 use crate::domain::decide;
 use crate::domain::ids::{self, AttemptRef, OrderNo};
 use crate::domain::{AttemptStatus, OrderStatus};
@@ -39,17 +40,50 @@ struct ReturnPage<'a> {
     pay_by: String,
 }
 
-/// Whether the buyer should be offered *Try again* ([`decide::offers_try_again`]).
-fn may_try_again(order: &str, attempt: &str) -> bool {
-    match (OrderStatus::parse(order), AttemptStatus::parse(attempt)) {
-        (Some(order), Some(attempt)) => decide::offers_try_again(order, attempt),
-        _ => false,
-    }
+/// The buyer's pages of one order: the return page and its status, *Try again*, the H5 order page.
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let doc = |method, path, summary| {
+        RouteDoc::page(method, path, summary, "pages").answer(200, "HTML page", Content::Other("text/html"))
+    };
+    vec![
+        (
+            doc(
+                "get",
+                "/checkout/return/{attempt_ref}",
+                "Return page after the gateway: shows the locally known status (HTML)",
+            ),
+            get(return_page),
+        ),
+        (
+            doc(
+                "get",
+                "/checkout/return/{attempt_ref}/status",
+                "Status polled by the return page: {status, settled, attempt_status, can_retry}",
+            ),
+            get(return_status),
+        ),
+        (
+            doc(
+                "post",
+                "/checkout/retry/{order_no}",
+                "Try again after a failed or cancelled payment: a new attempt and its hand-off (HTML form)",
+            ),
+            post(retry_page),
+        ),
+        (
+            doc(
+                "get",
+                "/h5/orders/{order_no}",
+                "H5 order-status page: polls the order until final, shows delivered keys (buyer's cookie)",
+            ),
+            get(h5_order),
+        ),
+    ]
 }
 
 /// The status of `attempt_ref` on its order.
-fn attempt_status_of<'a>(order: &'a views::OrderView, attempt_ref: &str) -> &'a str {
-    order.attempts.iter().find(|a| a.attempt_ref == attempt_ref).map_or("", |a| a.status.as_str())
+fn attempt_status_of(order: &views::OrderView, attempt_ref: &str) -> Option<AttemptStatus> {
+    order.attempts.iter().find(|a| a.attempt_ref == attempt_ref).map(|a| a.status)
 }
 
 /// Shows what kassa knows. Query parameters are ignored: the browser coming back proves nothing
@@ -67,13 +101,13 @@ pub(super) async fn return_page(
             views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
         let mut order = views::get_order(&state.db, &order_no, false).await?;
         let session = caller.session.as_ref().filter(|s| s.id == order.session_id);
-        if session.is_some() && order.status == OrderStatus::PendingPayment.as_str() {
+        if session.is_some() && order.status == OrderStatus::PendingPayment {
             // The buyer is back from the gateway and waiting: ask it now rather than wait for the
             // notification (the redirect itself proves nothing).
             crate::usecase::payment::query_for_buyer(&state.cx, &order).await;
             order = views::get_order(&state.db, &order_no, false).await?;
         }
-        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
+        let status = order.status;
         // Delivered card keys are shown to the order's own buyer only.
         let keys = match session {
             Some(_) => {
@@ -93,7 +127,7 @@ pub(super) async fn return_page(
             attempt_ref: &attempt_ref,
             order_no: &order_no,
             status: status.as_str(),
-            attempt_status: attempt_status_of(&order, &attempt_ref),
+            attempt_status: attempt_status_of(&order, &attempt_ref).map_or("", AttemptStatus::as_str),
             total: order.total_display(),
             settled: status.is_settled(),
             poll_url: format!("/checkout/return/{attempt_ref}/status"),
@@ -103,11 +137,6 @@ pub(super) async fn return_page(
     }
     .await;
     result.unwrap_or_else(|e| error_page(lang, &e, "/"))
-}
-
-/// An order's lines as a page shows them: name, quantity, line total as money.
-pub(super) fn order_lines(order: &views::OrderView) -> Vec<(String, i64, String)> {
-    order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect()
 }
 
 #[derive(Template)]
@@ -146,7 +175,7 @@ pub(super) async fn h5_order(
         super::note_order(&order_no);
         let keys =
             crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
-        let status = OrderStatus::parse(&order.status).ok_or_else(|| Error::internal("bad status"))?;
+        let status = order.status;
         Ok(render(&H5Order {
             t,
             switch_href: t.switch_href(&format!("/h5/orders/{order_no}")),
@@ -180,7 +209,7 @@ pub(super) async fn retry_page(
     let result = async {
         let order_no = OrderNo::parse(&order_no)?;
         let session = form_session(&state, &headers, &form).await?;
-        let device = super::api::device(&headers);
+        let device = super::negotiate::device(&headers);
         let body = super::flows::RetryBody { payer: page_payer(device, &client), ..Default::default() };
         let (placed, handoff) = super::flows::retry_flow(&state, Some(&session.id), &order_no, &body, device).await?;
         Ok(handoff_page(&state, lang, &placed, Some(&handoff)).await)
@@ -195,13 +224,12 @@ pub(super) async fn return_status(State(state): State<AppState>, Path(attempt_re
     let order_no =
         views::order_no_for_attempt(&state.db, &attempt_ref).await?.ok_or_else(|| Error::not_found("payment"))?;
     let order = views::get_order(&state.db, &order_no, false).await?;
-    let settled = OrderStatus::parse(&order.status).is_some_and(OrderStatus::is_settled);
     let attempt_status = attempt_status_of(&order, &attempt_ref);
     Ok(axum::Json(serde_json::json!({
         "status": order.status,
-        "settled": settled,
-        "attempt_status": attempt_status,
-        "can_retry": may_try_again(&order.status, attempt_status),
+        "settled": order.status.is_settled(),
+        "attempt_status": attempt_status.map_or("", AttemptStatus::as_str),
+        "can_retry": attempt_status.is_some_and(|a| decide::offers_try_again(order.status, a)),
     }))
     .into_response())
 }

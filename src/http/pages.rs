@@ -39,39 +39,12 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             ),
             post(shop_confirm),
         ),
-        (
-            doc(
-                "get",
-                "/checkout/return/{attempt_ref}",
-                "Return page after the gateway: shows the locally known status (HTML)",
-            ),
-            get(super::order_pages::return_page),
-        ),
-        (
-            doc(
-                "get",
-                "/checkout/return/{attempt_ref}/status",
-                "Status polled by the return page: {status, settled, attempt_status, can_retry}",
-            ),
-            get(super::order_pages::return_status),
-        ),
-        (
-            doc(
-                "post",
-                "/checkout/retry/{order_no}",
-                "Try again after a failed or cancelled payment: a new attempt and its hand-off (HTML form)",
-            ),
-            post(super::order_pages::retry_page),
-        ),
-        (
-            doc(
-                "get",
-                "/h5/orders/{order_no}",
-                "H5 order-status page: polls the order until final, shows delivered keys (buyer's cookie)",
-            ),
-            get(super::order_pages::h5_order),
-        ),
     ]
+}
+
+/// An order's lines as a page shows them: name, quantity, line total as money.
+pub(super) fn order_lines(order: &views::OrderView) -> Vec<(String, i64, String)> {
+    order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect()
 }
 
 #[derive(Template)]
@@ -133,7 +106,7 @@ pub async fn handoff_page(state: &AppState, lang: Lang, placed: &Placed, handoff
     let lines = match handoff {
         Some(Handoff::Form { .. } | Handoff::Qr { .. }) => {
             match views::get_order(&state.db, &placed.order_no, false).await {
-                Ok(order) => super::order_pages::order_lines(&order),
+                Ok(order) => order_lines(&order),
                 Err(e) => {
                     // The hand-off matters more than the list: the page goes on without it.
                     tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off page without its lines");
@@ -317,10 +290,11 @@ pub(super) async fn page_session(state: &AppState, headers: &HeaderMap) -> Resul
     {
         return Ok((session, None));
     }
-    let (token, session) = catalog::create_session(&state.db, state.now_ms()).await?;
+    let (token, session) = crate::usecase::basket::start_session(&state.cx).await?;
     // Secure whenever kassa is reached over https: the buyer's token then never travels in clear.
-    let secure = if state.public_url.starts_with("https://") { "; Secure" } else { "" };
-    Ok((session, Some(format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax{secure}"))))
+    let secure = state.public_url.starts_with("https://");
+    let c = super::set_cookie(SESSION_COOKIE, &token, "/", None, cookie::SameSite::Lax, true, secure);
+    Ok((session, Some(c)))
 }
 
 pub(super) fn with_cookie(mut response: Response, set_cookie: Option<String>) -> Response {
@@ -374,7 +348,6 @@ async fn shop_basket(
 ) -> Response {
     let result = async {
         let session = form_session(&state, &headers, &form).await?;
-        let now = state.now_ms();
         let mut lines = Vec::new();
         for (key, value) in &form {
             let Some(sku) = key.strip_prefix("qty_") else { continue };
@@ -390,7 +363,7 @@ async fn shop_basket(
             return Err(Error::unprocessable("basket_empty", "choose at least one item"));
         }
         // Every chosen line or, if one is refused, no basket at all.
-        let basket_id = catalog::open_basket(&state.db, &session.id, lines, now).await?.basket_id;
+        let basket_id = crate::usecase::basket::open_basket(&state.cx, &session.id, lines).await?.basket_id;
         Ok(Redirect::to(&format!("/shop/basket/{basket_id}")).into_response())
     }
     .await;
@@ -507,7 +480,7 @@ async fn shop_confirm(
     let back = format!("/shop/basket/{basket_id}");
     let result = async {
         let session = form_session(&state, &headers, &form).await?;
-        let device = super::api::device(&headers);
+        let device = super::negotiate::device(&headers);
         let body = CheckoutBody {
             gateway: form.get("gateway").cloned(),
             channel: None,
@@ -542,7 +515,7 @@ fn machine_path(path: &str) -> bool {
 pub async fn buyer_language(mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let asked = super::i18n::query_lang(req.uri().query());
     let lang = super::i18n::of_request(req.uri().query(), req.headers());
-    let page_wanted = super::api::wants_html(req.headers()) && !machine_path(req.uri().path());
+    let page_wanted = super::negotiate::wants_html(req.headers()) && !machine_path(req.uri().path());
     req.extensions_mut().insert(lang);
     let mut response = next.run(req).await;
     if page_wanted

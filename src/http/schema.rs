@@ -62,7 +62,7 @@ pub fn refund_no() -> RefOr<Schema> {
 
 fn sku_name_json() -> Value {
     json!({
-        "type": "string", "minLength": 1, "maxLength": crate::usecase::catalog::SKU_NAME_LEN_MAX, "pattern": printable_pattern(false),
+        "type": "string", "minLength": 1, "maxLength": crate::domain::catalog::SKU_NAME_LEN_MAX, "pattern": printable_pattern(false),
         "description": "printable characters"
     })
 }
@@ -110,7 +110,7 @@ pub fn set_quantity() -> RefOr<Schema> {
 }
 
 pub fn basket_lines() -> RefOr<Schema> {
-    let line = serde_json::to_value(<super::api::NewLine as utoipa::PartialSchema>::schema()).unwrap_or_default();
+    let line = serde_json::to_value(<NewLine as utoipa::PartialSchema>::schema()).unwrap_or_default();
     schema_of(json!({"type": "array", "maxItems": basket::BASKET_LINES_MAX, "items": line}))
 }
 
@@ -287,10 +287,39 @@ pub struct SkuList {
     pub skus: Vec<catalog::SkuView>,
 }
 
+/// One line of a new basket.
+#[derive(serde::Deserialize, ToSchema)]
+pub struct NewLine {
+    #[schema(schema_with = sku_code)]
+    pub sku: String,
+    #[schema(schema_with = line_quantity)]
+    pub quantity: i64,
+}
+
+/// A SKU as the public catalog shows it: what a buyer may order, at what price, and how many.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CatalogItem {
+    pub sku: String,
+    pub name: String,
+    pub kind: String,
+    pub price_minor: i64,
+    pub currency: String,
+    /// Units that can be ordered now (stock not held by open orders; a digital SKU's keys).
+    pub available: i64,
+    /// Most units in one order (`null`: no limit of its own).
+    pub max_per_order: Option<i64>,
+}
+
+/// Longest text filter of a list (order number, reference, search), in characters.
+pub const FILTER_LEN_MAX: usize = 128;
+
+/// Longest note an operator writes when resolving a statement finding, in characters.
+pub const NOTE_LEN_MAX: usize = 500;
+
 /// `GET /api/v1/catalog`.
 #[derive(Serialize, ToSchema)]
 pub struct Catalog {
-    pub items: Vec<super::api_lists::CatalogItem>,
+    pub items: Vec<CatalogItem>,
 }
 
 /// One page of orders, newest first.
@@ -362,9 +391,7 @@ pub fn order_status_filter() -> RefOr<Schema> {
 
 /// A text filter of the lists: matched exactly, surrounding spaces ignored.
 pub fn filter_text() -> RefOr<Schema> {
-    schema_of(
-        json!({"type": "string", "maxLength": super::api_lists::FILTER_LEN_MAX, "pattern": format!("^[^{CONTROL}]*$")}),
-    )
+    schema_of(json!({"type": "string", "maxLength": FILTER_LEN_MAX, "pattern": format!("^[^{CONTROL}]*$")}))
 }
 
 pub fn time_bound() -> RefOr<Schema> {
@@ -388,7 +415,7 @@ pub fn page_cursor() -> RefOr<Schema> {
 
 pub fn statement_note() -> RefOr<Schema> {
     schema_of(json!({
-        "type": "string", "minLength": 1, "maxLength": super::statements::NOTE_LEN_MAX, "pattern": printable_pattern(true),
+        "type": "string", "minLength": 1, "maxLength": NOTE_LEN_MAX, "pattern": printable_pattern(true),
         "description": "what was done about the finding; printable characters"
     }))
 }

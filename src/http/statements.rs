@@ -13,8 +13,9 @@ use axum::routing::{MethodRouter, get, post};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::admin::Operator;
 use super::api_lists::{ExportQuery, UTF8_BOM, read_query};
+use super::console::Operator;
+use super::schema::NOTE_LEN_MAX;
 use super::{Admin, ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render, schema};
 use crate::domain::money::{decimal_minor, format_minor};
 use crate::domain::statement::{format_day, parse_day};
@@ -22,8 +23,6 @@ use crate::error::{Error, Result};
 use crate::store::statements::{self as days, StatementDaySummary, StatementDayView, StatementFindingView};
 use crate::usecase::statements::{DayRun, run_day};
 
-/// Longest note an operator leaves on a resolved finding.
-pub const NOTE_LEN_MAX: usize = 500;
 /// Longest gateway name in a path.
 const GATEWAY_LEN_MAX: usize = 32;
 
@@ -236,8 +235,9 @@ async fn resolve(
 ) -> Result<Response> {
     let id: i64 = id.parse().map_err(|_| Error::not_found("finding"))?;
     let note = read_note(&body.note)?;
-    let found =
-        days::resolve(&state.db, id, &note, state.now_ms()).await?.ok_or_else(|| Error::not_found("finding"))?;
+    let found = crate::usecase::statements::resolve_finding(&state.cx, id, &note)
+        .await?
+        .ok_or_else(|| Error::not_found("finding"))?;
     Ok(axum::Json(found).into_response())
 }
 
@@ -483,7 +483,7 @@ async fn resolve_form(
     let page = day_path(form.get("gateway").map_or("", String::as_str), form.get("day").map_or("", String::as_str));
     let note = read_note(form.get("note").map_or("", String::as_str));
     let outcome = match (id.parse::<i64>(), note) {
-        (Ok(id), Ok(note)) => days::resolve(&state.db, id, &note, state.now_ms())
+        (Ok(id), Ok(note)) => crate::usecase::statements::resolve_finding(&state.cx, id, &note)
             .await?
             .map(|f| (day_path(&f.gateway, &f.day), "resolved"))
             .ok_or_else(|| Error::not_found("finding")),

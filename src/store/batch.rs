@@ -136,6 +136,53 @@ impl Batch {
     }
 }
 
+/// Statements of a batch whose rows changed decide the command, each with the caller's name for
+/// it (a stock hold, a limit's count): after the run, the first of them that did not change the
+/// rows it had to, by name, so the caller never counts statement positions.
+#[derive(Debug)]
+pub struct Named<T> {
+    /// The item's place in the batch, the rows it must change, its name.
+    expected: Vec<(usize, u64, T)>,
+}
+
+impl<T: Copy> Named<T> {
+    pub fn new() -> Self {
+        Named { expected: Vec::new() }
+    }
+
+    /// Adds `sql` to `batch`: it must change `rows` rows, or `name` is what fell short.
+    pub fn add(&mut self, batch: &mut Batch, sql: &str, args: Vec<Arg>, rows: u64, name: T) {
+        self.expected.push((batch.len(), rows, name));
+        batch.add(sql, args);
+    }
+
+    /// The first named statement, in the order added, that did not change its rows.
+    fn first_short(&self, changed: &[u64]) -> Option<T> {
+        self.expected.iter().find(|(at, rows, _)| changed.get(*at) != Some(rows)).map(|(_, _, name)| *name)
+    }
+}
+
+impl<T: Copy> Default for Named<T> {
+    fn default() -> Self {
+        Named::new()
+    }
+}
+
+impl Batch {
+    /// Runs the statements in order. A named statement ([`Named`]) that did not change its rows
+    /// is answered by its name (the caller decides what it means, and rolls back); then, as
+    /// [`Batch::run_checked`], the first other statement that did not change the rows it had to
+    /// fails the command.
+    pub async fn run_named<T: Copy>(self, conn: &mut Conn, named: &Named<T>) -> Result<Option<T>> {
+        let (run, tally, expected) = self.executed();
+        let changed = tally.per_item(&run_statements(run, conn).await?);
+        if let Some(short) = named.first_short(&changed) {
+            return Ok(Some(short));
+        }
+        check(&changed, expected).map(|()| None)
+    }
+}
+
 /// How the rows each executed statement changed map back to what was added.
 struct Tally {
     items: Vec<Item>,
@@ -233,6 +280,19 @@ fn check(changed: &[u64], expected: Vec<Expected>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_statement_that_changed_too_few_rows_is_answered_by_its_name() {
+        let mut b = Batch::new();
+        let mut named = Named::new();
+        named.add(&mut b, "UPDATE s SET r = r + 1 WHERE k = 'a'", vec![], 1, 'a');
+        b.expect("INSERT INTO o (k) VALUES ('x')", vec![], 1, "order insert");
+        named.add(&mut b, "UPDATE s SET r = r + 1 WHERE k = 'b'", vec![], 1, 'b');
+        assert_eq!(named.first_short(&[1, 1, 1]), None);
+        assert_eq!(named.first_short(&[1, 1, 0]), Some('b'));
+        assert_eq!(named.first_short(&[0, 1, 0]), Some('a'));
+        assert_eq!(named.first_short(&[1, 1]), Some('b'));
+    }
 
     #[test]
     fn renumbers_parameters() {

@@ -7,35 +7,19 @@ use crate::args;
 use crate::clock::Millis;
 use crate::domain::Money;
 use crate::domain::basket::{self, BasketStatus};
+use crate::domain::catalog;
 use crate::domain::checkout::SkuLimits;
 use crate::domain::ids::{self, BasketId, Sku};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
 
-/// Largest stock movement in one admin call.
-pub const STOCK_DELTA_MAX: i64 = 1_000_000_000;
+pub use crate::domain::catalog::{STOCK_DELTA_MAX, SkuKind};
 
 /// Sessions are looked up by a hash of their bearer token, so a database dump does not hand out
 /// live sessions.
 pub fn token_hash(token: &str) -> String {
     hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes()))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SkuKind {
-    Physical,
-    Digital,
-}
-
-impl SkuKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkuKind::Physical => "physical",
-            SkuKind::Digital => "digital",
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -102,12 +86,8 @@ fn sku_from_row(row: &sql::Row) -> Result<SkuView> {
 /// Creates a SKU. `if_absent` makes it idempotent (demo seeding by several instances at once);
 /// otherwise an existing SKU is a `sku_exists` conflict.
 pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> Result<SkuView> {
-    if !(0..=STOCK_DELTA_MAX).contains(&new.stock) {
-        return Err(Error::unprocessable("invalid_quantity", "stock must be between 0 and 1000000000"));
-    }
+    let stock = catalog::starting_stock(new.kind, new.stock)?;
     new.limits.check()?;
-    // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
-    let stock = if new.kind == SkuKind::Digital { 0 } else { new.stock };
     let created = crate::write_tx!(db, |tx| {
         let done = sql::query(
                 "INSERT INTO skus (sku, name, kind, price_minor, currency, on_hand, reserved, sold, max_per_order, hold_seconds, created_at, updated_at) \
@@ -127,7 +107,7 @@ pub async fn create_sku(db: &Db, new: &NewSku, if_absent: bool, now: Millis) -> 
         Ok(done.rows_affected() == 1)
     })?;
     if !created && !if_absent {
-        return Err(Error::conflict("sku_exists", format!("SKU {} already exists", new.sku)));
+        return Err(catalog::sku_exists(new.sku.as_str()).into());
     }
     get_sku(db, &new.sku).await
 }
@@ -185,33 +165,30 @@ pub async fn update_sku(
 /// Restock (positive) or write off (negative) a physical SKU. A write-off can never take away
 /// held units. A digital SKU's stock is its unsold keys: it changes by key imports and sales only.
 pub async fn adjust_stock(db: &Db, sku: &Sku, delta: i64, now: Millis) -> Result<SkuView> {
-    if delta == 0 || !(-STOCK_DELTA_MAX..=STOCK_DELTA_MAX).contains(&delta) {
-        return Err(Error::unprocessable("invalid_quantity", "delta must be non-zero and within ±1000000000"));
-    }
+    catalog::check_stock_delta(delta)?;
     crate::write_tx!(db, |tx| {
         let done = sql::query(
-            "UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3 AND kind = 'physical' AND on_hand + $1 >= reserved",
+            "UPDATE skus SET on_hand = on_hand + $1, updated_at = $2 WHERE sku = $3 AND kind = $4 AND on_hand + $1 >= reserved",
         )
         .bind(delta)
         .bind(now)
         .bind(sku)
+        .bind(SkuKind::Physical.as_str())
         .execute(&mut **tx)
         .await?;
         if done.rows_affected() == 1 {
             return Ok(());
         }
-        let kind: Option<String> =
-            sql::query_scalar("SELECT kind FROM skus WHERE sku = $1").bind(sku).fetch_optional(&mut **tx).await?;
-        match kind.as_deref() {
-            None => Err(Error::not_found("SKU")),
-            Some("digital") => Err(Error::unprocessable(
-                "digital_stock_is_keys",
-                "a digital SKU's stock is its unsold keys: import keys to add stock",
-            )),
-            Some(_) => {
-                Err(Error::conflict("insufficient_stock", "the write-off would take away units that are held or sold"))
-            }
-        }
+        // The move changed nothing: the row shows why.
+        let row = sql::query("SELECT kind, on_hand, reserved FROM skus WHERE sku = $1")
+            .bind(sku)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| Error::not_found("SKU"))?;
+        let kind = SkuKind::parse(&col::<String>(&row, "kind")?).ok_or_else(|| Error::internal("unknown SKU kind"))?;
+        let after = col::<i64>(&row, "on_hand")?.saturating_add(delta);
+        catalog::may_adjust_stock(kind, after, col(&row, "reserved")?)?;
+        Err(Error::internal("a stock move that may go ahead changed no row"))
     })?;
     get_sku(db, sku).await
 }

@@ -1,27 +1,29 @@
 //! Checkout confirm: the one atomic step that turns a basket into a pending order.
 
 use crate::store::sql;
-use serde_json::json;
 
 use crate::args;
 use crate::clock::Millis;
-use crate::domain::checkout::{self, OrderLimits, QuotedLine};
+use crate::domain::basket::BasketStatus;
+use crate::domain::checkout::{self, OrderLimits, PricedLine, QuotedLine};
 use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
-use crate::store::batch::{self, Batch};
+use crate::store::batch::{self, Batch, Named};
 use crate::store::events::{self, Cause};
 use crate::store::lines::OrderLine;
 use crate::store::{Db, Tx, col, payments};
 
+/// A confirm, as the use case asks for it. [`ConfirmRequest::new`] gives one with nothing but
+/// the basket, its buyer, the gateway and the time; set what differs with struct update syntax.
 #[derive(Debug, Clone)]
-pub struct ConfirmRequest<'a> {
-    pub session_id: &'a str,
-    pub basket_id: &'a BasketId,
-    pub gateway: &'a str,
-    pub channel: &'a str,
-    pub idempotency_key: Option<&'a IdempotencyKey>,
+pub struct ConfirmRequest {
+    pub session_id: String,
+    pub basket_id: BasketId,
+    pub gateway: String,
+    pub channel: String,
+    pub idempotency_key: Option<IdempotencyKey>,
     pub hold_ms: i64,
     /// Unpaid orders the buyer may have open at once; 0 for no limit.
     pub max_open_orders: u32,
@@ -29,19 +31,47 @@ pub struct ConfirmRequest<'a> {
     pub limits: OrderLimits,
     pub now: Millis,
     /// The currencies the chosen gateway takes; `None` for any. Checked before anything is held.
-    pub currencies: Option<&'a [Currency]>,
+    pub currencies: Option<Vec<Currency>>,
     /// The shop's reference, metadata and return URLs, kept on the order.
-    pub shop: &'a ShopData,
+    pub shop: ShopData,
     /// Who pays, when the channel names them (WeChat Pay JSAPI), kept on the attempt.
-    pub payer: Option<AttemptPayer<'a>>,
+    pub payer: Option<AttemptPayer>,
+}
+
+impl ConfirmRequest {
+    /// A confirm of basket `basket_id` by buyer `session_id`, to be paid with `gateway` and
+    /// `channel`, at `now`: no idempotency key, the default hold, no open-orders limit, no limits
+    /// on units, any currency, nothing from the shop, no named payer.
+    pub fn new(
+        session_id: impl Into<String>,
+        basket_id: BasketId,
+        gateway: impl Into<String>,
+        channel: impl Into<String>,
+        now: Millis,
+    ) -> ConfirmRequest {
+        ConfirmRequest {
+            session_id: session_id.into(),
+            basket_id,
+            gateway: gateway.into(),
+            channel: channel.into(),
+            idempotency_key: None,
+            hold_ms: i64::try_from(checkout::HOLD_SECONDS_DEFAULT * 1000).unwrap_or(i64::MAX),
+            max_open_orders: 0,
+            limits: OrderLimits::NONE,
+            now,
+            currencies: None,
+            shop: ShopData::default(),
+            payer: None,
+        }
+    }
 }
 
 /// A payer kept on an attempt: their openid, and the app id it is under (what a WeChat
 /// mini-program shipping report names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttemptPayer<'a> {
-    pub openid: &'a str,
-    pub appid: &'a str,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptPayer {
+    pub openid: String,
+    pub appid: String,
 }
 
 /// A pending order and its active attempt, as the buyer needs them for the hand-off.
@@ -64,7 +94,7 @@ pub struct Placed {
 /// Confirms a basket in one transaction: re-price, hold stock, freeze the basket, create the order,
 /// its line snapshot, reservations with `expires_at`, and the first payment attempt. Nothing remote
 /// happens here; the hand-off is built by the caller after commit.
-pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
+pub async fn confirm(db: &Db, req: &ConfirmRequest) -> Result<Placed> {
     match confirm_once(db, req).await {
         // Two checkouts with one merchant reference at once (PostgreSQL): the second waited for the
         // first's order and found its reference taken; run again, it reads that order.
@@ -78,230 +108,16 @@ pub async fn confirm(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
 /// PostgreSQL's unique_violation.
 const UNIQUE_VIOLATION_PG: &str = "23505";
 
-async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
-    let (session_id, basket_id, gateway, channel) =
-        (req.session_id.to_string(), req.basket_id.clone(), req.gateway.to_string(), req.channel.to_string());
-    let (key, currencies) = (req.idempotency_key.cloned(), req.currencies.map(<[Currency]>::to_vec));
-    let (hold_ms, max_open_orders, limits, now, shop_data) =
-        (req.hold_ms, req.max_open_orders, req.limits, req.now, req.shop.clone());
-    let payer = req.payer.map(|p| (p.openid.to_string(), p.appid.to_string()));
+async fn confirm_once(db: &Db, req: &ConfirmRequest) -> Result<Placed> {
+    let req = req.clone();
     db.command(move |db| async move {
-        let req = ConfirmRequest {
-            session_id: &session_id,
-            basket_id: &basket_id,
-            gateway: &gateway,
-            channel: &channel,
-            idempotency_key: key.as_ref(),
-            hold_ms,
-            max_open_orders,
-            limits,
-            now,
-            currencies: currencies.as_deref(),
-            shop: &shop_data,
-            payer: payer.as_ref().map(|(openid, appid)| AttemptPayer { openid, appid }),
-        };
         let (db, req) = (&db, &req);
         let lock = db.for_update();
         let result = crate::write_tx!(db, |tx| {
-            // 1. A key already used by this buyer returns its order, whatever basket it names;
-            // 2. lock the basket (lock order: basket, then stock rows by SKU, then the order);
-            // 3. its lines at today's prices, read under the lock;
-            // One round trip on PostgreSQL. Lock order: basket, stock rows by SKU, the buyer's
-            // session (its open-orders counter), then the order — the order every command that
-            // moves an order out of pending_payment follows too (stock, then the counter).
-            let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
-            let mut reads = Vec::with_capacity(4);
-            if let Some(key) = req.idempotency_key {
-                reads.push((IDEMPOTENCY_KEY_SQL, args![req.session_id, key]));
+            match read_basket(tx, req, lock).await? {
+                Found::Order(order_no) => load_placed(tx, &order_no, false).await,
+                Found::Lines(quoted) => place(tx, req, &quoted).await,
             }
-            if let Some(reference) = &req.shop.merchant_reference {
-                reads.push((MERCHANT_REFERENCE_SQL, args![reference.as_str()]));
-            }
-            reads.push((basket_sql.as_str(), args![req.basket_id, req.session_id]));
-            reads.push((PRICE_LINES_SQL, args![req.basket_id]));
-            let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows);
-            if req.idempotency_key.is_some()
-                && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
-            {
-                let basket: String = col(&row, "basket_id")?;
-                if basket != req.basket_id.as_str() {
-                    return Err(Error::unprocessable(
-                        "idempotency_key_reused",
-                        "this Idempotency-Key was used for another basket",
-                    ));
-                }
-                let order_no = OrderNo::stored(col::<String>(&row, "order_no")?);
-                return load_placed(tx, &order_no, false).await;
-            }
-            if req.shop.merchant_reference.is_some()
-                && let Some(row) = read.next().and_then(|rows| rows.into_iter().next())
-            {
-                // The shop's reference is its key for the order: the first one is the answer.
-                shop::on_reference_taken(&col::<String>(&row, "session_id")?, req.session_id)?;
-                let order_no = OrderNo::stored(col::<String>(&row, "order_no")?);
-                remember_key(tx, req, &order_no).await?;
-                return load_placed(tx, &order_no, false).await;
-            }
-            let basket = read.next().and_then(|rows| rows.into_iter().next()).ok_or_else(|| Error::not_found("basket"))?;
-            if let Some(order_no) = col::<Option<String>>(&basket, "order_no")?.map(OrderNo::stored) {
-                // A double-clicked confirm: the basket is frozen with its order.
-                remember_key(tx, req, &order_no).await?;
-                return load_placed(tx, &order_no, false).await;
-            }
-            // Re-priced from today's catalog; the preview's total is never trusted.
-            let quoted = quoted_lines(&read.next().unwrap_or_default())?;
-            let pricing = checkout::price(&quoted, &req.limits, req.gateway, req.currencies)?;
-            // A zero total is completed here, without a gateway (none takes a zero amount).
-            let (free, total) = (pricing.free, pricing.total);
-            let (gateway, channel) = pricing.payer(req.gateway, req.channel);
-            let lines = &pricing.lines;
-            // 4. Hold stock, conditionally, in SKU order (consistent lock order, no oversell);
-            // 5. count the order on the buyer's session, conditionally: under the limit or not at
-            //    all (the row lock makes two confirms of one buyer take turns);
-            // 6. create the order, its lines, reservations and first attempt; freeze the basket.
-            // All in one batch (one round trip on SQLite, see store::batch): a hold that finds too
-            // little stock, or a session at its limit, changes no row, the count shows it, and the
-            // whole command rolls back.
-            let mut batch = Batch::new();
-            for line in lines {
-                batch.add(
-                    "UPDATE skus SET reserved = reserved + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
-                    args![line.quantity, req.now, &line.sku],
-                );
-            }
-            let holds = lines.len();
-            match req.max_open_orders {
-                0 => batch.add(COUNT_OPEN_SQL, args![req.session_id]),
-                max => batch.add(COUNT_OPEN_UNDER_SQL, args![req.session_id, i64::from(max)]),
-            };
-            let order_no = ids::new_order_no(req.now);
-            let attempt_ref = ids::attempt_ref(&order_no, 1);
-            let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, &quoted));
-            batch.add(
-                "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at, \
-                 merchant_reference, metadata, return_url, cancel_url, open_counted) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, 1)",
-                args![
-                    &order_no,
-                    req.session_id,
-                    req.basket_id,
-                    OrderStatus::PendingPayment.as_str(),
-                    total.amount_minor(),
-                    total.currency().code(),
-                    gateway,
-                    expires_at,
-                    req.now,
-                    req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
-                    req.shop.metadata.to_stored(),
-                    req.shop.return_url.as_deref(),
-                    req.shop.cancel_url.as_deref()
-                ],
-            );
-            for (i, line) in lines.iter().enumerate() {
-                batch.add(
-                    "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                    args![
-                        &order_no,
-                        i64::try_from(i).unwrap_or(i64::MAX) + 1,
-                        &line.sku,
-                        &line.name,
-                        &line.kind,
-                        line.unit.amount_minor(),
-                        line.quantity,
-                        line.line_total.amount_minor()
-                    ],
-                );
-                batch.add(
-                    "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ($1, $2, $3, 'active', $4, $5)",
-                    args![&order_no, &line.sku, line.quantity, expires_at, req.now],
-                );
-            }
-            batch.add(
-                "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at, payer_openid, payer_appid) \
-                 VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8, $9, $10)",
-                args![
-                    &attempt_ref,
-                    &order_no,
-                    gateway,
-                    channel,
-                    AttemptStatus::Created.as_str(),
-                    total.amount_minor(),
-                    total.currency().code(),
-                    req.now,
-                    req.payer.map(|p| p.openid),
-                    req.payer.map(|p| p.appid)
-                ],
-            );
-            let cause = Cause { trigger: "checkout", notification_id: None, at: req.now };
-            let pending = OrderStatus::PendingPayment.as_str();
-            events::add_event(&mut batch, &order_no, "order", &order_no, None, pending, cause);
-            events::add_event(&mut batch, &order_no, "attempt", &attempt_ref, None, AttemptStatus::Created.as_str(), cause);
-            batch.add(
-                "UPDATE baskets SET status = 'frozen', order_no = $1, updated_at = $2 WHERE id = $3 AND status = 'open'",
-                args![&order_no, req.now, req.basket_id],
-            );
-            let checked = batch.len();
-            add_remember_key(&mut batch, req, &order_no);
-            // Each hold, the count, each insert and the basket freeze changes exactly one row (the
-            // idempotency key's insert, last, may find it recorded already).
-            let mut changed = batch.run_each(tx).await?;
-            changed.truncate(checked);
-            if let Some(line) = lines.iter().zip(&changed[..holds]).find(|(_, n)| **n != 1).map(|(l, _)| l) {
-                // Its hold changed nothing, so the row shows what was available.
-                let available: i64 = sql::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
-                    .bind(&line.sku)
-                    .fetch_one(&mut **tx)
-                    .await?;
-                return Err(Error::conflict("out_of_stock", format!("not enough stock for {}", line.sku))
-                    .with_details(json!({"sku": line.sku, "requested": line.quantity, "available": available.max(0)})));
-            }
-            if changed[holds] != 1 {
-                // The session is at its limit: its count shows how many orders await payment.
-                let open: i64 = sql::query_scalar("SELECT open_orders FROM sessions WHERE id = $1")
-                    .bind(req.session_id)
-                    .fetch_one(&mut **tx)
-                    .await?;
-                checkout::check_open_orders(open, req.max_open_orders)?;
-                return Err(Error::internal("the open-orders count changed no row under the limit"));
-            }
-            if changed.iter().any(|n| *n != 1) {
-                return Err(Error::internal("basket changed under its lock"));
-            }
-            if free {
-                let order_lines = lines
-                    .iter()
-                    .enumerate()
-                    .map(|(i, l)| OrderLine {
-                        line_no: i64::try_from(i).unwrap_or(i64::MAX) + 1,
-                        sku: l.sku.clone(),
-                        name: l.name.clone(),
-                        kind: l.kind.clone(),
-                        quantity: l.quantity,
-                    })
-                    .collect();
-                let metadata = req.shop.metadata.to_stored();
-                let context = crate::store::outbox::OrderContext {
-                    merchant_reference: req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
-                    metadata: metadata.as_deref(),
-                    gateway: Some(gateway),
-                    ..Default::default()
-                };
-                payments::complete_free(tx, &order_no, &attempt_ref, total, order_lines, context, req.now).await?;
-                return load_placed(tx, &order_no, true).await;
-            }
-            Ok(Placed {
-                subject: pricing.subject(),
-                order_no,
-                attempt_ref,
-                gateway: req.gateway.to_string(),
-                channel: req.channel.to_string(),
-                status: OrderStatus::PendingPayment,
-                total,
-                expires_at,
-                created: true,
-                shop: req.shop.clone(),
-            })
         });
         match &result {
             Ok(p) if p.created => metrics::counter!("kassa_confirms_total", "result" => "created").increment(1),
@@ -313,19 +129,240 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest<'_>) -> Result<Placed> {
     .await
 }
 
-async fn remember_key(tx: &mut Tx<'_>, req: &ConfirmRequest<'_>, order_no: &str) -> Result<()> {
+/// What a confirm finds under the basket's lock.
+enum Found {
+    /// The order this confirm repeats (its idempotency key's, the shop's reference's, or the one
+    /// the basket is frozen with); the request's key is remembered for it.
+    Order(OrderNo),
+    /// The basket's lines as quoted, beside today's catalog: an order to place.
+    Lines(Vec<QuotedLine>),
+}
+
+/// Reads, in one round trip on PostgreSQL: the order of the request's idempotency key, the order
+/// with the shop's reference, the basket (locked: lock order basket, stock rows by SKU, the
+/// buyer's session and its open-orders counter, then the order — the order every command that
+/// moves an order out of pending_payment follows too), and its lines at today's prices, read under
+/// the lock.
+async fn read_basket(tx: &mut Tx<'_>, req: &ConfirmRequest, lock: &str) -> Result<Found> {
+    let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
+    let mut reads = Vec::with_capacity(4);
+    if let Some(key) = &req.idempotency_key {
+        reads.push((IDEMPOTENCY_KEY_SQL, args![&req.session_id, key]));
+    }
+    if let Some(reference) = &req.shop.merchant_reference {
+        reads.push((MERCHANT_REFERENCE_SQL, args![reference.as_str()]));
+    }
+    reads.push((basket_sql.as_str(), args![&req.basket_id, &req.session_id]));
+    reads.push((PRICE_LINES_SQL, args![&req.basket_id]));
+    let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows.into_iter());
+    if req.idempotency_key.is_some()
+        && let Some(row) = read.next().and_then(|mut rows| rows.next())
+    {
+        checkout::may_replay_key(&col::<String>(&row, "basket_id")?, req.basket_id.as_str())?;
+        return Ok(Found::Order(OrderNo::stored(col::<String>(&row, "order_no")?)));
+    }
+    if req.shop.merchant_reference.is_some()
+        && let Some(row) = read.next().and_then(|mut rows| rows.next())
+    {
+        // The shop's reference is its key for the order: the first one is the answer.
+        shop::on_reference_taken(&col::<String>(&row, "session_id")?, &req.session_id)?;
+        let order_no = OrderNo::stored(col::<String>(&row, "order_no")?);
+        remember_key(tx, req, &order_no).await?;
+        return Ok(Found::Order(order_no));
+    }
+    let basket = read.next().and_then(|mut rows| rows.next()).ok_or_else(|| Error::not_found("basket"))?;
+    if let Some(order_no) = col::<Option<String>>(&basket, "order_no")?.map(OrderNo::stored) {
+        // A double-clicked confirm: the basket is frozen with its order.
+        remember_key(tx, req, &order_no).await?;
+        return Ok(Found::Order(order_no));
+    }
+    Ok(Found::Lines(quoted_lines(&read.next().map(Iterator::collect::<Vec<_>>).unwrap_or_default())?))
+}
+
+/// A statement of the confirm's batch whose rows changed decide it.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// The stock hold of line `.0`: no row changed when its SKU has too little left.
+    Hold(usize),
+    /// The order counted on the buyer's session: no row changed when it is at its limit.
+    CountOpen,
+}
+
+/// Places the order: re-priced from today's catalog (the preview's total is never trusted), in one
+/// batch (one round trip on PostgreSQL, see store::batch) —
+/// 1. stock held, conditionally, in SKU order (a consistent lock order, no oversell);
+/// 2. the order counted on the buyer's session, conditionally: under the limit or not at all (the
+///    row lock makes two confirms of one buyer take turns);
+/// 3. the order, its lines, reservations and first attempt created, the basket frozen.
+///
+/// A hold that finds too little stock, or a session at its limit, changes no row; the confirm is
+/// then refused and rolls back. A zero total is completed here, without a gateway (none takes a
+/// zero amount).
+async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> Result<Placed> {
+    let pricing = checkout::price(quoted, &req.limits, &req.gateway, req.currencies.as_deref())?;
+    let (gateway, channel) = pricing.payer(&req.gateway, &req.channel);
+    let order_no = ids::new_order_no(req.now);
+    let attempt_ref = ids::attempt_ref(&order_no, 1);
+    let expires_at = checkout::hold_expires_at(req.now, checkout::hold_ms(req.hold_ms, quoted));
+    let total = pricing.total;
+    let mut batch = Batch::new();
+    let mut steps = Named::new();
+    for (i, line) in pricing.lines.iter().enumerate() {
+        steps.add(
+            &mut batch,
+            "UPDATE skus SET reserved = reserved + $1, updated_at = $2 WHERE sku = $3 AND on_hand - reserved >= $1",
+            args![line.quantity, req.now, &line.sku],
+            1,
+            Step::Hold(i),
+        );
+    }
+    match req.max_open_orders {
+        0 => steps.add(&mut batch, COUNT_OPEN_SQL, args![&req.session_id], 1, Step::CountOpen),
+        max => steps.add(&mut batch, COUNT_OPEN_UNDER_SQL, args![&req.session_id, i64::from(max)], 1, Step::CountOpen),
+    }
+    batch.expect(
+        "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at, \
+         merchant_reference, metadata, return_url, cancel_url, open_counted) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, 1)",
+        args![
+            &order_no,
+            &req.session_id,
+            &req.basket_id,
+            OrderStatus::PendingPayment.as_str(),
+            total.amount_minor(),
+            total.currency().code(),
+            gateway,
+            expires_at,
+            req.now,
+            req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
+            req.shop.metadata.to_stored(),
+            req.shop.return_url.as_deref(),
+            req.shop.cancel_url.as_deref()
+        ],
+        1,
+        "order insert",
+    );
+    for (line_no, line) in (1_i64..).zip(&pricing.lines) {
+        batch.expect(
+            "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            args![
+                &order_no,
+                line_no,
+                &line.sku,
+                &line.name,
+                &line.kind,
+                line.unit.amount_minor(),
+                line.quantity,
+                line.line_total.amount_minor()
+            ],
+            1,
+            "order line insert",
+        );
+        batch.expect(
+            "INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ($1, $2, $3, 'active', $4, $5)",
+            args![&order_no, &line.sku, line.quantity, expires_at, req.now],
+            1,
+            "reservation insert",
+        );
+    }
+    batch.expect(
+        "INSERT INTO payment_attempts (attempt_ref, order_no, seq, gateway, channel, status, amount_minor, currency, created_at, updated_at, payer_openid, payer_appid) \
+         VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, $8, $9, $10)",
+        args![
+            &attempt_ref,
+            &order_no,
+            gateway,
+            channel,
+            AttemptStatus::Created.as_str(),
+            total.amount_minor(),
+            total.currency().code(),
+            req.now,
+            req.payer.as_ref().map(|p| p.openid.as_str()),
+            req.payer.as_ref().map(|p| p.appid.as_str())
+        ],
+        1,
+        "attempt insert",
+    );
+    let cause = Cause { trigger: "checkout", notification_id: None, at: req.now };
+    let pending = OrderStatus::PendingPayment.as_str();
+    events::add_event(&mut batch, &order_no, "order", &order_no, None, pending, cause);
+    events::add_event(&mut batch, &order_no, "attempt", &attempt_ref, None, AttemptStatus::Created.as_str(), cause);
+    // The basket was read open under its lock: the freeze changes its row.
+    batch.expect(
+        "UPDATE baskets SET status = $1, order_no = $2, updated_at = $3 WHERE id = $4 AND status = $5",
+        args![BasketStatus::Frozen.as_str(), &order_no, req.now, &req.basket_id, BasketStatus::Open.as_str()],
+        1,
+        "basket freeze",
+    );
+    // Last, unchecked: a key recorded already stays.
+    add_remember_key(&mut batch, req, &order_no);
+    if let Some(step) = batch.run_named(tx, &steps).await? {
+        return Err(refusal(tx, req, &pricing.lines, step).await?);
+    }
+    if pricing.free {
+        let lines = pricing.lines.iter().zip(1_i64..).map(|(l, line_no)| OrderLine::of_priced(l, line_no)).collect();
+        let metadata = req.shop.metadata.to_stored();
+        let context = crate::store::outbox::OrderContext {
+            merchant_reference: req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
+            metadata: metadata.as_deref(),
+            gateway: Some(gateway),
+            ..Default::default()
+        };
+        payments::complete_free(tx, &order_no, &attempt_ref, total, lines, context, req.now).await?;
+        return load_placed(tx, &order_no, true).await;
+    }
+    Ok(Placed {
+        subject: pricing.subject(),
+        order_no,
+        attempt_ref,
+        gateway: req.gateway.clone(),
+        channel: req.channel.clone(),
+        status: OrderStatus::PendingPayment,
+        total,
+        expires_at,
+        created: true,
+        shop: req.shop.clone(),
+    })
+}
+
+/// The refusal of a confirm whose `step` changed no row, from what its row shows now.
+async fn refusal(tx: &mut Tx<'_>, req: &ConfirmRequest, lines: &[PricedLine], step: Step) -> Result<Error> {
+    Ok(match step {
+        Step::Hold(i) => {
+            let line = lines.get(i).ok_or_else(|| Error::internal("a hold of no line"))?;
+            let available: i64 = sql::query_scalar("SELECT on_hand - reserved FROM skus WHERE sku = $1")
+                .bind(&line.sku)
+                .fetch_one(&mut **tx)
+                .await?;
+            checkout::out_of_stock(&line.sku, line.quantity, available).into()
+        }
+        Step::CountOpen => {
+            let open: i64 = sql::query_scalar("SELECT open_orders FROM sessions WHERE id = $1")
+                .bind(&req.session_id)
+                .fetch_one(&mut **tx)
+                .await?;
+            match checkout::check_open_orders(open, req.max_open_orders) {
+                Err(refused) => refused.into(),
+                Ok(()) => Error::internal("the open-orders count changed no row under the limit"),
+            }
+        }
+    })
+}
+
+async fn remember_key(tx: &mut Tx<'_>, req: &ConfirmRequest, order_no: &str) -> Result<()> {
     let mut batch = Batch::new();
     add_remember_key(&mut batch, req, order_no);
     batch.run(tx).await.map(drop)
 }
 
 /// Records the request's idempotency key (if any) for `order_no`; a key recorded already stays.
-fn add_remember_key(batch: &mut Batch, req: &ConfirmRequest<'_>, order_no: &str) {
-    if let Some(key) = req.idempotency_key {
+fn add_remember_key(batch: &mut Batch, req: &ConfirmRequest, order_no: &str) {
+    if let Some(key) = &req.idempotency_key {
         batch.add(
             "INSERT INTO idempotency_keys (session_id, idem_key, basket_id, order_no, created_at) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (session_id, idem_key) DO NOTHING",
-            args![req.session_id, key, req.basket_id, order_no, req.now],
+            args![&req.session_id, key, &req.basket_id, order_no, req.now],
         );
     }
 }

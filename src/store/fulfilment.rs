@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::clock::Millis;
 use crate::domain::OrderStatus;
+use crate::domain::catalog::SkuKind;
 use crate::domain::ids::{OrderNo, Sku};
 use crate::error::{Error, Result};
 use crate::store::events::{self, Cause};
@@ -134,15 +135,13 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &Sku, keys: &[String], now
     }
     let lock = db.for_update();
     let inserted = crate::write_tx!(db, |tx| {
-        let kind: Option<String> = sql::query_scalar(&format!("SELECT kind FROM skus WHERE sku = $1{lock}"))
+        let kind: String = sql::query_scalar(&format!("SELECT kind FROM skus WHERE sku = $1{lock}"))
             .bind(sku)
             .fetch_optional(&mut **tx)
-            .await?;
-        match kind.as_deref() {
-            None => return Err(Error::not_found("SKU")),
-            Some("digital") => {}
-            Some(_) => return Err(Error::unprocessable("not_digital", "keys can only be added to a digital SKU")),
-        }
+            .await?
+            .ok_or_else(|| Error::not_found("SKU"))?;
+        let kind = SkuKind::parse(&kind).ok_or_else(|| Error::internal("unknown SKU kind"))?;
+        crate::domain::catalog::may_import_keys(kind)?;
         let mut inserted: i64 = 0;
         for (fp, nonce, ct) in &sealed {
             let done = sql::query(

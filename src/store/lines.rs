@@ -14,6 +14,19 @@ pub struct OrderLine {
     pub quantity: i64,
 }
 
+impl OrderLine {
+    /// Line `line_no` of an order being placed, as priced at confirm.
+    pub fn of_priced(line: &crate::domain::checkout::PricedLine, line_no: i64) -> OrderLine {
+        OrderLine {
+            line_no,
+            sku: line.sku.clone(),
+            name: line.name.clone(),
+            kind: line.kind.clone(),
+            quantity: line.quantity,
+        }
+    }
+}
+
 /// An order's lines, in line order.
 pub async fn order_lines(conn: &mut Conn, order_no: &str) -> Result<Vec<OrderLine>> {
     sql::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")

@@ -85,7 +85,8 @@ pub struct OrderFilter {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OrderSummary {
     pub order_no: String,
-    pub status: String,
+    #[schema(schema_with = crate::store::views::order_status_schema)]
+    pub status: crate::domain::OrderStatus,
     pub total_minor: i64,
     pub currency: String,
     pub captured_minor: Option<i64>,

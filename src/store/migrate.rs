@@ -1,6 +1,16 @@
 //! Migrations: the versions of `migrations/sqlite/` and `migrations/postgres/` (the same version
 //! is the same change in both) applied in order, each in its own transaction, once, however many
 //! instances start at once; and the sandbox's own SQLite file.
+//!
+//! Kept by hand rather than with a migration crate (refinery, say), because what it must do is
+//! kassa's own: run SQLite's migrations on kassa's writer connection through the store's seam
+//! (the same lock discipline as every other write, no second connection on the file), take one
+//! PostgreSQL advisory lock on a connection of its own for the whole fleet while the migrations
+//! run on others, attach the main file to migrate the sandbox's, and answer the readiness probe
+//! from the read pool with what is pending. The `schema_migrations` table (version, applied_at)
+//! predates any such choice; a crate keeping checksums and names in a table of its own would
+//! mean migrating the migration table under a rolling upgrade. The runner is the sixty lines
+//! below; `tests/api/schema.rs` migrates both databases from empty and compares them.
 
 use anyhow::Context as _;
 

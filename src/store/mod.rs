@@ -17,6 +17,7 @@ pub mod gauges;
 pub mod lines;
 pub mod listing;
 mod migrate;
+pub mod monitor;
 pub mod orders;
 pub mod outbox;
 pub mod payments;
@@ -29,6 +30,7 @@ pub mod second_captures;
 pub mod settings;
 pub mod shipping;
 pub mod sql;
+pub mod statement_rows;
 pub mod statements;
 pub mod views;
 
@@ -299,6 +301,11 @@ impl Db {
             Engine::Sqlite(s) => s.group.as_ref(),
             Engine::Postgres(_) => None,
         }
+    }
+
+    /// Whether the database answers a read.
+    pub async fn ping(&self) -> Result<()> {
+        sql::query_scalar::<i64>("SELECT 1").fetch_one(self.read_pool()).await.map(drop)
     }
 
     pub fn kind(&self) -> DbKind {

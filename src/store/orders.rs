@@ -37,11 +37,8 @@ async fn lock_order(
         .fetch_optional(&mut **tx)
         .await?
         .ok_or_else(|| Error::not_found("order"))?;
-    if let Some(session) = session_id
-        && col::<String>(&row, "session_id")? != session
-    {
-        return Err(Error::not_found("order"));
-    }
+    // Decided again under the lock: the caller's check ran on a read before it.
+    crate::domain::decide::may_act_on(session_id, &col::<String>(&row, "session_id")?)?;
     let status: String = col(&row, "status")?;
     Ok((OrderStatus::parse(&status).ok_or_else(|| Error::internal("bad status"))?, col(&row, "hold_expires_at")?))
 }
@@ -77,7 +74,7 @@ pub async fn new_attempt(
     order_no: &OrderNo,
     gateway: &str,
     channel: &str,
-    payer: Option<super::checkout::AttemptPayer<'_>>,
+    payer: Option<&super::checkout::AttemptPayer>,
     now: Millis,
 ) -> Result<(Placed, Vec<ToClose>)> {
     let lock = db.for_update();
@@ -108,8 +105,8 @@ pub async fn new_attempt(
         .bind(channel)
         .bind(now)
         .bind(order_no)
-        .bind(payer.map(|p| p.openid))
-        .bind(payer.map(|p| p.appid))
+        .bind(payer.map(|p| p.openid.as_str()))
+        .bind(payer.map(|p| p.appid.as_str()))
         .execute(&mut **tx)
         .await?;
         events::log_attempt_created(tx, order_no, &attempt_ref, cause).await?;

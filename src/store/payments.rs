@@ -5,7 +5,7 @@ use crate::args;
 use crate::clock::Millis;
 use crate::domain::decide::{FailureDecision, LatePolicy, SuccessDecision, decide_failure, decide_success};
 use crate::domain::refund::{AutomaticRefund, second_capture_refund_no};
-use crate::domain::{AttemptStatus, Money, OrderStatus, ReservationStatus};
+use crate::domain::{AttemptStatus, Currency, Money, OrderStatus, ReservationStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch};
 use crate::store::events::{self, Also, Cause, Severity};
@@ -16,7 +16,7 @@ use crate::store::reservations::{add_moves, reallocate};
 use crate::store::sql;
 use crate::store::{Db, Tx, col, fulfilment, new_id};
 
-use crate::domain::event::{Claimed, Outcome, VerifiedEvent, on_claimed};
+use crate::domain::event::{Claimed, Mismatch, Outcome, VerifiedEvent, check_payment, check_refund, on_claimed};
 
 /// The result of applying one event, which decides the gateway's reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +31,9 @@ pub enum Applied {
     Rejected { code: &'static str, reason: String },
 }
 
-/// Applies a verified event exactly once.
+/// Applies a verified event exactly once: its event id claimed, its attempt and order read under
+/// the order's lock, the domain's decision for its outcome carried out, and the notification's
+/// outcome recorded — one transaction.
 pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: Millis) -> Result<Applied> {
     let ev = ev.clone();
     db.command(move |db| async move {
@@ -39,169 +41,37 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
         let lock_order = db.for_update_of("o");
         let applied = crate::write_tx!(db, |tx| {
             let id = new_id();
-            // Claim the event id first: a concurrent copy waits here and then sees the claim.
-            if !claim(tx, &id, ev, &ev.event_id, now).await? {
-                let claimed_by: Option<Option<String>> =
-                    sql::query_scalar("SELECT attempt_ref FROM notifications WHERE gateway = $1 AND event_id = $2")
-                        .bind(&ev.gateway)
-                        .bind(&ev.event_id)
-                        .fetch_optional(&mut **tx)
-                        .await?;
-                let Claimed::Reused { key } =
-                    on_claimed(&ev.event_id, &ev.attempt_ref, claimed_by.flatten().as_deref())
-                else {
-                    record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
-                    return Ok(Applied::Duplicate);
-                };
-                if !claim(tx, &id, ev, &key, now).await? {
-                    record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
-                    return Ok(Applied::Duplicate);
-                }
-                let details = format!(
-                    "{} sent event id {} for attempt {} after it was used for another attempt; weighed on its own",
-                    ev.gateway, ev.event_id, ev.attempt_ref
-                );
-                let subject = format!("{}:{}", ev.gateway, ev.event_id);
-                events::raise_alert(
-                    tx,
-                    "notification_event_id_reused",
-                    Severity::Warning,
-                    &subject,
-                    None,
-                    &details,
-                    now,
-                )
-                .await?;
+            if !claim_event(tx, &id, ev, now).await? {
+                return Ok(Applied::Duplicate);
             }
-            // The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's
-            // write transaction already excludes every other writer). Then, under the lock, what the
-            // event may change: read after it, since PostgreSQL re-reads only the locked row of a
-            // statement that waited for its lock, not the rows it joined; the attempts may have moved
-            // meanwhile. The two go in one round trip on PostgreSQL. (Not the claim as well: a
-            // duplicate would then run both reads for nothing, and PostgreSQL's CPU per statement
-            // costs more than the round trip saved — BENCHMARKS.md.)
-            let attempt_sql = format!(
-                "SELECT t.order_no, t.amount_minor, t.currency, t.gateway, t.gateway_txn_id AS recorded_txn, \
-                 o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency, \
-                 o.merchant_reference, o.metadata \
-                 FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
-            );
-            let reads = vec![
-                (attempt_sql.as_str(), args![&ev.attempt_ref]),
-                (order_parts_of_attempt_sql(), args![&ev.attempt_ref]),
-            ];
-            let mut read = batch::together(tx, reads).await?.into_iter();
-            let Some(attempt) = read.next().and_then(|o| o.rows.into_iter().next()) else {
+            let Some(target) = read_target(tx, ev, &lock_order).await? else {
                 return reject(tx, &id, ev, "unknown_reference", "no such attempt reference".into(), now).await;
             };
-            let order_no: String = col(&attempt, "order_no")?;
-            let order_status = parse_order_status(&col::<String>(&attempt, "order_status")?)?;
-            let order_total = (col::<i64>(&attempt, "order_total_minor")?, col::<String>(&attempt, "order_currency")?);
-            let parts = order_parts(&read.next().map(|o| o.rows).unwrap_or_default())?;
-            let mut attempt_status = None;
-            let mut others = Vec::new();
-            for (attempt_ref, status) in &parts.attempts {
-                let status = parse_attempt_status(status)?;
-                if *attempt_ref == ev.attempt_ref {
-                    attempt_status = Some(status);
-                } else if status.is_active() {
-                    others.push((attempt_ref.clone(), status));
-                }
-            }
-            let attempt_status =
-                attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?;
             let cause = Cause { trigger: "", notification_id: Some(&id), at: now };
-            let effect = match &ev.outcome {
+            let verdict = match &ev.outcome {
                 Outcome::Succeeded { gateway_txn_id, amount } => {
-                    let expected_minor: i64 = col(&attempt, "amount_minor")?;
-                    let expected_currency: String = col(&attempt, "currency")?;
-                    if amount.currency().code() != expected_currency {
-                        let reason = format!("currency {} but attempt is in {expected_currency}", amount.currency());
-                        return reject_mismatch(tx, &id, ev, &order_no, "currency_mismatch", reason, now).await;
-                    }
-                    if amount.amount_minor() != expected_minor {
-                        let reason = format!("amount {} but attempt is {expected_minor}", amount.amount_minor());
-                        return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
-                    }
-                    let text = |name: &str| col::<Option<String>>(&attempt, name);
-                    let (merchant_reference, metadata, gateway) =
-                        (text("merchant_reference")?, text("metadata")?, text("gateway")?);
-                    let recorded_txn = text("recorded_txn")?;
-                    let success = Success {
-                        order_no: &order_no,
-                        attempt_ref: &ev.attempt_ref,
-                        gateway_txn_id: Some(gateway_txn_id),
-                        recorded_txn: recorded_txn.as_deref(),
-                        amount: *amount,
-                        order_total: &order_total,
-                        others: &others,
-                        parts: &parts,
-                        context: OrderContext {
-                            merchant_reference: merchant_reference.as_deref(),
-                            metadata: metadata.as_deref(),
-                            attempt_ref: Some(&ev.attempt_ref),
-                            gateway: gateway.as_deref(),
-                            gateway_txn_id: Some(gateway_txn_id),
-                        },
-                    };
-                    apply_success(tx, &success, order_status, attempt_status, policy, cause).await?
+                    apply_payment(tx, ev, &target, gateway_txn_id, *amount, policy, cause).await?
                 }
-                Outcome::RefundSucceeded { refund_no, .. } | Outcome::RefundFailed { refund_no } => {
-                    let refund = sql::query(
-                        "SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2",
-                    )
-                    .bind(refund_no)
-                    .bind(&ev.attempt_ref)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                    let Some(refund) = refund else {
-                        return reject(tx, &id, ev, "unknown_reference", "no such refund for this attempt".into(), now)
-                            .await;
-                    };
-                    if let Outcome::RefundSucceeded { amount: Some(amount), .. } = &ev.outcome
-                        && (amount.amount_minor() != col::<i64>(&refund, "amount_minor")?
-                            || amount.currency().code() != col::<String>(&refund, "currency")?)
-                    {
-                        let reason = format!("refund {refund_no} reported as {}", amount.display_major());
-                        return reject_mismatch(tx, &id, ev, &order_no, "amount_mismatch", reason, now).await;
-                    }
-                    let succeeded = matches!(ev.outcome, Outcome::RefundSucceeded { .. });
-                    refunds::settle_locked(
-                        tx,
-                        &order_no,
-                        refund_no,
-                        succeeded,
-                        "the gateway reported the refund failed",
-                        Some(&id),
-                        now,
-                    )
-                    .await?
-                    .then_some("refund_settled")
+                Outcome::RefundSucceeded { refund_no, amount } => {
+                    apply_refund_outcome(tx, ev, &target.order_no, refund_no, Some(*amount), cause).await?
                 }
-                Outcome::Pending => None,
-                Outcome::Failed | Outcome::Cancelled => {
-                    let to =
-                        if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
-                    match decide_failure(attempt_status, to) {
-                        FailureDecision::CloseAttempt(to) => {
-                            let cause = Cause { trigger: "gateway_failure", ..cause };
-                            events::set_attempt_status(tx, &order_no, &ev.attempt_ref, attempt_status, to, cause)
-                                .await?;
-                            Some("attempt_closed")
-                        }
-                        FailureDecision::Ignore => None,
-                    }
+                Outcome::RefundFailed { refund_no } => {
+                    apply_refund_outcome(tx, ev, &target.order_no, refund_no, None, cause).await?
                 }
+                Outcome::Pending => Verdict::Effect(None),
+                Outcome::Failed | Outcome::Cancelled => Verdict::Effect(apply_failure(tx, ev, &target, cause).await?),
+            };
+            let order_no = target.order_no;
+            let effect = match verdict {
+                Verdict::Effect(effect) => effect,
+                Verdict::Unknown(reason) => return reject(tx, &id, ev, "unknown_reference", reason.into(), now).await,
+                Verdict::Mismatch(m) => return reject_mismatch(tx, &id, ev, &order_no, m.code, m.reason, now).await,
             };
             // A payment of a pending order recorded its notification's outcome in its own batch.
             if effect != Some(PAID) {
                 let mut batch = Batch::new();
-                add_notification_outcome(
-                    &mut batch,
-                    &id,
-                    if effect.is_some() { "applied" } else { "ignored" },
-                    &order_no,
-                );
+                let outcome = if effect.is_some() { "applied" } else { "ignored" };
+                add_notification_outcome(&mut batch, &id, outcome, &order_no);
                 batch.run_checked(tx).await?;
             }
             Ok(match effect {
@@ -220,6 +90,193 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
         applied
     })
     .await
+}
+
+/// What applying an event's outcome came to.
+enum Verdict {
+    /// Applied: what changed, if anything.
+    Effect(Option<&'static str>),
+    /// It names something of the attempt that kassa does not know.
+    Unknown(&'static str),
+    /// Its content does not match kassa's records.
+    Mismatch(Mismatch),
+}
+
+/// Claims the event's id for notification `id`; false for a copy of an event claimed already
+/// (recorded as a duplicate arrival). An id a gateway reused for another attempt is claimed
+/// under a key of its own ([`on_claimed`]), alerted, and weighed on its own.
+async fn claim_event(tx: &mut Tx<'_>, id: &str, ev: &VerifiedEvent, now: Millis) -> Result<bool> {
+    // Claimed first: a concurrent copy waits here and then sees the claim.
+    if claim(tx, id, ev, &ev.event_id, now).await? {
+        return Ok(true);
+    }
+    let claimed_by: Option<Option<String>> =
+        sql::query_scalar("SELECT attempt_ref FROM notifications WHERE gateway = $1 AND event_id = $2")
+            .bind(&ev.gateway)
+            .bind(&ev.event_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let Claimed::Reused { key } = on_claimed(&ev.event_id, &ev.attempt_ref, claimed_by.flatten().as_deref()) else {
+        record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
+        return Ok(false);
+    };
+    if !claim(tx, id, ev, &key, now).await? {
+        record_arrival(tx, ev, "ignored_duplicate", None, now).await?;
+        return Ok(false);
+    }
+    let details = format!(
+        "{} sent event id {} for attempt {} after it was used for another attempt; weighed on its own",
+        ev.gateway, ev.event_id, ev.attempt_ref
+    );
+    let subject = format!("{}:{}", ev.gateway, ev.event_id);
+    events::raise_alert(tx, "notification_event_id_reused", Severity::Warning, &subject, None, &details, now).await?;
+    Ok(true)
+}
+
+/// An event's attempt and its order, read under the order's lock.
+struct Target {
+    order_no: String,
+    order_status: OrderStatus,
+    /// The order's total (it never changes).
+    order_total: Money,
+    /// What the attempt asked for.
+    asked: Money,
+    /// The event's attempt's status.
+    attempt_status: AttemptStatus,
+    /// The transaction the attempt's success was recorded with, if it was.
+    recorded_txn: Option<String>,
+    gateway: Option<String>,
+    merchant_reference: Option<String>,
+    metadata: Option<String>,
+    /// The order's other active attempts.
+    others: Vec<(String, AttemptStatus)>,
+    parts: OrderParts,
+}
+
+/// The attempt with its order's status and total, locking the order on PostgreSQL (SQLite's write
+/// transaction already excludes every other writer). Then, under the lock, what the event may
+/// change: read after it, since PostgreSQL re-reads only the locked row of a statement that waited
+/// for its lock, not the rows it joined; the attempts may have moved meanwhile. The two go in one
+/// round trip on PostgreSQL. (Not the claim as well: a duplicate would then run both reads for
+/// nothing, and PostgreSQL's CPU per statement costs more than the round trip saved.)
+async fn read_target(tx: &mut Tx<'_>, ev: &VerifiedEvent, lock_order: &str) -> Result<Option<Target>> {
+    let attempt_sql = format!(
+        "SELECT t.order_no, t.amount_minor, t.currency, t.gateway, t.gateway_txn_id AS recorded_txn, \
+         o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency, \
+         o.merchant_reference, o.metadata \
+         FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
+    );
+    let reads =
+        vec![(attempt_sql.as_str(), args![&ev.attempt_ref]), (order_parts_of_attempt_sql(), args![&ev.attempt_ref])];
+    let mut read = batch::together(tx, reads).await?.into_iter();
+    let Some(attempt) = read.next().and_then(|o| o.rows.into_iter().next()) else { return Ok(None) };
+    let parts = order_parts(&read.next().map(|o| o.rows).unwrap_or_default())?;
+    let mut attempt_status = None;
+    let mut others = Vec::new();
+    for (attempt_ref, status) in &parts.attempts {
+        let status = parse_attempt_status(status)?;
+        if *attempt_ref == ev.attempt_ref {
+            attempt_status = Some(status);
+        } else if status.is_active() {
+            others.push((attempt_ref.clone(), status));
+        }
+    }
+    let money = |minor: &str, currency: &str| -> Result<Money> {
+        Ok(Money::new(col(&attempt, minor)?, Currency::parse(&col::<String>(&attempt, currency)?)?)?)
+    };
+    Ok(Some(Target {
+        order_no: col(&attempt, "order_no")?,
+        order_status: parse_order_status(&col::<String>(&attempt, "order_status")?)?,
+        order_total: money("order_total_minor", "order_currency")?,
+        asked: money("amount_minor", "currency")?,
+        attempt_status: attempt_status.ok_or_else(|| Error::internal("the attempt vanished under the lock"))?,
+        recorded_txn: col(&attempt, "recorded_txn")?,
+        gateway: col(&attempt, "gateway")?,
+        merchant_reference: col(&attempt, "merchant_reference")?,
+        metadata: col(&attempt, "metadata")?,
+        others,
+        parts,
+    }))
+}
+
+/// A payment of the event's attempt: checked against what it asked, then as the domain decides
+/// ([`decide_success`]).
+async fn apply_payment(
+    tx: &mut Tx<'_>,
+    ev: &VerifiedEvent,
+    t: &Target,
+    gateway_txn_id: &str,
+    amount: Money,
+    policy: LatePolicy,
+    cause: Cause<'_>,
+) -> Result<Verdict> {
+    if let Err(mismatch) = check_payment(amount, t.asked) {
+        return Ok(Verdict::Mismatch(mismatch));
+    }
+    let success = Success {
+        order_no: &t.order_no,
+        attempt_ref: &ev.attempt_ref,
+        gateway_txn_id: Some(gateway_txn_id),
+        recorded_txn: t.recorded_txn.as_deref(),
+        amount,
+        order_total: t.order_total,
+        others: &t.others,
+        parts: &t.parts,
+        context: OrderContext {
+            merchant_reference: t.merchant_reference.as_deref(),
+            metadata: t.metadata.as_deref(),
+            attempt_ref: Some(&ev.attempt_ref),
+            gateway: t.gateway.as_deref(),
+            gateway_txn_id: Some(gateway_txn_id),
+        },
+    };
+    Ok(Verdict::Effect(apply_success(tx, &success, t.order_status, t.attempt_status, policy, cause).await?))
+}
+
+/// A refund of the event's attempt done (`reported`: `Some` with the amount the gateway names, if
+/// it does) or failed (`None`).
+async fn apply_refund_outcome(
+    tx: &mut Tx<'_>,
+    ev: &VerifiedEvent,
+    order_no: &str,
+    refund_no: &str,
+    reported: Option<Option<Money>>,
+    cause: Cause<'_>,
+) -> Result<Verdict> {
+    let refund = sql::query("SELECT amount_minor, currency FROM refunds WHERE refund_no = $1 AND attempt_ref = $2")
+        .bind(refund_no)
+        .bind(&ev.attempt_ref)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(refund) = refund else { return Ok(Verdict::Unknown("no such refund for this attempt")) };
+    let asked = Money::new(col(&refund, "amount_minor")?, Currency::parse(&col::<String>(&refund, "currency")?)?)?;
+    if let Some(reported) = reported
+        && let Err(mismatch) = check_refund(refund_no, reported, asked)
+    {
+        return Ok(Verdict::Mismatch(mismatch));
+    }
+    let (succeeded, why) = (reported.is_some(), "the gateway reported the refund failed");
+    let settled =
+        refunds::settle_locked(tx, order_no, refund_no, succeeded, why, cause.notification_id, cause.at).await?;
+    Ok(Verdict::Effect(settled.then_some("refund_settled")))
+}
+
+/// The event's attempt failed or was cancelled at the gateway: closed, if the domain says so.
+async fn apply_failure(
+    tx: &mut Tx<'_>,
+    ev: &VerifiedEvent,
+    t: &Target,
+    cause: Cause<'_>,
+) -> Result<Option<&'static str>> {
+    let to = if ev.outcome == Outcome::Failed { AttemptStatus::Failed } else { AttemptStatus::Cancelled };
+    match decide_failure(t.attempt_status, to) {
+        FailureDecision::CloseAttempt(to) => {
+            let cause = Cause { trigger: "gateway_failure", ..cause };
+            events::set_attempt_status(tx, &t.order_no, &ev.attempt_ref, t.attempt_status, to, cause).await?;
+            Ok(Some("attempt_closed"))
+        }
+        FailureDecision::Ignore => Ok(None),
+    }
 }
 
 /// Claims `key` (the event id, or the id with its attempt when the id was reused) for the
@@ -263,8 +320,8 @@ struct Success<'a> {
     /// The transaction the attempt's success was recorded with, if it was.
     recorded_txn: Option<&'a str>,
     amount: Money,
-    /// The order's total and currency (they never change).
-    order_total: &'a (i64, String),
+    /// The order's total (it never changes).
+    order_total: Money,
     /// The order's other active attempts, with their status, read under the order lock.
     others: &'a [(String, AttemptStatus)],
     /// The order's reservations and lines, read under the order lock.
@@ -373,8 +430,8 @@ async fn apply_success(
             // its outbox messages carry is known here, and the lines serve the fulfilment after.
             let lines = &s.parts.lines;
             let facts = OrderFacts {
-                total_minor: s.order_total.0,
-                currency: &s.order_total.1,
+                total_minor: s.order_total.amount_minor(),
+                currency: s.order_total.currency().code(),
                 captured_minor: Some(amount.amount_minor()),
                 // A pending order has had nothing refunded.
                 refunded_minor: 0,
@@ -537,14 +594,13 @@ pub async fn complete_free(
         reservations,
         lines,
     };
-    let order_total = (0, total.currency().code().to_string());
     let success = Success {
         order_no,
         attempt_ref,
         gateway_txn_id: None,
         recorded_txn: None,
         amount: total,
-        order_total: &order_total,
+        order_total: total,
         others: &[],
         parts: &parts,
         context: OrderContext { attempt_ref: Some(attempt_ref), ..context },

@@ -6,7 +6,7 @@ use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
-use crate::domain::{AttemptStatus, Currency, Money};
+use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::Result;
 use crate::store::events::{self, Severity};
 use crate::store::{Db, col};
@@ -18,8 +18,8 @@ pub struct AttemptToQuery {
     pub order_no: String,
     pub gateway: String,
     pub gateway_ref: Option<String>,
-    pub status: String,
-    pub order_status: String,
+    pub status: AttemptStatus,
+    pub order_status: OrderStatus,
     pub tries: i64,
 }
 
@@ -90,8 +90,8 @@ async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
         order_no: col(&r, "order_no")?,
         gateway: col(&r, "gateway")?,
         gateway_ref: col(&r, "gateway_ref")?,
-        status: col(&r, "status")?,
-        order_status: col(&r, "order_status")?,
+        status: crate::store::payments::parse_attempt_status(&col::<String>(&r, "status")?)?,
+        order_status: crate::store::payments::parse_order_status(&col::<String>(&r, "order_status")?)?,
         tries: col(&r, "query_tries")?,
         attempt_ref,
     })

@@ -25,7 +25,8 @@ pub struct RefundView {
     pub refund_no: String,
     pub order_no: String,
     pub attempt_ref: String,
-    pub status: String,
+    #[schema(schema_with = crate::store::views::refund_status_schema)]
+    pub status: RefundStatus,
     pub amount_minor: i64,
     pub currency: String,
     pub reason: String,
@@ -118,13 +119,8 @@ pub async fn request(
                 && col::<i64>(&r, "amount_minor")? == amount_minor
                 && col::<String>(&r, "reason")? == reason
                 && col::<String>(&r, "kind")? == RefundKind::Merchant.as_str();
-            if same {
-                return Ok(false);
-            }
-            return Err(Error::conflict(
-                "refund_no_reused",
-                "this refund number was used for another refund (other order, amount or reason)",
-            ));
+            refund::may_repeat_refund_no(same)?;
+            return Ok(false);
         }
         let status =
             OrderStatus::parse(&col::<String>(&order, "status")?).ok_or_else(|| Error::internal("bad status"))?;
@@ -185,7 +181,7 @@ async fn paid_attempt(tx: &mut Tx<'_>, order_no: &str) -> Result<String> {
         .bind(order_no)
         .fetch_one(&mut **tx)
         .await?;
-    captured.ok_or_else(|| Error::conflict("not_refundable", "the order has no captured payment"))
+    captured.ok_or_else(|| refund::nothing_captured().into())
 }
 
 /// Inserts a refund after checking that the attempt's refunds (not failed) stay within what it

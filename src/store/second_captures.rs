@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::statement::{LineKind, OurPayment, Statement};
 use crate::error::Result;
-use crate::store::statements::{payment, rows_for, rows_in};
+use crate::store::statement_rows::{payment, rows_for, rows_in};
 use crate::store::{Db, col, sql};
 
 /// A second capture on one of an order's attempts: money the gateway took again, and the refund

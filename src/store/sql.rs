@@ -294,6 +294,27 @@ impl FromValue for String {
     }
 }
 
+/// A status column read as its type: a text that is none of its statuses is refused.
+macro_rules! status_from_value {
+    ($($status:ty),+) => {$(
+        impl FromValue for $status {
+            fn from_value(v: &Value) -> std::result::Result<Self, String> {
+                let text = String::from_value(v)?;
+                <$status>::parse(&text).ok_or_else(|| format!("unknown {} {text:?}", stringify!($status)))
+            }
+        }
+    )+};
+}
+
+status_from_value!(
+    crate::domain::OrderStatus,
+    crate::domain::AttemptStatus,
+    crate::domain::status::RefundStatus,
+    crate::domain::status::NotificationStatus,
+    crate::domain::basket::BasketStatus,
+    crate::domain::catalog::SkuKind
+);
+
 impl FromValue for Vec<u8> {
     fn from_value(v: &Value) -> std::result::Result<Self, String> {
         match v {

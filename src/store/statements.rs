@@ -17,41 +17,11 @@ use crate::domain::statement::{
 use crate::error::Result;
 use crate::store::batch::Batch;
 use crate::store::events::{self, Severity};
+use crate::store::statement_rows::{payment, rows_for, rows_in};
 use crate::store::{Conn, Db, col, sql};
 
-/// References looked up in one statement (an `IN` list's length).
-const LOOKUP_CHUNK: usize = 500;
 /// Days listed on one page of the console.
 pub const DAYS_PAGE_MAX: i64 = crate::store::listing::PAGE_MAX;
-
-fn placeholders(from: usize, n: usize) -> String {
-    (from..from + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
-}
-
-/// Rows of `select` for `keys`, a chunk at a time: `select` ends in `… IN` and takes the gateway
-/// as `$1`.
-pub(super) async fn rows_for(db: &Db, select: &str, gateway: &str, keys: &[&str]) -> Result<Vec<sql::Row>> {
-    let mut rows = Vec::new();
-    for chunk in keys.chunks(LOOKUP_CHUNK) {
-        let sql = format!("{select} ({})", placeholders(2, chunk.len()));
-        let mut q = sql::query(&sql).bind(gateway);
-        for key in chunk {
-            q = q.bind(*key);
-        }
-        rows.extend(q.fetch_all(db.read_pool()).await?);
-    }
-    Ok(rows)
-}
-
-/// Rows of `select` for the day's window `[$1, $2)`, the gateway as `$3`.
-pub(super) async fn rows_in(
-    db: &Db,
-    select: &str,
-    gateway: &str,
-    (from, to): (Millis, Millis),
-) -> Result<Vec<sql::Row>> {
-    sql::query(select).bind(from).bind(to).bind(gateway).fetch_all(db.read_pool()).await
-}
 
 const PAYMENT_COLUMNS: &str = "a.attempt_ref, a.order_no, a.gateway_txn_id, \
      COALESCE(a.captured_minor, a.amount_minor) AS amount, a.currency, a.status, a.statement_day";
@@ -147,16 +117,6 @@ pub async fn ours(
         out.refunds.push(r);
     }
     Ok(out)
-}
-
-pub(super) fn payment(r: &sql::Row) -> Result<OurPayment> {
-    Ok(OurPayment {
-        order_no: col(r, "order_no")?,
-        attempt_ref: col(r, "attempt_ref")?,
-        gateway_txn_id: col(r, "gateway_txn_id")?,
-        amount_minor: col(r, "amount")?,
-        currency: col(r, "currency")?,
-    })
 }
 
 fn refund(r: &sql::Row) -> Result<OurRefund> {

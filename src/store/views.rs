@@ -6,15 +6,29 @@ use serde::Serialize;
 
 use crate::clock::rfc3339;
 use crate::domain::ids::{AttemptRef, OrderNo};
+use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::{Db, col};
 
 /// An order's status as the API and the webhooks write it: one of the transition table's.
 pub fn order_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-    let all: Vec<&str> = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
+    status_schema(OrderStatus::ALL.iter().map(|s| s.as_str()))
+}
+
+/// A payment attempt's status as the API writes it: one of the transition table's.
+pub fn attempt_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    status_schema(AttemptStatus::ALL.iter().map(|s| s.as_str()))
+}
+
+/// A refund's status as the API writes it.
+pub fn refund_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    status_schema(crate::domain::status::RefundStatus::ALL.iter().map(|s| s.as_str()))
+}
+
+fn status_schema<'a>(all: impl Iterator<Item = &'a str>) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
     utoipa::openapi::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
-        .enum_values(Some(all))
+        .enum_values(Some(all.collect::<Vec<_>>()))
         .into()
 }
 
@@ -47,7 +61,8 @@ impl AttemptView {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     pub attempt_ref: String,
-    pub status: String,
+    #[schema(schema_with = attempt_status_schema)]
+    pub status: AttemptStatus,
     pub gateway: String,
     pub channel: String,
     pub amount_minor: i64,
@@ -76,7 +91,7 @@ pub struct OrderView {
     #[schema(value_type = String)]
     pub order_no: OrderNo,
     #[schema(schema_with = order_status_schema)]
-    pub status: String,
+    pub status: OrderStatus,
     pub total_minor: i64,
     pub currency: String,
     pub captured_minor: Option<i64>,

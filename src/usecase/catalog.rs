@@ -6,16 +6,9 @@ use crate::error::{Error, Result};
 use crate::store::catalog::{self, LimitsPatch, NewSku, SkuKind, SkuView};
 use crate::store::fulfilment::{self, ImportCount};
 
-/// Longest SKU display name.
-pub const SKU_NAME_LEN_MAX: usize = 200;
-
 /// A SKU's display name, trimmed: 1–200 printable characters.
 pub fn valid_name(name: &str) -> Result<&str> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > SKU_NAME_LEN_MAX || name.chars().any(char::is_control) {
-        return Err(Error::unprocessable("invalid_name", "name must be 1-200 printable characters"));
-    }
-    Ok(name)
+    Ok(crate::domain::catalog::valid_name(name)?)
 }
 
 /// A new SKU as the API or the console names it, before it is checked.
@@ -38,14 +31,9 @@ pub async fn create_sku(cx: &Context, draft: &SkuDraft<'_>) -> Result<SkuView> {
         .map_err(|_| Error::unprocessable("invalid_sku", "SKU codes are 1-64 letters, digits, '_', '-' or '.'"))?;
     let name = valid_name(draft.name)?;
     crate::domain::checkout::check_price(draft.price.amount_minor(), draft.free)?;
-    let kind = match draft.kind {
-        None | Some("physical") => SkuKind::Physical,
-        Some("digital") => SkuKind::Digital,
-        Some(_) => return Err(Error::unprocessable("unsupported_kind", "kind must be physical or digital")),
-    };
-    // A digital SKU's stock is its unsold keys: it starts at zero and grows by key imports.
-    let stock = if kind == SkuKind::Digital { 0 } else { draft.stock };
-    let new = NewSku { sku, name: name.to_string(), kind, price: draft.price, stock, limits: draft.limits };
+    let kind = SkuKind::asked(draft.kind)?;
+    let new =
+        NewSku { sku, name: name.to_string(), kind, price: draft.price, stock: draft.stock, limits: draft.limits };
     catalog::create_sku(&cx.db, &new, false, cx.now_ms()).await
 }
 
@@ -63,6 +51,11 @@ pub async fn edit_sku(
     }
     let price_minor = price.map(|(p, _)| p);
     catalog::update_sku(&cx.db, sku, name, price_minor, limits, cx.now_ms()).await
+}
+
+/// Restocks (positive `delta`) or writes off (negative) a physical SKU's stock.
+pub async fn adjust_stock(cx: &Context, sku: &Sku, delta: i64) -> Result<SkuView> {
+    catalog::adjust_stock(&cx.db, sku, delta, cx.now_ms()).await
 }
 
 /// Imports card keys into a digital SKU, in batches of [`fulfilment::IMPORT_BATCH_MAX`].

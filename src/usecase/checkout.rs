@@ -4,15 +4,15 @@
 use serde_json::Value;
 
 use super::Context;
-use super::payment::{build_handoff, checked_channel, gateway_error, parse_payer};
+use super::payment::{attempt_payer, build_handoff, checked_channel, gateway_error, gateway_named, parse_payer};
 use crate::domain::OrderStatus;
 use crate::domain::channel::Device;
 use crate::domain::ids::{BasketId, IdempotencyKey};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::error::{Error, Result};
-use crate::gateway::{Gateway, Handoff, Payer};
+use crate::gateway::Handoff;
 use crate::store::catalog;
-use crate::store::checkout::{self, AttemptPayer, ConfirmRequest, Placed};
+use crate::store::checkout::{self, ConfirmRequest, Placed};
 
 /// A checkout as the buyer or the shop named it, before it is checked: how to pay (each may be
 /// left out: the configured default gateway, and the channel that suits the buyer's device) and
@@ -57,15 +57,6 @@ fn shop_data(cx: &Context, asked: &Checkout<'_>) -> Result<ShopData> {
     })
 }
 
-/// The gateway a checkout or a retry named, or the configured default.
-pub(super) fn gateway_named<'g>(cx: &'g Context, name: Option<&str>) -> Result<&'g std::sync::Arc<dyn Gateway>> {
-    let name =
-        name.or(cx.gateways.default).ok_or_else(|| Error::unprocessable("unknown_gateway", "no gateway configured"))?;
-    cx.gateways.get(name).ok_or_else(|| {
-        Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", cx.gateways.names()))
-    })
-}
-
 /// Confirms the basket (one transaction), then — after commit — builds the gateway hand-off. A
 /// repeated confirm answers the order it placed the first time, with no new hand-off unless it is
 /// still pending.
@@ -84,17 +75,13 @@ pub async fn place_order(
     let shop = shop_data(cx, asked)?;
     let request = ConfirmRequest {
         payer: attempt_payer(gateway.as_ref(), channel, &payer),
-        shop: &shop,
-        currencies: gateway.currencies(),
-        session_id,
-        basket_id,
-        gateway: gateway.name(),
-        channel,
-        idempotency_key,
+        shop,
+        currencies: gateway.currencies().map(<[_]>::to_vec),
+        idempotency_key: idempotency_key.cloned(),
         hold_ms: cx.hold_ms,
         max_open_orders: cx.max_open_orders_per_session,
         limits: cx.order_limits,
-        now: cx.now_ms(),
+        ..ConfirmRequest::new(session_id, basket_id.clone(), gateway.name(), channel, cx.now_ms())
     };
     let placed = match checkout::confirm(&cx.db, &request).await {
         Err(e) if e.code() == "price_changed" => {
@@ -109,13 +96,4 @@ pub async fn place_order(
     // The order is committed; only now is the gateway involved (no remote call inside a transaction).
     let handoff = build_handoff(cx, &placed, &payer).await?;
     Ok((placed, Some(handoff)))
-}
-
-/// The payer kept on a new attempt: a WeChat Pay JSAPI payer's openid under the gateway's app id
-/// (what a mini-program shipping report names); nobody for other channels.
-pub(super) fn attempt_payer<'a>(gateway: &'a dyn Gateway, channel: &str, payer: &'a Payer) -> Option<AttemptPayer<'a>> {
-    let openid = payer.openid.as_deref()?;
-    crate::domain::shipping::is_reported(gateway.name(), channel, true)
-        .then(|| gateway.app_id().map(|appid| AttemptPayer { openid, appid }))
-        .flatten()
 }

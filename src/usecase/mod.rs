@@ -4,13 +4,16 @@
 //! outside any transaction. Nothing here knows HTTP: bodies, cookies, the bot check and status
 //! codes stay in [`crate::http`].
 
+pub mod basket;
 pub mod catalog;
 pub mod checkout;
 pub mod expiry;
+pub mod fulfilment;
 pub mod payment;
 pub mod reconcile;
 pub mod refund;
 pub mod statements;
+pub mod webhook;
 
 use std::sync::Arc;
 

@@ -5,13 +5,14 @@
 use serde_json::Value;
 
 use super::Context;
-use super::checkout::{attempt_payer, gateway_named};
 use crate::domain::channel::{self, Device};
+use crate::domain::event::VerifiedEvent;
 use crate::domain::ids::{AttemptKey, OrderNo};
-use crate::domain::{AttemptStatus, OrderStatus, shop};
+use crate::domain::{OrderStatus, shop};
 use crate::error::{Error, Result};
 use crate::gateway::{CloseOutcome, Gateway, GatewayError, Handoff, HandoffRequest, Payer, PaymentState};
-use crate::store::checkout::Placed;
+use crate::store::checkout::{AttemptPayer, Placed};
+use crate::store::payments::Applied;
 use crate::store::{orders, payments, views};
 
 /// Longest payer field (an openid, an address), in characters.
@@ -117,6 +118,31 @@ pub(super) async fn build_handoff(cx: &Context, placed: &Placed, payer: &Payer) 
 }
 
 /// What closing one attempt at its gateway came to.
+/// The gateway a checkout or a retry named, or the configured default.
+pub(super) fn gateway_named<'g>(cx: &'g Context, name: Option<&str>) -> Result<&'g std::sync::Arc<dyn Gateway>> {
+    let name =
+        name.or(cx.gateways.default).ok_or_else(|| Error::unprocessable("unknown_gateway", "no gateway configured"))?;
+    cx.gateways.get(name).ok_or_else(|| {
+        Error::unprocessable("unknown_gateway", format!("gateway must be one of {:?}", cx.gateways.names()))
+    })
+}
+
+/// The payer kept on a new attempt: a WeChat Pay JSAPI payer's openid under the gateway's app id
+/// (what a mini-program shipping report names); nobody for other channels.
+pub(super) fn attempt_payer(gateway: &dyn Gateway, channel: &str, payer: &Payer) -> Option<AttemptPayer> {
+    let openid = payer.openid.as_deref()?;
+    crate::domain::shipping::is_reported(gateway.name(), channel, true)
+        .then(|| gateway.app_id().map(|appid| AttemptPayer { openid: openid.to_string(), appid: appid.to_string() }))
+        .flatten()
+}
+
+/// Applies a verified gateway event, whichever way it was learnt (a notification, an active query
+/// by the reconciler or for a waiting buyer, a close that found the attempt paid), under the
+/// shop's late-payment policy: one path from a gateway's truth to the order.
+pub async fn apply_verified(cx: &Context, event: &VerifiedEvent) -> Result<Applied> {
+    payments::apply_event(&cx.db, event, cx.late_policy, cx.now_ms()).await
+}
+
 #[derive(Debug)]
 pub enum Closed {
     /// Closed, or the gateway never knew it: the buyer cannot pay it any more.
@@ -132,9 +158,7 @@ pub enum Closed {
 pub async fn close_attempt(cx: &Context, gateway: &str, key: &AttemptKey) -> Result<Closed> {
     let Some(gateway) = cx.gateways.get(gateway) else { return Ok(Closed::Closed) };
     match gateway.close(key).await {
-        Ok(CloseOutcome::AlreadyPaid(event)) => {
-            Ok(Closed::Paid(payments::apply_event(&cx.db, &event, cx.late_policy, cx.now_ms()).await?))
-        }
+        Ok(CloseOutcome::AlreadyPaid(event)) => Ok(Closed::Paid(apply_verified(cx, &event).await?)),
         Ok(CloseOutcome::Closed | CloseOutcome::NotFound) => Ok(Closed::Closed),
         Err(e) => Ok(Closed::Failed(e)),
     }
@@ -186,7 +210,7 @@ pub async fn retry(
     crate::domain::checkout::check_currency(gateway.name(), currency, gateway.currencies())?;
     let kept = attempt_payer(gateway.as_ref(), channel, &payer);
     let (placed, superseded) =
-        orders::new_attempt(&cx.db, session, order_no, gateway.name(), channel, kept, cx.now_ms()).await?;
+        orders::new_attempt(&cx.db, session, order_no, gateway.name(), channel, kept.as_ref(), cx.now_ms()).await?;
     if close_at_gateways(cx, &superseded).await? {
         // The superseded attempt had been paid after all: the order is paid, nothing to hand off.
         return Err(Error::conflict("already_paid", "the previous attempt was paid; no new payment is needed"));
@@ -205,8 +229,7 @@ pub async fn cancel(
     rebasket: bool,
 ) -> Result<Option<String>> {
     let order_no = &current.order_no;
-    let status = OrderStatus::parse(&current.status).ok_or_else(|| Error::internal("unknown order status"))?;
-    crate::domain::decide::may_cancel(status)?;
+    crate::domain::decide::may_cancel(current.status)?;
     if let Some(active) = orders::active_attempt(&cx.db, order_no).await?
         && close_at_gateways(cx, &[active]).await?
     {
@@ -219,12 +242,10 @@ pub async fn cancel(
 /// apply a payment it reports, instead of waiting for the notification. Bounded in time and rate;
 /// failures only mean the buyer keeps waiting for the notification or the reconciler.
 pub async fn query_for_buyer(cx: &Context, order: &views::OrderView) {
-    if order.status != OrderStatus::PendingPayment.as_str() {
+    if order.status != OrderStatus::PendingPayment {
         return;
     }
-    let Some(attempt) =
-        order.attempts.iter().rev().find(|a| AttemptStatus::parse(&a.status).is_some_and(|st| st.is_active()))
-    else {
+    let Some(attempt) = order.attempts.iter().rev().find(|a| a.status.is_active()) else {
         return;
     };
     let Some(gateway) = cx.gateways.get(&attempt.gateway) else { return };
@@ -233,16 +254,14 @@ pub async fn query_for_buyer(cx: &Context, order: &views::OrderView) {
     let Ok(Some(claimed)) = claimed else { return };
     let key = AttemptKey::new(&claimed.attempt_ref, claimed.gateway_ref.as_deref());
     match tokio::time::timeout(BUYER_QUERY_TIMEOUT, gateway.query(&key)).await {
-        Ok(Ok(PaymentState::Paid(event))) => {
-            match payments::apply_event(&cx.db, &event, cx.late_policy, cx.now_ms()).await {
-                Ok(applied) => {
-                    tracing::info!(attempt_ref = %claimed.attempt_ref, ?applied, "payment found by buyer-triggered query")
-                }
-                Err(e) => {
-                    tracing::warn!(attempt_ref = %claimed.attempt_ref, error = %e, "could not apply a queried payment")
-                }
+        Ok(Ok(PaymentState::Paid(event))) => match apply_verified(cx, &event).await {
+            Ok(applied) => {
+                tracing::info!(attempt_ref = %claimed.attempt_ref, ?applied, "payment found by buyer-triggered query")
             }
-        }
+            Err(e) => {
+                tracing::warn!(attempt_ref = %claimed.attempt_ref, error = %e, "could not apply a queried payment")
+            }
+        },
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::warn!(attempt_ref = %claimed.attempt_ref, error = %e, "buyer-triggered query failed"),
         Err(_) => tracing::warn!(attempt_ref = %claimed.attempt_ref, "buyer-triggered query timed out"),

@@ -12,7 +12,7 @@ use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::error::Result;
 use crate::gateway::{AttemptKey, Gateway, PaymentState, RefundAnswer, RefundQuery, RefundRequest, RefundState};
 use crate::store::events::Severity;
-use crate::store::payments::{self, Applied};
+use crate::store::payments::Applied;
 use crate::store::reconcile::{self, AttemptToQuery, Due, Finding, RefundToQuery};
 use crate::store::refunds;
 
@@ -128,7 +128,7 @@ impl Reconciler {
             theirs: theirs.to_string(),
             action: action.to_string(),
         };
-        let late = a.order_status == crate::domain::OrderStatus::PaidAfterExpiry.as_str();
+        let late = a.order_status == crate::domain::OrderStatus::PaidAfterExpiry;
         match state {
             PaymentState::Paid(_) if late => {
                 // The late payment is real: nothing to change; never asked again.
@@ -136,8 +136,7 @@ impl Reconciler {
                 report.unchanged += 1;
             }
             PaymentState::Paid(event) => {
-                let applied =
-                    payments::apply_event(&self.cx.db, &event, self.cx.late_policy, self.cx.clock.now_ms()).await?;
+                let applied = super::payment::apply_verified(&self.cx, &event).await?;
                 let action = match &applied {
                     Applied::Changed { effect, .. } => format!("payment applied ({effect})"),
                     Applied::Rejected { code, reason } => format!("payment refused: {code}: {reason}"),
@@ -161,7 +160,7 @@ impl Reconciler {
                 report.unchanged += 1;
                 self.later_attempt(a).await?;
             }
-            PaymentState::NotFound if a.status != crate::domain::AttemptStatus::Unknown.as_str() => {
+            PaymentState::NotFound if a.status != crate::domain::AttemptStatus::Unknown => {
                 // Normal for a page pay nobody opened; the hold's expiry takes care of it.
                 report.unchanged += 1;
                 self.later_attempt(a).await?;
@@ -179,8 +178,7 @@ impl Reconciler {
                     outcome,
                     raw_body: format!("{{\"query\":\"{}\",\"state\":\"{theirs}\"}}", a.attempt_ref).into_bytes(),
                 };
-                let applied =
-                    payments::apply_event(&self.cx.db, &event, self.cx.late_policy, self.cx.clock.now_ms()).await?;
+                let applied = super::payment::apply_verified(&self.cx, &event).await?;
                 if matches!(applied, Applied::Changed { .. }) {
                     report.attempts_closed += 1;
                     let f = finding("attempt_closed_at_gateway", theirs, "attempt closed; the order can be paid again");

@@ -107,3 +107,9 @@ pub async fn run_day(
         view: days::day(db, name, &day_text).await?,
     })
 }
+
+/// Marks statement finding `id` resolved by the operator, with their note; `None` when there is
+/// no such finding.
+pub async fn resolve_finding(cx: &super::Context, id: i64, note: &str) -> Result<Option<days::StatementFindingView>> {
+    days::resolve(&cx.db, id, note, cx.now_ms()).await
+}

@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::common::{ADMIN, Backend, Opts, TestApp, s, test_protection};
+use crate::common::{ADMIN, Backend, Opts, TestApp, csrf_token, s, test_protection};
 use crate::on_both;
 use kassa::config::{Captcha, Protection, RateLimits};
 
@@ -89,7 +89,7 @@ async fn sku_limits_bound_each_order_and_its_hold(backend: Backend) {
     let cookie = signed.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let html = browser.get(t.url("/admin/skus")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
     assert!(html.contains("action=\"/admin/skus/LAMP/limits\""), "{html}");
-    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let csrf = csrf_token(&html);
     let set = |max: &'static str, hold: &'static str| {
         browser
             .post(t.url("/admin/skus/TEA/limits"))
@@ -306,7 +306,7 @@ async fn admin_sign_in_failures_lock_the_address_out(backend: Backend) {
     let ok = sign_in(&t, &browser, ADMIN, "198.51.100.8").await;
     let cookie = ok.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let html = page(cookie.clone()).await.unwrap().text().await.unwrap();
-    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let csrf = csrf_token(&html);
     let out =
         browser.post(t.url("/admin/logout")).header("cookie", &cookie).form(&[("csrf", csrf)]).send().await.unwrap();
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
@@ -341,12 +341,7 @@ async fn confirms_need_a_verified_bot_check(backend: Backend) {
         if let Some(tk) = token {
             body["captcha_token"] = json!(tk);
         }
-        t.http
-            .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
-            .bearer_auth(&buyer)
-            .header("x-forwarded-for", "198.51.100.7")
-            .json(&body)
-            .send()
+        t.checkout_request(&buyer, &basket, &body).header("x-forwarded-for", "198.51.100.7").send()
     };
     for token in [None, Some("bad"), Some("")] {
         let r = confirm(token).await.unwrap();

@@ -21,10 +21,9 @@ async fn fifty_buyers_ten_units(backend: Backend) {
     }
     let mut tasks = tokio::task::JoinSet::new();
     for (buyer, basket) in carts {
-        let http = t.http.clone();
-        let url = t.url(&format!("/api/v1/baskets/{basket}/checkout"));
+        let request = t.checkout_request(&buyer, &basket, &json!({"gateway": "sandbox"}));
         tasks.spawn(async move {
-            let r = http.post(url).bearer_auth(buyer).json(&json!({"gateway": "sandbox"})).send().await.unwrap();
+            let r = request.send().await.unwrap();
             let status = r.status();
             let body: serde_json::Value = r.json().await.unwrap();
             (status, body)
@@ -257,18 +256,8 @@ async fn bad_input(backend: Backend) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "payload_too_large");
-    let (status, body) = {
-        let basket = t.basket(&buyer, &[("MUG", 1)]).await;
-        let r = t
-            .http
-            .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
-            .bearer_auth(&buyer)
-            .json(&json!({"gateway": "nope"}))
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json::<serde_json::Value>().await.unwrap())
-    };
+    let basket = t.basket(&buyer, &[("MUG", 1)]).await;
+    let (status, body) = t.checkout_with(&buyer, &basket, &json!({"gateway": "nope"})).await;
     assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "unknown_gateway".to_string()));
     assert_eq!(t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").await, 0);
 }

@@ -4,6 +4,9 @@
 use kassa::store::sql;
 use std::sync::Arc;
 
+mod shop;
+pub use shop::Shop;
+
 use kassa::app::{App, Workers};
 use kassa::clock::{ManualClock, SharedClock, SystemClock};
 use kassa::config::Settings;
@@ -425,18 +428,25 @@ impl TestApp {
         (r.status(), r.json().await.unwrap_or(Value::Null))
     }
 
+    /// A checkout of `basket` by `buyer` with `body` (`POST /api/v1/baskets/{basket}/checkout`),
+    /// for the caller to add headers to and send.
+    pub fn checkout_request(&self, buyer: &str, basket: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.http.post(self.url(&format!("/api/v1/baskets/{basket}/checkout"))).bearer_auth(buyer).json(body)
+    }
+
+    /// A checkout of `basket` by `buyer` with `body`: the status and the JSON answer.
+    pub async fn checkout_with(&self, buyer: &str, basket: &str, body: &Value) -> (StatusCode, Value) {
+        answer(self.checkout_request(buyer, basket, body).send().await.expect("checkout")).await
+    }
+
+    /// A checkout of `basket` by `buyer` in the sandbox, under `key` as its Idempotency-Key if
+    /// given: the status and the JSON answer.
     pub async fn checkout(&self, buyer: &str, basket: &str, key: Option<&str>) -> (StatusCode, Value) {
-        let mut req = self
-            .http
-            .post(self.url(&format!("/api/v1/baskets/{basket}/checkout")))
-            .bearer_auth(buyer)
-            .json(&json!({"gateway": "sandbox"}));
+        let mut req = self.checkout_request(buyer, basket, &json!({"gateway": "sandbox"}));
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
         }
-        let r = req.send().await.expect("checkout");
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
+        answer(req.send().await.expect("checkout")).await
     }
 
     /// A buyer with a pending order for `lines`: (buyer token, order_no, attempt_ref).
@@ -556,4 +566,23 @@ pub async fn ledger(pool: kassa::store::Reader<'_>, sku: &str) -> (i64, i64, i64
 
 pub fn s(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
+}
+
+/// A response's status and its JSON body (`null` when it has none).
+pub async fn answer(r: reqwest::Response) -> (StatusCode, Value) {
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The value of the form field `name` in an HTML page (the first `name="…" value="…"`), as written
+/// in the page (not unescaped).
+pub fn form_value(html: &str, name: &str) -> String {
+    let field = format!("name=\"{name}\" value=\"");
+    let rest = html.split(&field).nth(1).unwrap_or_else(|| panic!("no {name} field in the page:\n{html}"));
+    rest.split('"').next().unwrap_or_default().to_string()
+}
+
+/// The CSRF token of a page's forms (its hidden `csrf` field).
+pub fn csrf_token(html: &str) -> String {
+    form_value(html, "csrf")
 }

@@ -6,7 +6,7 @@ use kassa::store::sql;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{ADMIN, Backend, KEYS_SECRET, Opts, TestApp, s};
+use crate::common::{ADMIN, Backend, KEYS_SECRET, Opts, TestApp, csrf_token, s};
 use crate::on_both;
 
 const OTHER_SECRET: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
@@ -230,7 +230,7 @@ async fn refunds_as_facts(backend: Backend) {
     )
     .await
     .unwrap();
-    assert_eq!(row.status, "requested");
+    assert_eq!(row.status.as_str(), "requested");
     assert_eq!(t.status(&order_no).await, "refunding", "refunds in flight cover the whole capture");
     kassa::store::refunds::settle(&t.app.state.db, "R-2", false, "card closed", None, t.now_ms()).await.unwrap();
     assert_eq!(t.status(&order_no).await, "delivered");
@@ -289,10 +289,6 @@ async fn page(t: &TestApp, buyer: &str, path: &str) -> (StatusCode, String) {
     (r.status(), r.text().await.unwrap())
 }
 
-fn csrf_of(html: &str) -> String {
-    html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string()
-}
-
 on_both!(a_failed_payment_offers_try_again, failed_payment);
 async fn failed_payment(backend: Backend) {
     let t = TestApp::spawn(backend).await;
@@ -323,7 +319,7 @@ async fn failed_payment(backend: Backend) {
             .http
             .post(t.url(&format!("/checkout/retry/{order_no}")))
             .header("cookie", format!("kassa_session={buyer}"))
-            .form(&[("csrf", csrf_of(&html))])
+            .form(&[("csrf", csrf_token(&html))])
             .send()
             .await
             .unwrap();

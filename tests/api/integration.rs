@@ -7,25 +7,18 @@ use std::collections::BTreeSet;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{ADMIN, Backend, Opts, SHOP_KEY, TestApp, s};
+use crate::common::{ADMIN, Backend, Opts, SHOP_KEY, TestApp, answer, s};
 use crate::lifecycle::{verify_webhook, webhook};
 use crate::on_both;
 
 /// A checkout with `body` of a new basket of `lines` for `buyer`, sent by the shop's server (its
 /// key): status, answer, and whether it was answered as a replay.
-async fn checkout_with(t: &TestApp, buyer: &str, lines: &[(&str, i64)], body: Value) -> (StatusCode, Value, bool) {
+async fn shop_checkout(t: &TestApp, buyer: &str, lines: &[(&str, i64)], body: Value) -> (StatusCode, Value, bool) {
     let basket = t.basket(buyer, lines).await;
-    let r = t
-        .http
-        .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
-        .bearer_auth(buyer)
-        .header("kassa-shop-key", SHOP_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = t.checkout_request(buyer, &basket, &body).header("kassa-shop-key", SHOP_KEY).send().await.unwrap();
     let replayed = r.headers().get("idempotent-replayed").is_some();
-    (r.status(), r.json().await.unwrap_or(Value::Null), replayed)
+    let (status, answer) = answer(r).await;
+    (status, answer, replayed)
 }
 
 async fn get(t: &TestApp, path: &str, token: &str) -> (StatusCode, Value) {
@@ -41,35 +34,27 @@ async fn shop_reference(backend: Backend) {
     let buyer = t.buyer().await;
     let body =
         json!({"gateway": "sandbox", "merchant_reference": "PO-1", "metadata": {"crm_id": "42", "note": "gift"}});
-    let (status, first, replayed) = checkout_with(&t, &buyer, &[("MUG", 1)], body.clone()).await;
+    let (status, first, replayed) = shop_checkout(&t, &buyer, &[("MUG", 1)], body.clone()).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
     assert!(!replayed);
     assert_eq!(first["merchant_reference"], "PO-1");
     assert_eq!(first["metadata"], json!({"crm_id": "42", "note": "gift"}));
     let order_no = s(&first["order_no"]);
     // The shop retries with a new basket: the first order is the answer, and nothing more is held.
-    let (status, again, replayed) = checkout_with(&t, &buyer, &[("MUG", 3)], body.clone()).await;
+    let (status, again, replayed) = shop_checkout(&t, &buyer, &[("MUG", 3)], body.clone()).await;
     assert_eq!((status, s(&again["order_no"]), replayed), (StatusCode::CREATED, order_no.clone(), true), "{again}");
     assert_eq!(t.sku("MUG").await["reserved"], 1);
     // A buyer's own request (no shop key) may not name the shop's fields: a buyer could otherwise
     // take the shop's next reference, or have a webhook name a purchase order it did not pay.
     for body in [json!({"merchant_reference": "PO-500"}), json!({"metadata": {"po": "500"}})] {
         let basket = t.basket(&buyer, &[("MUG", 1)]).await;
-        let r = t
-            .http
-            .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
-            .bearer_auth(&buyer)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::FORBIDDEN);
-        assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "shop_key_required");
+        let (status, refused) = t.checkout_with(&buyer, &basket, &body).await;
+        assert_eq!((status, s(&refused["error"]["code"])), (StatusCode::FORBIDDEN, "shop_key_required".into()));
     }
     assert_eq!(t.sku("MUG").await["reserved"], 1);
     // Another buyer cannot take it, nor learn the order.
     let stranger = t.buyer().await;
-    let (status, refused, _) = checkout_with(&t, &stranger, &[("MUG", 1)], body).await;
+    let (status, refused, _) = shop_checkout(&t, &stranger, &[("MUG", 1)], body).await;
     assert_eq!((status, s(&refused["error"]["code"])), (StatusCode::CONFLICT, "merchant_reference_taken".into()));
     assert!(!refused.to_string().contains(&order_no), "{refused}");
     // The order carries both, for its buyer and for the admin.
@@ -89,23 +74,18 @@ async fn shop_reference(backend: Backend) {
         (json!({"merchant_reference": "x".repeat(65)}), "invalid_merchant_reference"),
         (json!({"merchant_reference": ""}), "invalid_merchant_reference"),
     ] {
-        let (status, answer, _) = checkout_with(&t, &buyer, &[("MUG", 1)], body).await;
+        let (status, answer, _) = shop_checkout(&t, &buyer, &[("MUG", 1)], body).await;
         assert_eq!((status, s(&answer["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, code.into()), "{answer}");
     }
     // Checkouts racing with one new reference: one order, every answer names it.
     let mut racing = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let basket = t.basket(&buyer, &[("MUG", 1)]).await;
-        let (http, url, buyer) = (t.http.clone(), t.url(&format!("/api/v1/baskets/{basket}/checkout")), buyer.clone());
+        let request = t
+            .checkout_request(&buyer, &basket, &json!({"gateway": "sandbox", "merchant_reference": "PO-RACE"}))
+            .header("kassa-shop-key", SHOP_KEY);
         racing.spawn(async move {
-            let r = http
-                .post(url)
-                .bearer_auth(buyer)
-                .header("kassa-shop-key", SHOP_KEY)
-                .json(&json!({"gateway": "sandbox", "merchant_reference": "PO-RACE"}))
-                .send()
-                .await
-                .unwrap();
+            let r = request.send().await.unwrap();
             (r.status(), r.json::<Value>().await.unwrap())
         });
     }
@@ -144,7 +124,7 @@ async fn return_urls(backend: Backend) {
     let t = TestApp::spawn(backend.clone()).await;
     t.create_sku("MUG", "Mug", 8900, 5).await;
     let buyer = t.buyer().await;
-    let (status, answer, _) = checkout_with(&t, &buyer, &[("MUG", 1)], body.clone()).await;
+    let (status, answer, _) = shop_checkout(&t, &buyer, &[("MUG", 1)], body.clone()).await;
     assert_eq!(
         (status, s(&answer["error"]["code"])),
         (StatusCode::UNPROCESSABLE_ENTITY, "return_url_not_allowed".into())
@@ -160,7 +140,7 @@ async fn return_urls(backend: Backend) {
     .await;
     t.create_sku("MUG", "Mug", 8900, 5).await;
     let buyer = t.buyer().await;
-    let (status, placed, _) = checkout_with(&t, &buyer, &[("MUG", 1)], body).await;
+    let (status, placed, _) = shop_checkout(&t, &buyer, &[("MUG", 1)], body).await;
     assert_eq!(status, StatusCode::CREATED, "{placed}");
     let order_no = s(&placed["order_no"]);
     // The gateway was told to send the buyer back to the shop's page for this order.
@@ -169,12 +149,12 @@ async fn return_urls(backend: Backend) {
     // Another origin, or one dressed up as it, is refused.
     for bad in ["https://shop.example.evil.test/", "https://shop.example@evil.test/", "javascript:alert(1)"] {
         let (status, answer, _) =
-            checkout_with(&t, &buyer, &[("MUG", 1)], json!({"gateway": "sandbox", "cancel_url": bad})).await;
+            shop_checkout(&t, &buyer, &[("MUG", 1)], json!({"gateway": "sandbox", "cancel_url": bad})).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {answer}");
         assert_eq!(answer["error"]["code"], "return_url_not_allowed");
     }
     // Without one, kassa's own return page remains the default.
-    let (_, placed, _) = checkout_with(&t, &buyer, &[("MUG", 1)], json!({"gateway": "sandbox"})).await;
+    let (_, placed, _) = shop_checkout(&t, &buyer, &[("MUG", 1)], json!({"gateway": "sandbox"})).await;
     let return_url = sandbox_return_url(&t, &s(&placed["attempt_ref"])).await;
     assert!(return_url.ends_with(&format!("/checkout/return/{}", s(&placed["attempt_ref"]))), "{return_url}");
 }
@@ -203,7 +183,7 @@ async fn webhook_payloads(backend: Backend) {
     .await;
     t.create_sku("MUG", "Mug", 1000, 5).await;
     let buyer = t.buyer().await;
-    let (_, placed, _) = checkout_with(
+    let (_, placed, _) = shop_checkout(
         &t,
         &buyer,
         &[("MUG", 1)],

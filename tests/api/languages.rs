@@ -4,7 +4,7 @@
 use kassa::store::sql;
 use reqwest::StatusCode;
 
-use crate::common::{Backend, Opts, TestApp};
+use crate::common::{Backend, Opts, TestApp, csrf_token};
 use crate::on_both;
 
 const ZH: &str = "zh-CN,zh;q=0.9,en;q=0.8";
@@ -15,7 +15,7 @@ async fn visit(t: &TestApp, accept_language: &str) -> (reqwest::Client, String, 
     let r = browser.get(t.url("/")).header("accept-language", accept_language).send().await.unwrap();
     let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let page = r.text().await.unwrap();
-    let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let csrf = csrf_token(&page);
     (browser, cookie, csrf)
 }
 

@@ -52,9 +52,9 @@ async fn card_keys(backend: Backend) {
     }
     let mut set = tokio::task::JoinSet::new();
     for (buyer, basket) in carts {
-        let (http, url) = (t.http.clone(), t.url(&format!("/api/v1/baskets/{basket}/checkout")));
+        let request = t.checkout_request(&buyer, &basket, &json!({}));
         set.spawn(async move {
-            let r = http.post(url).bearer_auth(&buyer).json(&json!({})).send().await.unwrap();
+            let r = request.send().await.unwrap();
             (buyer, r.status(), r.json::<Value>().await.unwrap())
         });
     }

@@ -231,18 +231,8 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let basket = catalog::create_basket(db, &session, now).await.unwrap();
             catalog::set_basket_line(db, &session, &basket, &Sku::parse(SKUS[sku].0).unwrap(), qty, now).await.unwrap();
             let req = checkout::ConfirmRequest {
-                payer: None,
-                shop: &Default::default(),
-                currencies: None,
-                session_id: &session,
-                basket_id: &basket,
-                gateway: "sandbox",
-                channel: "form",
-                idempotency_key: None,
                 hold_ms: HOLD_MS,
-                max_open_orders: 0,
-                limits: kassa::domain::checkout::OrderLimits::NONE,
-                now,
+                ..checkout::ConfirmRequest::new(&session, basket.clone(), "sandbox", "form", now)
             };
             let result = checkout::confirm(db, &req).await;
             let (on_hand, reserved, _) = model.stock[sku];
@@ -291,18 +281,8 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let Some(i) = pick(model, order) else { return Ok(()) };
             let o = &model.orders[i];
             let req = checkout::ConfirmRequest {
-                payer: None,
-                shop: &Default::default(),
-                currencies: None,
-                session_id: &o.session,
-                basket_id: &o.basket,
-                gateway: "sandbox",
-                channel: "form",
-                idempotency_key: None,
                 hold_ms: HOLD_MS,
-                max_open_orders: 0,
-                limits: kassa::domain::checkout::OrderLimits::NONE,
-                now,
+                ..checkout::ConfirmRequest::new(&o.session, o.basket.clone(), "sandbox", "form", now)
             };
             let placed = checkout::confirm(db, &req).await.map_err(|e| fail(format!("reconfirm: {e}")))?;
             if placed.order_no != o.order_no || placed.created {
@@ -584,7 +564,7 @@ async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseE
     for o in &model.orders {
         let view =
             kassa::store::views::get_order(&real.db, &o.order_no, false).await.map_err(|e| fail(e.to_string()))?;
-        if view.status != o.status {
+        if view.status.as_str() != o.status {
             return Err(fail(format!(
                 "after {after:?}: order {} is {} but the model says {}",
                 o.order_no, view.status, o.status

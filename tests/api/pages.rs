@@ -2,7 +2,7 @@ use kassa::store::sql;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::common::{ADMIN, Backend, TestApp, s};
+use crate::common::{ADMIN, Backend, TestApp, csrf_token, form_value, s};
 use crate::on_both;
 
 on_both!(handoff_page_escapes_and_holds_no_secret, handoff_escapes);
@@ -13,11 +13,8 @@ async fn handoff_escapes(backend: Backend) {
     let buyer = t.buyer().await;
     let basket = t.basket(&buyer, &[("EVIL", 1)]).await;
     let r = t
-        .http
-        .post(t.url(&format!("/api/v1/baskets/{basket}/checkout")))
-        .bearer_auth(&buyer)
+        .checkout_request(&buyer, &basket, &json!({"gateway": "sandbox"}))
         .header("accept", "text/html")
-        .json(&json!({"gateway": "sandbox"}))
         .send()
         .await
         .unwrap();
@@ -63,7 +60,7 @@ async fn browser_flow(backend: Backend) {
     let cookie = set_cookie.split(';').next().unwrap().to_string();
     let shop = r.text().await.unwrap();
     assert!(shop.contains("name=\"qty_LAMP-FLASH-SALE\""), "{shop}");
-    let csrf = shop.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let csrf = csrf_token(&shop);
     // Without the CSRF token the form post is refused.
     let r = browser
         .post(t.url("/shop/basket"))
@@ -97,7 +94,7 @@ async fn browser_flow(backend: Backend) {
     // Money as money, on the line and in the total alike.
     assert_eq!(page.matches("19.80 CNY").count(), 2, "{page}");
     assert!(!page.contains("minor units") && !page.contains(">1980<"), "{page}");
-    let key = page.split("name=\"idempotency_key\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let key = form_value(&page, "idempotency_key");
     let confirm = format!("{review}/confirm");
     let form = [("csrf", csrf.as_str()), ("idempotency_key", key.as_str())];
     // Double-submitted confirm: one order.
@@ -205,7 +202,7 @@ async fn admin_console(backend: Backend) {
         .unwrap();
     assert!(page.contains("Mug &#60;b&#62;bold&#60;/b&#62;") && !page.contains("<b>bold"), "escaped");
     assert!(page.contains("order.paid"), "the outbox is shown");
-    let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let csrf = csrf_token(&page);
     // An action without the CSRF token is refused and changes nothing.
     let action = t.url(&format!("/admin/orders/{order_no}/action"));
     let r = browser.post(&action).header("cookie", &cookie).form(&[("action", "deliver")]).send().await.unwrap();
@@ -307,7 +304,7 @@ pub async fn console(t: &TestApp) -> (reqwest::Client, String, String) {
     let r = browser.post(t.url("/admin/login")).form(&[("token", ADMIN)]).send().await.unwrap();
     let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let page = browser.get(t.url("/admin/skus")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
-    let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let csrf = csrf_token(&page);
     (browser, cookie, csrf)
 }
 
@@ -568,7 +565,7 @@ async fn phone_wechat(backend: Backend) {
         let r = browser.get(t.url("/")).send().await.unwrap();
         let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
         let page = r.text().await.unwrap();
-        let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+        let csrf = csrf_token(&page);
         let form = [("qty_MUG-CELADON", "1"), ("csrf", csrf.as_str())];
         let r = browser.post(t.url("/shop/basket")).header("cookie", &cookie).form(&form).send().await.unwrap();
         let basket = r.headers()["location"].to_str().unwrap().to_string();

@@ -5,14 +5,14 @@
 
 use serde_json::Value;
 
-use crate::common::Backend;
+use crate::common::{Backend, Shop};
 use crate::edges::payloads;
+use crate::gateway_statements::{beijing, run_findings, wechat_bill, wechat_payment, wechat_refund_row, world};
 use crate::on_both;
-use crate::statements::{World, beijing, run_findings, wechat_bill, wechat_payment, wechat_refund_row, world};
 
 /// Pays an order at `gateway`, then has the gateway take the money again: (order_no, attempt_ref,
 /// the first transaction, the second).
-async fn paid_twice(w: &World, gateway: &str) -> (String, String, String, String) {
+async fn paid_twice(w: &Shop, gateway: &str) -> (String, String, String, String) {
     let (order_no, attempt_ref) = w.paid(gateway).await;
     let first = w.t.order(&order_no).await["attempts"][0]["gateway_txn_id"].as_str().unwrap().to_string();
     let (second, (status, body)) = match gateway {
@@ -26,7 +26,7 @@ async fn paid_twice(w: &World, gateway: &str) -> (String, String, String, String
 }
 
 /// What each fake refunded against second captures: refund number → transaction.
-fn refunded_again(w: &World, gateway: &str) -> Vec<(String, String)> {
+fn refunded_again(w: &Shop, gateway: &str) -> Vec<(String, String)> {
     let ledger = match gateway {
         "wechatpay" => &w.wechat.ledger,
         "alipay" => &w.alipay.ledger,
@@ -134,7 +134,7 @@ async fn statement(backend: Backend) {
         wechat_refund_row(&d, &attempt_ref, &format!("DUP-{second}"), 8_888, -53),
     ];
     w.wechat.publish_bill(&d, &wechat_bill(&rows, rows.len()), None);
-    let run = w.run("wechatpay", day).await;
+    let run = w.run_day("wechatpay", day).await;
     assert_eq!(run.result, "reconciled", "{run:?}");
     assert_eq!(run_findings(&run), vec![], "{run:?}");
     let view = run.view.as_ref().unwrap();

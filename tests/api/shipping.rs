@@ -4,73 +4,62 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Backend, Opts, TestApp, s};
-use crate::fakes::{self, FakeWechat};
+use kassa::gateway::config::GatewaysFile;
+
+use crate::common::{Backend, Opts, Shop, s};
+use crate::fakes::{self, FakeAlipay, FakeStripe, FakeWechat};
 use crate::on_both;
 
 const OPENID: &str = "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o";
 
-struct Shop {
-    t: TestApp,
-    wechat: FakeWechat,
-}
-
+/// kassa with WeChat Pay pointed at its fake (with the mini program's secret when `shipping`, so
+/// shipping reports are on), its clock held still, selling ten "TEA" and the digital "CARD" with
+/// ten card keys.
 async fn shop(backend: Backend, shipping: bool) -> Shop {
-    let wechat = FakeWechat::start().await;
-    let config = if shipping { wechat.config_with_shipping() } else { wechat.config() };
-    let gateways = kassa::gateway::config::GatewaysFile { wechatpay: Some(config), ..Default::default() };
-    let t = TestApp::spawn_with(backend, Opts { gateways, manual_clock: true, ..Default::default() }).await;
-    t.create_sku("TEA", "Longjing tea", 8_888, 10).await;
-    t.admin_post(
+    let mount = |_: &FakeAlipay, wechat: &FakeWechat, _: &FakeStripe| GatewaysFile {
+        wechatpay: Some(if shipping { wechat.config_with_shipping() } else { wechat.config() }),
+        ..Default::default()
+    };
+    let w = Shop::mounting(backend, Opts { manual_clock: true, ..Default::default() }, 10, mount).await;
+    w.t.admin_post(
         "/api/v1/admin/skus",
         json!({"sku": "CARD", "name": "会员月卡", "price_minor": 3_000, "currency": "CNY", "kind": "digital"}),
     )
     .await;
     let keys: Vec<String> = (0..10).map(|i| format!("CARD-KEY-{i}")).collect();
-    t.admin_post("/api/v1/admin/skus/CARD/keys", json!({"keys": keys})).await;
-    Shop { t, wechat }
+    w.t.admin_post("/api/v1/admin/skus/CARD/keys", json!({"keys": keys})).await;
+    w
 }
 
 impl Shop {
-    /// An order of `sku` paid with WeChat Pay on `channel`; its number and attempt.
-    async fn paid(&self, sku: &str, channel: &str) -> (String, String) {
-        let buyer = self.t.buyer().await;
-        let basket = self.t.basket(&buyer, &[(sku, 1)]).await;
+    /// An order of `sku` paid with WeChat Pay on `channel` (a mini program's payer on JSAPI); its
+    /// number and attempt.
+    async fn paid_by_wechat(&self, sku: &str, channel: &str) -> (String, String) {
         let mut body = json!({"gateway": "wechatpay", "channel": channel});
         if channel == "jsapi" {
             body["payer"] = json!({"openid": OPENID});
         }
-        let r = self
-            .t
-            .http
-            .post(self.t.url(&format!("/api/v1/baskets/{basket}/checkout")))
-            .bearer_auth(&buyer)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::CREATED);
-        let placed: Value = r.json().await.unwrap();
+        let (status, placed) = self.checkout_of(sku, body).await;
+        assert_eq!(status, StatusCode::CREATED, "{placed}");
         let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
         let reply = self.wechat.pay(&attempt_ref, true).await.unwrap();
         assert_eq!(reply.0, 204, "{reply:?}");
         (order_no, attempt_ref)
     }
 
-    async fn step(&self) -> usize {
+    /// One step of the shipping reporter: the reports it sent.
+    async fn send_reports(&self) -> usize {
         self.t.app.shipper.as_ref().expect("shipping reports are on").step().await.unwrap()
     }
 
-    async fn report(&self, order_no: &str) -> Value {
+    /// The order's shipping report, as the admin API shows it.
+    async fn shipping_report(&self, order_no: &str) -> Value {
         self.t.admin_get(&format!("/api/v1/admin/orders/{order_no}")).await["shipping_report"].clone()
     }
 
+    /// The reports WeChat received.
     fn uploads(&self) -> Vec<Value> {
         self.wechat.ledger.lock().unwrap().shipping.clone()
-    }
-
-    fn advance(&self, ms: i64) {
-        self.t.clock.as_ref().unwrap().advance_ms(ms);
     }
 }
 
@@ -78,7 +67,7 @@ on_both!(mini_program_orders_are_reported_to_wechat_when_delivered, reports);
 async fn reports(backend: Backend) {
     let w = shop(backend, true).await;
     // Card keys go out at payment: the order is delivered and its report queued with it.
-    let (order_no, attempt_ref) = w.paid("CARD", "jsapi").await;
+    let (order_no, attempt_ref) = w.paid_by_wechat("CARD", "jsapi").await;
     assert_eq!(w.t.status(&order_no).await, "delivered");
     let payer: (String, String) = {
         let row =
@@ -90,9 +79,9 @@ async fn reports(backend: Backend) {
         (row.get("payer_openid"), row.get("payer_appid"))
     };
     assert_eq!(payer, (OPENID.to_string(), fakes::WECHAT_APPID.to_string()));
-    assert_eq!(w.report(&order_no).await["status"], "pending");
-    assert_eq!(w.step().await, 1);
-    let report = w.report(&order_no).await;
+    assert_eq!(w.shipping_report(&order_no).await["status"], "pending");
+    assert_eq!(w.send_reports().await, 1);
+    let report = w.shipping_report(&order_no).await;
     assert_eq!((report["status"].as_str(), report["logistics_type"].as_i64()), (Some("reported"), Some(3)), "{report}");
     let uploads = w.uploads();
     assert_eq!(uploads.len(), 1);
@@ -106,26 +95,26 @@ async fn reports(backend: Backend) {
     assert_eq!(up["payer"]["openid"], OPENID);
     assert!(up["upload_time"].as_str().unwrap().ends_with("+08:00"), "{up}");
     // Nothing more to send, and a second step sends nothing twice.
-    assert_eq!(w.step().await, 0);
+    assert_eq!(w.send_reports().await, 0);
 
     // WeChat has not indexed the payment yet (10060001): sent again later, with the cached token.
-    let (second, _) = w.paid("CARD", "jsapi").await;
+    let (second, _) = w.paid_by_wechat("CARD", "jsapi").await;
     w.wechat.ledger.lock().unwrap().shipping_script.push_back(10_060_001);
-    assert_eq!(w.step().await, 1);
-    let report = w.report(&second).await;
+    assert_eq!(w.send_reports().await, 1);
+    let report = w.shipping_report(&second).await;
     assert_eq!((report["status"].as_str(), report["tries"].as_i64()), (Some("pending"), Some(1)), "{report}");
     assert!(s(&report["last_error"]).contains("10060001"), "{report}");
-    assert_eq!(w.step().await, 0, "not due yet");
+    assert_eq!(w.send_reports().await, 0, "not due yet");
     w.advance(5_000);
-    assert_eq!(w.step().await, 1);
-    assert_eq!(w.report(&second).await["status"], "reported");
+    assert_eq!(w.send_reports().await, 1);
+    assert_eq!(w.shipping_report(&second).await["status"], "reported");
     assert_eq!(w.wechat.ledger.lock().unwrap().tokens_issued, 1, "one token serves every report");
 
     // A physical order shipped by express, under a token WeChat has revoked (40001): a forced
     // refresh and a second try.
-    let (third, _) = w.paid("TEA", "jsapi").await;
+    let (third, _) = w.paid_by_wechat("TEA", "jsapi").await;
     assert_eq!(w.t.status(&third).await, "paid");
-    assert_eq!(w.step().await, 0, "nothing to report before the goods ship");
+    assert_eq!(w.send_reports().await, 0, "nothing to report before the goods ship");
     let deliver = format!("/api/v1/admin/orders/{third}/deliver");
     let (status, body) = w.t.admin_post(&deliver, json!({"tracking_no": "SF1234567890"})).await;
     assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_shipment".into()));
@@ -133,8 +122,8 @@ async fn reports(backend: Backend) {
     let (status, _) = w.t.admin_post(&deliver, json!({"tracking_no": "SF1234567890", "express_company": "SF"})).await;
     assert_eq!(status, StatusCode::OK);
     w.wechat.ledger.lock().unwrap().mini_token_revoked = true;
-    assert_eq!(w.step().await, 1);
-    let report = w.report(&third).await;
+    assert_eq!(w.send_reports().await, 1);
+    let report = w.shipping_report(&third).await;
     assert_eq!((report["status"].as_str(), report["logistics_type"].as_i64()), (Some("reported"), Some(1)), "{report}");
     let up = w.uploads().pop().unwrap();
     assert_eq!(
@@ -146,22 +135,22 @@ async fn reports(backend: Backend) {
     // Refused for good (10060004, the order cannot ship): given up at once, alerted. WeChat busy
     // on every try: sent again with growing pauses, then given up and alerted. (Both paid first:
     // the fake signs its notifications with the real time.)
-    let (first_paid, _) = w.paid("CARD", "jsapi").await;
-    let (second_paid, _) = w.paid("CARD", "jsapi").await;
+    let (first_paid, _) = w.paid_by_wechat("CARD", "jsapi").await;
+    let (second_paid, _) = w.paid_by_wechat("CARD", "jsapi").await;
     // Orders not paid in a mini program are not reported: WeChat Native (a QR code) here, a JSAPI
     // merchant without the mini program's secret below.
-    let (native, _) = w.paid("CARD", "native").await;
+    let (native, _) = w.paid_by_wechat("CARD", "native").await;
     assert_eq!(w.t.status(&native).await, "delivered");
-    assert!(w.report(&native).await.is_null());
+    assert!(w.shipping_report(&native).await.is_null());
     w.wechat.ledger.lock().unwrap().shipping_script.extend([10_060_004, -1]);
-    assert_eq!(w.step().await, 2);
+    assert_eq!(w.send_reports().await, 2);
     // Whichever was sent first met the refusal.
-    let (refused, busy) = if w.report(&first_paid).await["status"] == "failed" {
+    let (refused, busy) = if w.shipping_report(&first_paid).await["status"] == "failed" {
         (first_paid, second_paid)
     } else {
         (second_paid, first_paid)
     };
-    let report = w.report(&refused).await;
+    let report = w.shipping_report(&refused).await;
     assert_eq!(report["status"], "failed", "{report}");
     assert!(s(&report["last_error"]).contains("10060004"), "{report}");
     let alerted =
@@ -171,19 +160,19 @@ async fn reports(backend: Backend) {
             .unwrap();
     assert_eq!(alerted, vec![refused.clone()]);
     for _ in 1..kassa::domain::shipping::TRIES_MAX {
-        assert_eq!(w.report(&busy).await["status"], "pending");
+        assert_eq!(w.shipping_report(&busy).await["status"], "pending");
         w.wechat.ledger.lock().unwrap().shipping_script.push_back(-1);
         w.advance(3_600_000);
-        assert_eq!(w.step().await, 1, "only the busy one is sent again");
+        assert_eq!(w.send_reports().await, 1, "only the busy one is sent again");
     }
-    let report = w.report(&busy).await;
+    let report = w.shipping_report(&busy).await;
     assert_eq!(
         (report["status"].as_str(), report["tries"].as_i64()),
         (Some("failed"), Some(kassa::domain::shipping::TRIES_MAX))
     );
     assert_eq!(w.t.count("SELECT COUNT(*) FROM alerts WHERE kind = 'shipping_report'").await, 2);
     w.advance(3_600_000);
-    assert_eq!(w.step().await, 0, "a failed report is not sent again");
+    assert_eq!(w.send_reports().await, 0, "a failed report is not sent again");
 
     // `kassa check` knows a report of a payment that is not a mini program's (S1).
     let native_attempt = s(&w.t.order(&native).await["attempts"][0]["attempt_ref"]);
@@ -212,11 +201,11 @@ on_both!(without_the_mini_programs_secret_nothing_is_reported, off);
 async fn off(backend: Backend) {
     let w = shop(backend, false).await;
     assert!(w.t.app.shipper.is_none());
-    let (order_no, _) = w.paid("CARD", "jsapi").await;
+    let (order_no, _) = w.paid_by_wechat("CARD", "jsapi").await;
     assert_eq!(w.t.status(&order_no).await, "delivered");
     // The payer is kept on the attempt all the same; no report is queued.
     assert_eq!(w.t.count("SELECT COUNT(*) FROM payment_attempts WHERE payer_openid IS NOT NULL").await, 1);
     assert_eq!(w.t.count("SELECT COUNT(*) FROM shipping_reports").await, 0);
-    assert!(w.report(&order_no).await.is_null());
+    assert!(w.shipping_report(&order_no).await.is_null());
     w.t.assert_clean().await;
 }

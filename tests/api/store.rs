@@ -411,18 +411,8 @@ async fn every_engine_configuration_commits_the_same_way() {
                 }
                 catalog::set_basket_line(&db, &session, &basket, &Sku::parse("W").unwrap(), 1, 1).await.unwrap();
                 let req = kassa::store::checkout::ConfirmRequest {
-                    payer: None,
-                    shop: &Default::default(),
-                    session_id: &session,
-                    basket_id: &basket,
-                    gateway: "sandbox",
-                    channel: "web",
-                    idempotency_key: None,
                     hold_ms: 60_000,
-                    max_open_orders: 0,
-                    limits: kassa::domain::checkout::OrderLimits::NONE,
-                    now: 2,
-                    currencies: None,
+                    ..kassa::store::checkout::ConfirmRequest::new(&session, basket.clone(), "sandbox", "web", 2)
                 };
                 kassa::store::checkout::confirm(&db, &req).await.map(|p| p.order_no).map_err(|e| e.code().to_string())
             });

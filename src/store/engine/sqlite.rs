@@ -61,14 +61,23 @@ impl std::fmt::Debug for NativeConn {
     }
 }
 
+/// SQLite's primary result codes of a database file that is not there for now: SQLITE_IOERR,
+/// SQLITE_FULL, SQLITE_CANTOPEN.
+const SQLITE_UNAVAILABLE: [i32; 3] = [10, 13, 14];
+
 impl From<rusqlite::Error> for DbError {
     /// The extended result code as the error's code, so callers classify it (busy, constraint).
     fn from(e: rusqlite::Error) -> Self {
-        let code = match &e {
-            rusqlite::Error::SqliteFailure(f, _) => Some(f.extended_code.to_string()),
-            _ => None,
-        };
-        DbError::new(code, e.to_string())
+        match &e {
+            // The database file cannot be opened, read or written (gone, unmounted, a disk
+            // error, the disk full): the database is not there for now, as a PostgreSQL server
+            // that does not answer.
+            rusqlite::Error::SqliteFailure(f, _) if SQLITE_UNAVAILABLE.contains(&(f.extended_code & 0xff)) => {
+                DbError::unreachable(e.to_string())
+            }
+            rusqlite::Error::SqliteFailure(f, _) => DbError::new(Some(f.extended_code.to_string()), e.to_string()),
+            _ => DbError::new(None, e.to_string()),
+        }
     }
 }
 

@@ -73,6 +73,9 @@ impl WriterThread {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.handle.spawn(command).await.map_err(|e| Error::internal(format!("writer thread: {e}")))
+        self.handle.spawn(command).await.map_err(|e| {
+            // The writer thread is gone (its runtime shutting down): no write can be made now.
+            Error::Db(crate::error::DbError::unreachable(format!("writer thread: {e}")))
+        })
     }
 }
