@@ -313,7 +313,7 @@ impl App {
             admin_token_hash: admin_token
                 .map(|t| aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, t.as_bytes()).as_ref().to_vec()),
             demo: settings.demo,
-            time_zone: settings.time_zone,
+            time_zone: settings.time_zone.clone(),
             protection: settings.protection.clone(),
             guard: guard.clone(),
             metrics: metrics_handle(),
@@ -345,7 +345,7 @@ impl App {
             db: db.clone(),
             gateways: state.gateways.clone(),
             clock: clock.clone(),
-            schedule: settings.statement_schedule.unwrap_or_default(),
+            schedule: settings.statement_schedule.clone().unwrap_or_default(),
         });
         let warnings = startup_warnings(&state, settings);
         for w in &warnings {

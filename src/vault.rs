@@ -6,8 +6,7 @@ use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKe
 use aws_lc_rs::hmac;
 use aws_lc_rs::rand::{SecureRandom as _, SystemRandom};
 
-/// Longest card key accepted (characters).
-pub const KEY_LEN_MAX: usize = 512;
+pub use crate::domain::catalog::KEY_LEN_MAX;
 
 pub struct Vault {
     aead: LessSafeKey,

@@ -1,6 +1,7 @@
 //! Configuration: command line, then `KASSA_<NAME>` environment variables (both through clap),
 //! then the TOML file named by `--config`, then defaults.
 
+use crate::clock::Zone;
 use crate::store::engine::EngineConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -107,8 +108,8 @@ pub struct ServeArgs {
     /// (https://shop.example,https://m.shop.example) [default: none: kassa's own return page]
     #[arg(long, env = "KASSA_ALLOWED_RETURN_ORIGINS")]
     pub allowed_return_origins: Option<String>,
-    /// The shop's time zone as a UTC offset (UTC, +08:00): times on the buyer pages are shown in
-    /// it [default: UTC]
+    /// The shop's time zone, a name (Asia/Shanghai, Europe/Berlin) or a UTC offset (UTC, +08:00):
+    /// times on the buyer pages are shown in it [default: UTC]
     #[arg(long, env = "KASSA_TIME_ZONE")]
     pub time_zone: Option<String>,
     /// When the daily statement reconciliation runs, local time HH:MM, or `off`: each gateway's
@@ -116,8 +117,8 @@ pub struct ServeArgs {
     /// [default: 10:00]
     #[arg(long, env = "KASSA_STATEMENT_TIME")]
     pub statement_time: Option<String>,
-    /// The zone --statement-time is read in, as a UTC offset [default: +08:00, Beijing time, when
-    /// the gateways publish]
+    /// The zone --statement-time is read in, a name or a UTC offset [default: +08:00, Beijing
+    /// time, when the gateways publish]
     #[arg(long, env = "KASSA_STATEMENT_TIME_ZONE")]
     pub statement_time_zone: Option<String>,
     #[command(flatten)]
@@ -232,10 +233,10 @@ pub struct Settings {
     /// Where checkouts may send their buyers back to (`--allowed-return-origins`).
     pub allowed_return_origins: Vec<Origin>,
     /// The shop's time zone (`--time-zone`).
-    pub time_zone: time::UtcOffset,
+    pub time_zone: Zone,
     /// When the daily statement reconciliation runs (`--statement-time`); `None`: off.
     pub statement_schedule: Option<crate::workers::statements::Schedule>,
-    /// How the storage engine runs ([`EngineConfig::from_env`]: switches for measuring).
+    /// How the storage engine runs ([`EngineConfig::from_lookup`], from the environment: switches for measuring).
     pub engine: EngineConfig,
 }
 
@@ -266,8 +267,9 @@ fn parse_schedule(
         None => {}
     }
     if let Some(z) = zone {
-        schedule.offset = crate::http::i18n::parse_zone(z)
-            .with_context(|| format!("--statement-time-zone {z:?}: use UTC or an offset such as +08:00"))?;
+        schedule.zone = Zone::parse(z).with_context(|| {
+            format!("--statement-time-zone {z:?}: use UTC, an offset such as +08:00, or a name such as Asia/Shanghai")
+        })?;
     }
     Ok(Some(schedule))
 }
@@ -377,7 +379,7 @@ impl Default for Settings {
             reconcile_interval_ms: DEFAULT_RECONCILE_INTERVAL_MS,
             protection: Protection::default(),
             allowed_return_origins: Vec::new(),
-            time_zone: time::UtcOffset::UTC,
+            time_zone: Zone::utc(),
             statement_schedule: Some(crate::workers::statements::Schedule::default()),
             engine: EngineConfig::default(),
         }
@@ -429,9 +431,10 @@ impl Settings {
         let allowed_return_origins =
             parse_origins(args.allowed_return_origins.as_deref().or(file.allowed_return_origins.as_deref()))?;
         let time_zone = match args.time_zone.as_deref().or(file.time_zone.as_deref()) {
-            None => time::UtcOffset::UTC,
-            Some(z) => crate::http::i18n::parse_zone(z)
-                .with_context(|| format!("--time-zone {z:?}: use UTC or an offset such as +08:00"))?,
+            None => Zone::utc(),
+            Some(z) => Zone::parse(z).with_context(|| {
+                format!("--time-zone {z:?}: use UTC, an offset such as +08:00, or a name such as Asia/Shanghai")
+            })?,
         };
         let statement_schedule = parse_schedule(
             args.statement_time.as_deref().or(file.statement_time.as_deref()),
@@ -563,6 +566,21 @@ mod tests {
         assert_eq!(Settings::resolve(&args).unwrap().refund_policy.window_days, Some(30));
         args.refund_window_days = Some(0);
         assert!(Settings::resolve(&args).is_err());
+    }
+
+    #[test]
+    fn time_zones_are_names_or_offsets() {
+        let mut args = ServeArgs {
+            time_zone: Some("Asia/Shanghai".into()),
+            statement_time_zone: Some("Europe/Berlin".into()),
+            ..Default::default()
+        };
+        let s = Settings::resolve(&args).unwrap();
+        assert_eq!(s.time_zone.iana_name(), Some("Asia/Shanghai"));
+        assert_eq!(s.statement_schedule.unwrap().zone.iana_name(), Some("Europe/Berlin"));
+        args.time_zone = Some("Mars/Olympus".into());
+        let refused = Settings::resolve(&args).unwrap_err().to_string();
+        assert!(refused.contains("--time-zone") && refused.contains("Asia/Shanghai"), "{refused}");
     }
 
     #[test]

@@ -94,6 +94,21 @@ pub fn may_import_keys(kind: SkuKind) -> Result<(), Refusal> {
     }
 }
 
+/// Longest card key, in characters.
+pub const KEY_LEN_MAX: usize = 512;
+
+/// A card key as imported, trimmed: 1–512 printable characters.
+pub fn valid_key(key: &str) -> Result<&str, Refusal> {
+    let key = key.trim();
+    if key.is_empty() || key.chars().count() > KEY_LEN_MAX || key.chars().any(char::is_control) {
+        return Err(Refusal::unprocessable(
+            "invalid_key",
+            format!("keys must be 1-{KEY_LEN_MAX} printable characters"),
+        ));
+    }
+    Ok(key)
+}
+
 /// A new SKU whose code is taken already.
 pub fn sku_exists(sku: &str) -> Refusal {
     Refusal::conflict("sku_exists", format!("SKU {sku} already exists"))
@@ -119,6 +134,10 @@ mod tests {
         assert_eq!(check_stock_delta(0).unwrap_err().code, "invalid_quantity");
         assert!(check_stock_delta(-STOCK_DELTA_MAX).is_ok());
         assert_eq!(may_import_keys(SkuKind::Physical).unwrap_err().code, "not_digital");
+        assert_eq!(valid_key("  ABCD-1234 "), Ok("ABCD-1234"));
+        for bad in ["", "   ", "a\u{7}b", &"k".repeat(KEY_LEN_MAX + 1)] {
+            assert_eq!(valid_key(bad).unwrap_err().code, "invalid_key", "{bad:?}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! take named `{placeholders}` and nothing else (no plural rules are needed: every count is
 //! written so that it reads in both languages), so no localization framework is pulled in.
 
+use crate::clock::Zone;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
@@ -220,7 +221,7 @@ impl Texts {
     }
 
     /// A time (RFC 3339) as the buyer reads it, in the shop's time zone.
-    pub fn time(&self, rfc3339: &str, zone: time::UtcOffset) -> String {
+    pub fn time(&self, rfc3339: &str, zone: &Zone) -> String {
         local_time(self.lang, rfc3339, zone)
     }
 }
@@ -246,14 +247,16 @@ fn parse_catalog(source: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(out)
 }
 
-/// `rfc3339` in `zone`, written the way `lang` writes dates; the text as given if it is not a
-/// time.
-pub fn local_time(lang: Lang, rfc3339: &str, zone: time::UtcOffset) -> String {
+/// `rfc3339` in `zone` (its offset at that instant), written the way `lang` writes dates; the text
+/// as given if it is not a time.
+pub fn local_time(lang: Lang, rfc3339: &str, zone: &Zone) -> String {
     use time::macros::format_description;
     let Ok(at) = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339) else {
         return rfc3339.to_string();
     };
-    let at = at.to_offset(zone);
+    let millis = i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
+    let offset = zone.offset_at(millis);
+    let at = at.to_offset(offset);
     let written = match lang {
         Lang::En => at.format(format_description!("[day padding:none] [month repr:short] [year], [hour]:[minute]")),
         Lang::Zh => {
@@ -261,7 +264,7 @@ pub fn local_time(lang: Lang, rfc3339: &str, zone: time::UtcOffset) -> String {
         }
     };
     let Ok(written) = written else { return rfc3339.to_string() };
-    format!("{written} ({})", zone_name(zone))
+    format!("{written} ({})", zone_name(offset))
 }
 
 /// `UTC`, or `UTC+08:00`.
@@ -272,30 +275,6 @@ pub fn zone_name(zone: time::UtcOffset) -> String {
     let (h, m, _) = zone.as_hms();
     let sign = if zone.is_negative() { '-' } else { '+' };
     format!("UTC{sign}{:02}:{:02}", h.unsigned_abs(), m.unsigned_abs())
-}
-
-/// `--time-zone`: `UTC`, `Z` or an offset such as `+08:00` (`+8` and `+0800` are read too).
-pub fn parse_zone(text: &str) -> Option<time::UtcOffset> {
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("utc") || t.eq_ignore_ascii_case("z") {
-        return Some(time::UtcOffset::UTC);
-    }
-    let t = t.strip_prefix("UTC").or_else(|| t.strip_prefix("utc")).unwrap_or(t);
-    let (sign, rest) = match t.as_bytes().first()? {
-        b'+' => (1i8, &t[1..]),
-        b'-' => (-1i8, &t[1..]),
-        _ => return None,
-    };
-    let (hours, minutes) = match rest.split_once(':') {
-        Some((h, m)) => (h, m),
-        None if rest.len() == 4 => rest.split_at(2),
-        None => (rest, "0"),
-    };
-    let (hours, minutes): (i8, i8) = (hours.parse().ok()?, minutes.parse().ok()?);
-    if !(0..=14).contains(&hours) || !(0..60).contains(&minutes) {
-        return None;
-    }
-    time::UtcOffset::from_hms(sign * hours, sign * minutes, 0).ok()
 }
 
 /// Where the next step of an error page leads.
@@ -444,18 +423,18 @@ mod tests {
 
     #[test]
     fn times_read_in_the_shops_zone() {
-        let beijing = parse_zone("+08:00").unwrap();
-        assert_eq!(local_time(Lang::En, "2026-12-03T15:20:05Z", beijing), "3 Dec 2026, 23:20 (UTC+08:00)");
-        assert_eq!(local_time(Lang::Zh, "2026-12-03T17:20:05Z", beijing), "2026年12月4日 01:20 (UTC+08:00)");
-        assert_eq!(local_time(Lang::En, "2026-12-03T15:20:05Z", time::UtcOffset::UTC), "3 Dec 2026, 15:20 (UTC)");
-        assert_eq!(local_time(Lang::En, "not a time", beijing), "not a time");
-        assert_eq!(parse_zone("UTC"), Some(time::UtcOffset::UTC));
-        assert_eq!(parse_zone("+8"), Some(beijing));
-        assert_eq!(parse_zone("UTC+0800"), Some(beijing));
-        assert_eq!(zone_name(parse_zone("-03:30").unwrap()), "UTC-03:30");
-        for bad in ["", "8", "+25:00", "+08:75", "Asia/Shanghai", "+x"] {
-            assert_eq!(parse_zone(bad), None, "{bad}");
-        }
+        let beijing = Zone::parse("+08:00").unwrap();
+        assert_eq!(local_time(Lang::En, "2026-12-03T15:20:05Z", &beijing), "3 Dec 2026, 23:20 (UTC+08:00)");
+        assert_eq!(local_time(Lang::Zh, "2026-12-03T17:20:05Z", &beijing), "2026年12月4日 01:20 (UTC+08:00)");
+        assert_eq!(local_time(Lang::En, "2026-12-03T15:20:05Z", &Zone::utc()), "3 Dec 2026, 15:20 (UTC)");
+        assert_eq!(local_time(Lang::En, "not a time", &beijing), "not a time");
+        let shanghai = Zone::parse("Asia/Shanghai").unwrap();
+        assert_eq!(local_time(Lang::En, "2026-12-03T15:20:05Z", &shanghai), "3 Dec 2026, 23:20 (UTC+08:00)");
+        // A zone with daylight saving shows each time at the offset of its own day.
+        let berlin = Zone::parse("Europe/Berlin").unwrap();
+        assert_eq!(local_time(Lang::En, "2026-01-10T12:00:00Z", &berlin), "10 Jan 2026, 13:00 (UTC+01:00)");
+        assert_eq!(local_time(Lang::En, "2026-07-10T12:00:00Z", &berlin), "10 Jul 2026, 14:00 (UTC+02:00)");
+        assert_eq!(zone_name(time::UtcOffset::from_hms(-3, -30, 0).unwrap()), "UTC-03:30");
     }
 
     #[test]

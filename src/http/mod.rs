@@ -55,7 +55,7 @@ pub struct Inner {
     pub admin_token_hash: Option<Vec<u8>>,
     pub demo: bool,
     /// The shop's time zone: times on the buyer pages are shown in it.
-    pub time_zone: time::UtcOffset,
+    pub time_zone: crate::clock::Zone,
     pub protection: protection::Protection,
     /// Per-address rate limits and the client address of a request ([`guard`]).
     pub guard: Arc<guard::Guard>,

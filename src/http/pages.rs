@@ -137,7 +137,7 @@ pub async fn handoff_page(state: &AppState, lang: Lang, placed: &Placed, handoff
                 total: placed.total.display_major(),
                 svg,
                 expires_at,
-                expires_local: t.time(expires_at, state.time_zone),
+                expires_local: t.time(expires_at, &state.time_zone),
                 lines,
                 poll_url: format!("/checkout/return/{}/status", placed.attempt_ref),
                 return_url: format!("/checkout/return/{}", placed.attempt_ref),

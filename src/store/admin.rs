@@ -270,7 +270,7 @@ pub struct NotificationRow {
 /// and/or only the rejected ones.
 pub async fn notifications(
     db: &Db,
-    order_no: Option<&str>,
+    order_no: Option<&ids::OrderNo>,
     only_rejected: bool,
     cursor: Option<&Cursor>,
 ) -> Result<Page<NotificationRow>> {
@@ -281,7 +281,7 @@ pub async fn notifications(
          AND ($2 = 0 OR n.status = 'rejected') AND (n.received_at < $3 OR (n.received_at = $3 AND n.id < $4)) \
          ORDER BY n.received_at DESC, n.id DESC LIMIT $5",
     )
-    .bind(order_no.unwrap_or_default())
+    .bind(order_no.map_or("", ids::OrderNo::as_str))
     .bind(i64::from(only_rejected))
     .bind(at)
     .bind(key)

@@ -555,7 +555,7 @@ impl BasketView {
 /// The basket view's one read. Every join goes by key: a line always has its SKU (foreign key), so
 /// the second join is left only to keep a basket without lines. (A parenthesised `lines JOIN skus`
 /// made SQLite materialise every basket's lines on each view: a scan that grew with the shop's
-/// history. `tests/api/store.rs` checks the plan.)
+/// history. `tests/api/plans.rs` checks the plan.)
 pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
      FROM baskets b LEFT JOIN basket_lines l ON l.basket_id = b.id LEFT JOIN skus s ON s.sku = l.sku \
      WHERE b.id = $1 AND b.session_id = $2 ORDER BY l.sku";

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch, Named};
 use crate::store::events::{self, Cause};
 use crate::store::lines::OrderLine;
-use crate::store::{Db, Tx, col, payments};
+use crate::store::{Db, Tx, col};
 
 /// A confirm, as the use case asks for it. [`ConfirmRequest::new`] gives one with nothing but
 /// the basket, its buyer, the gateway and the time; set what differs with struct update syntax.
@@ -309,7 +309,7 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
             gateway: Some(gateway),
             ..Default::default()
         };
-        payments::complete_free(tx, &order_no, &attempt_ref, total, lines, context, req.now).await?;
+        crate::store::paid::complete_free(tx, &order_no, &attempt_ref, total, lines, context, req.now).await?;
         return load_placed(tx, &order_no, true).await;
     }
     Ok(Placed {

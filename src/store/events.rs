@@ -41,12 +41,17 @@ pub async fn log_order_created(conn: &mut Conn, order_no: &str, cause: Cause<'_>
     insert_event(conn, order_no, "order", order_no, None, OrderStatus::PendingPayment.as_str(), cause).await
 }
 
-pub async fn log_attempt_created(conn: &mut Conn, order_no: &str, attempt_ref: &str, cause: Cause<'_>) -> Result<()> {
+pub(super) async fn log_attempt_created(
+    conn: &mut Conn,
+    order_no: &str,
+    attempt_ref: &str,
+    cause: Cause<'_>,
+) -> Result<()> {
     insert_event(conn, order_no, "attempt", attempt_ref, None, AttemptStatus::Created.as_str(), cause).await
 }
 
 /// Moves an order `from -> to`; fails if the table forbids it or the row is not in `from` any more.
-pub async fn set_order_status(
+pub(super) async fn set_order_status(
     conn: &mut Conn,
     order_no: &str,
     from: OrderStatus,
@@ -60,7 +65,7 @@ pub async fn set_order_status(
 
 /// [`set_order_status`] as part of a batch: checks the transition, reads what the outbox message
 /// carries, and adds the update, its log row and the message.
-pub async fn add_order_status(
+pub(super) async fn add_order_status(
     conn: &mut Conn,
     batch: &mut Batch,
     order_no: &str,
@@ -75,7 +80,7 @@ pub async fn add_order_status(
 
 /// [`add_order_status`] when the caller already knows what the outbox message carries (which must
 /// then include what `also` sets).
-pub fn add_order_status_with(
+pub(super) fn add_order_status_with(
     batch: &mut Batch,
     order_no: &str,
     from: OrderStatus,
@@ -106,11 +111,16 @@ fn add_order_update(
     Ok(())
 }
 
-pub async fn log_refund_created(conn: &mut Conn, order_no: &str, refund_no: &str, cause: Cause<'_>) -> Result<()> {
+pub(super) async fn log_refund_created(
+    conn: &mut Conn,
+    order_no: &str,
+    refund_no: &str,
+    cause: Cause<'_>,
+) -> Result<()> {
     insert_event(conn, order_no, "refund", refund_no, None, RefundStatus::Requested.as_str(), cause).await
 }
 
-pub async fn set_refund_status(
+pub(super) async fn set_refund_status(
     conn: &mut Conn,
     order_no: &str,
     refund_no: &str,
@@ -131,7 +141,7 @@ pub async fn set_refund_status(
     Ok(())
 }
 
-pub async fn set_attempt_status(
+pub(super) async fn set_attempt_status(
     conn: &mut Conn,
     order_no: &str,
     attempt_ref: &str,
@@ -145,7 +155,7 @@ pub async fn set_attempt_status(
 }
 
 /// [`set_attempt_status`] as part of a batch, setting `also`'s columns in the same statement.
-pub fn add_attempt_status(
+pub(super) fn add_attempt_status(
     batch: &mut Batch,
     order_no: &str,
     attempt_ref: &str,
@@ -163,7 +173,7 @@ pub fn add_attempt_status(
 }
 
 /// Adds the log row of a status change to a batch (the caller runs it in its transaction).
-pub fn add_event(
+pub(super) fn add_event(
     batch: &mut Batch,
     order_no: &str,
     entity: &str,

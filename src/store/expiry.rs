@@ -3,6 +3,7 @@
 
 use crate::clock::Millis;
 use crate::domain::decide::may_expire;
+use crate::domain::ids::{AttemptRef, OrderNo};
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::events::{self, Cause};
@@ -21,7 +22,7 @@ pub enum Expiry {
 
 /// Expires an unpaid order whose hold has elapsed: attempt closed, reservations released. Runs under
 /// the order lock and re-checks, so running it twice never returns stock twice.
-pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry> {
+pub async fn expire_order(db: &Db, order_no: &OrderNo, now: Millis) -> Result<Expiry> {
     let lock = db.for_update();
     let result = crate::write_tx!(db, |tx| {
         let order = sql::query(&format!("SELECT status, hold_expires_at FROM orders WHERE order_no = $1{lock}"))
@@ -60,7 +61,7 @@ pub async fn expire_order(db: &Db, order_no: &str, now: Millis) -> Result<Expiry
 /// other instance's sweeper handles them meanwhile, and returns them with their active attempt.
 pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<DueOrder>> {
     let skip = db.skip_locked();
-    let claimed: Vec<String> = crate::write_tx!(db, |tx| {
+    let claimed: Vec<OrderNo> = crate::write_tx!(db, |tx| {
         let rows = sql::query(&format!(
             "UPDATE orders SET sweep_lease_until = $1 WHERE order_no IN (SELECT order_no FROM orders \
              WHERE status = 'pending_payment' AND hold_expires_at <= $2 AND sweep_lease_until <= $2 \
@@ -71,7 +72,7 @@ pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -
         .bind(limit)
         .fetch_all(&mut **tx)
         .await?;
-        rows.iter().map(|r| col::<String>(r, "order_no")).collect()
+        rows.iter().map(|r| col::<String>(r, "order_no").map(OrderNo::stored)).collect()
     })?;
     let mut due = Vec::with_capacity(claimed.len());
     for order_no in claimed {
@@ -85,7 +86,7 @@ pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -
         .await?;
         due.push(DueOrder {
             hold_expires_at: col(&r, "hold_expires_at")?,
-            attempt_ref: col(&r, "attempt_ref")?,
+            attempt_ref: col::<Option<String>>(&r, "attempt_ref")?.map(AttemptRef::stored),
             gateway: col(&r, "gateway")?,
             gateway_ref: col(&r, "gateway_ref")?,
             order_no,
@@ -97,9 +98,9 @@ pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -
 
 #[derive(Debug, Clone)]
 pub struct DueOrder {
-    pub order_no: String,
+    pub order_no: OrderNo,
     pub hold_expires_at: Millis,
-    pub attempt_ref: Option<String>,
+    pub attempt_ref: Option<AttemptRef>,
     pub gateway: Option<String>,
     pub gateway_ref: Option<String>,
 }

@@ -10,7 +10,7 @@ use crate::domain::ids::{OrderNo, Sku};
 use crate::error::{Error, Result};
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col, new_id};
-use crate::vault::{KEY_LEN_MAX, Vault};
+use crate::vault::Vault;
 
 /// Keys written per import transaction: bounds the transaction and lets a progress display move.
 pub const IMPORT_BATCH_MAX: usize = 500;
@@ -118,13 +118,7 @@ pub async fn import_keys(db: &Db, vault: &Vault, sku: &Sku, keys: &[String], now
     let mut seen = std::collections::HashSet::new();
     let mut count = ImportCount::default();
     for key in keys {
-        let key = key.trim();
-        if key.is_empty() || key.chars().count() > KEY_LEN_MAX || key.chars().any(char::is_control) {
-            return Err(Error::unprocessable(
-                "invalid_key",
-                format!("keys must be 1-{KEY_LEN_MAX} printable characters"),
-            ));
-        }
+        let key = crate::domain::catalog::valid_key(key)?;
         let fp = vault.fingerprint(sku, key);
         if !seen.insert(fp.clone()) {
             count.duplicates += 1;
@@ -177,13 +171,13 @@ use crate::store::lines::{OrderLine, order_lines};
 /// After `-> paid`: hands out the card keys of digital lines (exactly once: each key row moves
 /// from available to this order line under the order lock) and, when nothing physical remains to
 /// ship, moves the order on to `delivered`.
-pub async fn after_paid(tx: &mut Tx<'_>, order_no: &str, cause: Cause<'_>) -> Result<()> {
+pub(super) async fn after_paid(tx: &mut Tx<'_>, order_no: &str, cause: Cause<'_>) -> Result<()> {
     let lines = order_lines(tx, order_no).await?;
     deliver_keys(tx, order_no, &lines, cause).await
 }
 
 /// [`after_paid`] with the order's lines already read.
-pub async fn deliver_keys(tx: &mut Tx<'_>, order_no: &str, lines: &[OrderLine], cause: Cause<'_>) -> Result<()> {
+pub(super) async fn deliver_keys(tx: &mut Tx<'_>, order_no: &str, lines: &[OrderLine], cause: Cause<'_>) -> Result<()> {
     let skip_locked = tx.kind().skip_locked();
     let mut physical = false;
     for line in lines {

@@ -28,7 +28,7 @@ impl OrderLine {
 }
 
 /// An order's lines, in line order.
-pub async fn order_lines(conn: &mut Conn, order_no: &str) -> Result<Vec<OrderLine>> {
+pub(super) async fn order_lines(conn: &mut Conn, order_no: &str) -> Result<Vec<OrderLine>> {
     sql::query("SELECT line_no, sku, name, kind, quantity FROM order_lines WHERE order_no = $1 ORDER BY line_no")
         .bind(order_no)
         .fetch_all(conn)

@@ -20,6 +20,7 @@ mod migrate;
 pub mod monitor;
 pub mod orders;
 pub mod outbox;
+pub mod paid;
 pub mod payments;
 pub mod reconcile;
 pub mod refunds;

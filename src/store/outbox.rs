@@ -20,7 +20,7 @@ use crate::store::{Db, col, new_id};
 /// [`refund::status_messages`] decides them: `order.<status>`, and `fulfilment.requested` when an
 /// order first paid has physical goods to ship. Reads what the messages carry now, so the batch
 /// must not change those columns before it.
-pub async fn add_order_event(
+pub(super) async fn add_order_event(
     conn: &mut Conn,
     batch: &mut Batch,
     order_no: &str,
@@ -215,7 +215,7 @@ pub struct OrderFacts<'a> {
 }
 
 /// [`add_order_event`] from facts the caller read (or is writing in the same batch).
-pub fn add_order_event_with(
+pub(super) fn add_order_event_with(
     batch: &mut Batch,
     order_no: &str,
     from: OrderStatus,

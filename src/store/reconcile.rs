@@ -6,6 +6,7 @@ use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
+use crate::domain::ids::{AttemptRef, OrderNo, RefundNo};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::Result;
 use crate::store::events::{self, Severity};
@@ -14,8 +15,8 @@ use crate::store::{Db, col};
 /// An attempt to query at its gateway.
 #[derive(Debug, Clone)]
 pub struct AttemptToQuery {
-    pub attempt_ref: String,
-    pub order_no: String,
+    pub attempt_ref: AttemptRef,
+    pub order_no: OrderNo,
     pub gateway: String,
     pub gateway_ref: Option<String>,
     pub status: AttemptStatus,
@@ -26,9 +27,9 @@ pub struct AttemptToQuery {
 /// A refund to query at its gateway.
 #[derive(Debug, Clone)]
 pub struct RefundToQuery {
-    pub refund_no: String,
-    pub attempt_ref: String,
-    pub order_no: String,
+    pub refund_no: RefundNo,
+    pub attempt_ref: AttemptRef,
+    pub order_no: OrderNo,
     pub gateway: String,
     pub gateway_refund_id: Option<String>,
     pub gateway_txn_id: Option<String>,
@@ -57,7 +58,7 @@ pub async fn claim_attempts(db: &Db, due: Due) -> Result<Vec<AttemptToQuery>> {
     let refs = claim(db, &claim_attempts_sql(db.skip_locked()), due).await?;
     let mut out = Vec::with_capacity(refs.len());
     for attempt_ref in refs {
-        out.push(load_attempt(db, attempt_ref).await?);
+        out.push(load_attempt(db, AttemptRef::stored(attempt_ref)).await?);
     }
     Ok(out)
 }
@@ -78,7 +79,7 @@ async fn claim(db: &Db, sql: &str, due: Due) -> Result<Vec<String>> {
 }
 
 /// An attempt with what a query needs, read after it was claimed.
-async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
+async fn load_attempt(db: &Db, attempt_ref: AttemptRef) -> Result<AttemptToQuery> {
     let r = sql::query(
         "SELECT a.order_no, a.gateway, a.gateway_ref, a.status, a.query_tries, o.status AS order_status \
          FROM payment_attempts a JOIN orders o ON o.order_no = a.order_no WHERE a.attempt_ref = $1",
@@ -87,7 +88,7 @@ async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
     .fetch_one(db.read_pool())
     .await?;
     Ok(AttemptToQuery {
-        order_no: col(&r, "order_no")?,
+        order_no: OrderNo::stored(col::<String>(&r, "order_no")?),
         gateway: col(&r, "gateway")?,
         gateway_ref: col(&r, "gateway_ref")?,
         status: crate::store::payments::parse_attempt_status(&col::<String>(&r, "status")?)?,
@@ -100,7 +101,7 @@ async fn load_attempt(db: &Db, attempt_ref: String) -> Result<AttemptToQuery> {
 /// The statement [`claim_attempts`] runs (`skip`: [`Db::skip_locked`]). Each half of the union
 /// reaches its rows by a partial index (`payment_attempts_one_active` — the open attempts, which
 /// also keeps one per order — and `orders_paid_after_expiry`), so a claim costs what is open or
-/// due, not the shop's history; the plan is checked in `tests/api/store.rs`.
+/// due, not the shop's history; the plan is checked in `tests/api/plans.rs`.
 pub fn claim_attempts_sql(skip: &str) -> String {
     format!(
         "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref IN (\
@@ -140,8 +141,8 @@ pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
         .await?;
         let currency = Currency::parse(&col::<String>(&r, "currency")?)?;
         out.push(RefundToQuery {
-            attempt_ref: col(&r, "attempt_ref")?,
-            order_no: col(&r, "order_no")?,
+            attempt_ref: AttemptRef::stored(col::<String>(&r, "attempt_ref")?),
+            order_no: OrderNo::stored(col::<String>(&r, "order_no")?),
             gateway: col(&r, "gateway")?,
             gateway_refund_id: col(&r, "gateway_refund_id")?,
             gateway_txn_id: col(&r, "gateway_txn_id")?,
@@ -150,14 +151,14 @@ pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
             captured: Money::new(col(&r, "captured_minor")?, currency)?,
             reason: col(&r, "reason")?,
             tries: col(&r, "query_tries")?,
-            refund_no,
+            refund_no: RefundNo::stored(refund_no),
         });
     }
     Ok(out)
 }
 
 /// When to look at an attempt again (`Millis::MAX`: settled, never again).
-pub async fn reschedule_attempt(db: &Db, attempt_ref: &str, tries: i64, next_at: Millis) -> Result<()> {
+pub async fn reschedule_attempt(db: &Db, attempt_ref: &AttemptRef, tries: i64, next_at: Millis) -> Result<()> {
     reschedule(
         db,
         "UPDATE payment_attempts SET query_tries = $1, next_query_at = $2 WHERE attempt_ref = $3",
@@ -169,7 +170,7 @@ pub async fn reschedule_attempt(db: &Db, attempt_ref: &str, tries: i64, next_at:
 }
 
 /// When to look at a refund again.
-pub async fn reschedule_refund(db: &Db, refund_no: &str, tries: i64, next_at: Millis) -> Result<()> {
+pub async fn reschedule_refund(db: &Db, refund_no: &RefundNo, tries: i64, next_at: Millis) -> Result<()> {
     reschedule(
         db,
         "UPDATE refunds SET query_tries = $1, next_query_at = $2 WHERE refund_no = $3",
@@ -247,7 +248,7 @@ pub struct FindingView {
     pub found_at: String,
 }
 
-pub async fn list_findings(db: &Db, order_no: Option<&str>, limit: i64) -> Result<Vec<FindingView>> {
+pub async fn list_findings(db: &Db, order_no: Option<&OrderNo>, limit: i64) -> Result<Vec<FindingView>> {
     let filter = if order_no.is_some() { "WHERE order_no = $2" } else { "" };
     let sql = format!(
         "SELECT kind, gateway, order_no, attempt_ref, refund_no, ours, theirs, action, found_at \
@@ -279,7 +280,7 @@ pub async fn list_findings(db: &Db, order_no: Option<&str>, limit: i64) -> Resul
 /// polling with `refresh`): at most once per `min_gap_ms` per attempt, across the fleet.
 pub async fn claim_for_buyer(
     db: &Db,
-    attempt_ref: &str,
+    attempt_ref: &AttemptRef,
     now: Millis,
     min_gap_ms: Millis,
 ) -> Result<Option<AttemptToQuery>> {
@@ -298,5 +299,5 @@ pub async fn claim_for_buyer(
     if !claimed {
         return Ok(None);
     }
-    load_attempt(db, attempt_ref.to_string()).await.map(Some)
+    load_attempt(db, attempt_ref.clone()).await.map(Some)
 }

@@ -6,7 +6,7 @@ use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
-use crate::domain::ids::{OrderNo, RefundNo};
+use crate::domain::ids::{AttemptRef, OrderNo, RefundNo};
 use crate::domain::refund::{self, RefundPolicy, RefundRequest, RefundTotals};
 use crate::domain::status::RefundStatus;
 use crate::domain::{Money, OrderStatus};
@@ -68,7 +68,7 @@ fn view(r: &sql::Row) -> Result<RefundView> {
 const COLUMNS: &str =
     "refund_no, order_no, attempt_ref, status, amount_minor, currency, reason, kind, fee_minor, created_at";
 
-pub async fn list_for_order(db: &Db, order_no: &str) -> Result<Vec<RefundView>> {
+pub async fn list_for_order(db: &Db, order_no: &OrderNo) -> Result<Vec<RefundView>> {
     let rows = sql::query(&format!("SELECT {COLUMNS} FROM refunds WHERE order_no = $1 ORDER BY created_at, refund_no"))
         .bind(order_no)
         .fetch_all(db.read_pool())
@@ -76,7 +76,7 @@ pub async fn list_for_order(db: &Db, order_no: &str) -> Result<Vec<RefundView>> 
     rows.iter().map(view).collect()
 }
 
-pub async fn get(db: &Db, refund_no: &str) -> Result<RefundView> {
+pub async fn get(db: &Db, refund_no: &RefundNo) -> Result<RefundView> {
     let row = sql::query(&format!("SELECT {COLUMNS} FROM refunds WHERE refund_no = $1"))
         .bind(refund_no)
         .fetch_optional(db.read_pool())
@@ -155,7 +155,7 @@ async fn paid_at(tx: &mut Tx<'_>, order_no: &str) -> Result<Option<Millis>> {
 }
 
 /// What the order's own refunds add up to (a duplicate payment's refund is not the order's).
-pub async fn order_totals(tx: &mut Tx<'_>, order_no: &str) -> Result<RefundTotals> {
+pub(super) async fn order_totals(tx: &mut Tx<'_>, order_no: &str) -> Result<RefundTotals> {
     let row = sql::query(
         "SELECT o.captured_minor, \
          CAST(COALESCE(SUM(CASE WHEN r.status <> 'failed' THEN r.amount_minor ELSE 0 END), 0) AS BIGINT) AS committed, \
@@ -187,7 +187,7 @@ async fn paid_attempt(tx: &mut Tx<'_>, order_no: &str) -> Result<String> {
 /// Inserts a refund after checking that the attempt's refunds (not failed) stay within what it
 /// captured. The caller holds the order lock.
 #[allow(clippy::too_many_arguments)]
-pub async fn insert(
+pub(super) async fn insert(
     tx: &mut Tx<'_>,
     order_no: &str,
     attempt_ref: &str,
@@ -284,7 +284,7 @@ pub async fn insert_refund(tx: &mut Tx<'_>, new: &NewRefund<'_>, now: Millis) ->
 
 /// Moves an order into `to` (`refunding`), remembering where it returns if the refunds end up
 /// not covering the capture.
-pub async fn start_refunding(
+pub(super) async fn start_refunding(
     tx: &mut Tx<'_>,
     order_no: &str,
     from: OrderStatus,
@@ -302,9 +302,9 @@ pub async fn start_refunding(
 /// A refund to send now.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
-    pub refund_no: String,
-    pub order_no: String,
-    pub attempt_ref: String,
+    pub refund_no: RefundNo,
+    pub order_no: OrderNo,
+    pub attempt_ref: AttemptRef,
     pub gateway: String,
     pub amount: Money,
     pub reason: String,
@@ -318,7 +318,7 @@ pub struct Outgoing {
 }
 
 /// Claims requested refunds that are due, for `lease_ms`.
-pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Outgoing>> {
+pub async fn claim(db: &Db, only: Option<&RefundNo>, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Outgoing>> {
     let skip = db.skip_locked();
     let filter = if only.is_some() { " AND refund_no = $4" } else { "" };
     let sql = format!(
@@ -349,9 +349,9 @@ pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limi
             captured: Money::new(col(&r, "captured_minor")?, currency)?,
             gateway_txn_id: col(&r, "gateway_txn_id")?,
             second_capture: col::<i64>(&r, "second_capture")? == 1,
-            refund_no,
-            order_no: col(&r, "order_no")?,
-            attempt_ref: col(&r, "attempt_ref")?,
+            refund_no: RefundNo::stored(refund_no),
+            order_no: OrderNo::stored(col::<String>(&r, "order_no")?),
+            attempt_ref: AttemptRef::stored(col::<String>(&r, "attempt_ref")?),
             gateway: col(&r, "gateway")?,
             amount: Money::new(
                 col(&r, "amount_minor")?,
@@ -365,7 +365,7 @@ pub async fn claim(db: &Db, only: Option<&str>, now: Millis, lease_ms: i64, limi
 }
 
 /// The gateway accepted the refund for processing (its result comes by notification or query).
-pub async fn mark_processing(db: &Db, refund_no: &str, gateway_refund_id: &str, now: Millis) -> Result<()> {
+pub async fn mark_processing(db: &Db, refund_no: &RefundNo, gateway_refund_id: &str, now: Millis) -> Result<()> {
     let lock = db.for_update();
     crate::write_tx!(db, |tx| {
         let order_no = lock_refund_order(tx, lock, refund_no).await?;
@@ -386,7 +386,7 @@ pub async fn mark_processing(db: &Db, refund_no: &str, gateway_refund_id: &str, 
 /// The send failed in transit: try again later, or give up after [`REFUND_TRIES_MAX`].
 pub async fn retry_later(
     db: &Db,
-    refund_no: &str,
+    refund_no: &RefundNo,
     tries: i64,
     next_at: Millis,
     error: &str,
@@ -433,7 +433,7 @@ async fn refund_status(tx: &mut Tx<'_>, refund_no: &str) -> Result<RefundStatus>
 /// Settles a refund in its own transaction (used by the worker for synchronous answers).
 pub async fn settle(
     db: &Db,
-    refund_no: &str,
+    refund_no: &RefundNo,
     succeeded: bool,
     detail: &str,
     notification_id: Option<&str>,
@@ -448,7 +448,7 @@ pub async fn settle(
 
 /// Settles a refund; the caller holds the order lock. Returns whether anything changed (a refund
 /// already settled is left alone: a duplicated refund notification pays out nothing).
-pub async fn settle_locked(
+pub(super) async fn settle_locked(
     tx: &mut Tx<'_>,
     order_no: &str,
     refund_no: &str,

@@ -12,7 +12,7 @@ use crate::store::{Tx, col};
 
 /// Takes stock again for an order whose reservations were released (a late payment): every line
 /// or none. Returns whether it succeeded; on success the reservations count as consumed.
-pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
+pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
     let rows =
         sql::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'released' ORDER BY sku")
             .bind(order_no)
@@ -53,7 +53,7 @@ pub async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<
 }
 
 /// Active reservations go back on the shelf.
-pub async fn release_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
+pub(super) async fn release_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
     move_reservations(tx, order_no, ReservationStatus::Released, now).await
 }
 

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::clock::{Millis, rfc3339};
+use crate::domain::ids::OrderNo;
 use crate::domain::statement::{LineKind, OurPayment, Statement};
 use crate::error::Result;
 use crate::store::statement_rows::{payment, rows_for, rows_in};
@@ -28,7 +29,7 @@ pub struct SecondCaptureView {
 }
 
 /// The second captures on `order_no`'s attempts, oldest first.
-pub async fn of_order(db: &Db, order_no: &str) -> Result<Vec<SecondCaptureView>> {
+pub async fn of_order(db: &Db, order_no: &OrderNo) -> Result<Vec<SecondCaptureView>> {
     let rows = sql::query(
         "SELECT c.gateway, c.gateway_txn_id, c.attempt_ref, c.amount_minor, c.currency, c.refund_no, \
          r.status AS refund_status, c.created_at FROM second_captures c JOIN refunds r ON r.refund_no = c.refund_no \

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::args;
 use crate::clock::{Millis, rfc3339};
+use crate::domain::ids::{AttemptRef, OrderNo};
 use crate::domain::shipping::{self, Logistics};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
@@ -42,7 +43,7 @@ pub async fn set_reporting(db: &Db, appid: Option<&str>) -> Result<()> {
 /// (WeChat Pay JSAPI with the payer known, [`shipping::is_reported`], under the mini program
 /// reports are on for); nothing otherwise. A second delivery of the same order queues nothing
 /// more.
-pub fn add_report(batch: &mut Batch, order_no: &str, logistics: &Logistics, now: Millis) {
+pub(super) fn add_report(batch: &mut Batch, order_no: &str, logistics: &Logistics, now: Millis) {
     let (tracking_no, express_company) = match logistics {
         Logistics::Express { tracking_no, express_company } => {
             (Some(tracking_no.as_str()), Some(express_company.as_str()))
@@ -72,8 +73,8 @@ pub fn add_report(batch: &mut Batch, order_no: &str, logistics: &Logistics, now:
 /// A report due to be sent, with what it says.
 #[derive(Debug, Clone)]
 pub struct DueReport {
-    pub order_no: String,
-    pub attempt_ref: String,
+    pub order_no: OrderNo,
+    pub attempt_ref: AttemptRef,
     pub payer_openid: String,
     pub payer_appid: Option<String>,
     pub logistics: Logistics,
@@ -103,8 +104,8 @@ pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Ve
                 let logistics = Logistics::from_stored(code, col(r, "tracking_no")?, col(r, "express_company")?)
                     .ok_or_else(|| Error::internal(format!("shipping report with logistics type {code}")))?;
                 Ok((
-                    col::<String>(r, "order_no")?,
-                    col::<String>(r, "attempt_ref")?,
+                    OrderNo::stored(col::<String>(r, "order_no")?),
+                    AttemptRef::stored(col::<String>(r, "attempt_ref")?),
                     logistics,
                     col::<i64>(r, "tries")?,
                 ))
@@ -154,7 +155,7 @@ pub enum Finish {
 }
 
 /// Records a try of `order_no`'s report (its `tries`th).
-pub async fn finish(db: &Db, order_no: &str, finish: &Finish, tries: i64, now: Millis) -> Result<()> {
+pub async fn finish(db: &Db, order_no: &OrderNo, finish: &Finish, tries: i64, now: Millis) -> Result<()> {
     let (status, next_at, error) = match finish {
         Finish::Reported => ("reported", now, None),
         Finish::Retry { next_at, error } => ("pending", *next_at, Some(error.as_str())),
@@ -206,7 +207,7 @@ pub struct ShippingReportView {
     pub reported_at: Option<String>,
 }
 
-pub async fn report_of(db: &Db, order_no: &str) -> Result<Option<ShippingReportView>> {
+pub async fn report_of(db: &Db, order_no: &OrderNo) -> Result<Option<ShippingReportView>> {
     let row = sql::query(
         "SELECT status, logistics_type, tracking_no, express_company, tries, last_error, reported_at FROM shipping_reports WHERE order_no = $1",
     )

@@ -628,7 +628,7 @@ pub async fn days(db: &Db, gateway: Option<&str>, limit: i64) -> Result<Vec<Stat
 }
 
 /// The statement findings about one order, every state.
-pub async fn findings_of_order(db: &Db, order_no: &str) -> Result<Vec<StatementFindingView>> {
+pub async fn findings_of_order(db: &Db, order_no: &crate::domain::ids::OrderNo) -> Result<Vec<StatementFindingView>> {
     sql::query(&format!("{FINDING_COLUMNS} WHERE order_no = $1 ORDER BY day, kind, subject"))
         .bind(order_no)
         .fetch_all(db.read_pool())

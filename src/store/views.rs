@@ -60,7 +60,8 @@ impl AttemptView {
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
-    pub attempt_ref: String,
+    #[schema(value_type = String)]
+    pub attempt_ref: AttemptRef,
     #[schema(schema_with = attempt_status_schema)]
     pub status: AttemptStatus,
     pub gateway: String,
@@ -178,7 +179,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
     .iter()
     .map(|r| {
         Ok(AttemptView {
-            attempt_ref: col(r, "attempt_ref")?,
+            attempt_ref: AttemptRef::stored(col::<String>(r, "attempt_ref")?),
             status: col(r, "status")?,
             gateway: col(r, "gateway")?,
             channel: col(r, "channel")?,

@@ -121,8 +121,8 @@ impl Reconciler {
         let finding = |kind: &'static str, theirs: &str, action: &str| Finding {
             kind,
             gateway: a.gateway.clone(),
-            order_no: a.order_no.clone(),
-            attempt_ref: a.attempt_ref.clone(),
+            order_no: a.order_no.to_string(),
+            attempt_ref: a.attempt_ref.to_string(),
             refund_no: None,
             ours: format!("order {}, attempt {}", a.order_status, a.status),
             theirs: theirs.to_string(),
@@ -174,7 +174,7 @@ impl Reconciler {
                 let event = VerifiedEvent {
                     gateway: a.gateway.clone(),
                     event_id: format!("query_{theirs}_{}", a.attempt_ref).replace(' ', "_"),
-                    attempt_ref: a.attempt_ref.clone(),
+                    attempt_ref: a.attempt_ref.to_string(),
                     outcome,
                     raw_body: format!("{{\"query\":\"{}\",\"state\":\"{theirs}\"}}", a.attempt_ref).into_bytes(),
                 };
@@ -204,8 +204,8 @@ impl Reconciler {
             return later(r.tries + 1).await;
         };
         let query = RefundQuery {
-            attempt_ref: r.attempt_ref.clone(),
-            refund_no: r.refund_no.clone(),
+            attempt_ref: r.attempt_ref.to_string(),
+            refund_no: r.refund_no.to_string(),
             gateway_refund_id: r.gateway_refund_id.clone(),
         };
         let state = match gateway.query_refund(&query).await {
@@ -219,9 +219,9 @@ impl Reconciler {
         let finding = |kind: &'static str, theirs: &str, action: &str| Finding {
             kind,
             gateway: r.gateway.clone(),
-            order_no: r.order_no.clone(),
-            attempt_ref: r.attempt_ref.clone(),
-            refund_no: Some(r.refund_no.clone()),
+            order_no: r.order_no.to_string(),
+            attempt_ref: r.attempt_ref.to_string(),
+            refund_no: Some(r.refund_no.to_string()),
             ours: "refund processing".to_string(),
             theirs: theirs.to_string(),
             action: action.to_string(),
@@ -247,8 +247,8 @@ impl Reconciler {
             RefundState::NotFound => {
                 // The gateway never got it: send it again with the same number (idempotent there).
                 let req = RefundRequest {
-                    attempt_ref: r.attempt_ref.clone(),
-                    refund_no: r.refund_no.clone(),
+                    attempt_ref: r.attempt_ref.to_string(),
+                    refund_no: r.refund_no.to_string(),
                     amount: r.amount,
                     reason: r.reason.clone(),
                     captured: r.captured,

@@ -27,14 +27,14 @@ pub async fn request(
 ) -> Result<(RefundView, bool)> {
     let (refund, created) =
         refunds::request(&cx.db, cx.refund_policy, order_no, refund_no, amount_minor, reason, cx.now_ms()).await?;
-    if created && let Err(e) = send_now(cx, &refund.refund_no).await {
+    if created && let Err(e) = send_now(cx, refund_no).await {
         tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
     }
-    Ok((refunds::get(&cx.db, &refund.refund_no).await?, created))
+    Ok((refunds::get(&cx.db, refund_no).await?, created))
 }
 
 /// Sends one refund right after it was requested (the worker catches it if this fails).
-pub async fn send_now(cx: &Context, refund_no: &str) -> Result<()> {
+pub async fn send_now(cx: &Context, refund_no: &RefundNo) -> Result<()> {
     for refund in refunds::claim(&cx.db, Some(refund_no), cx.now_ms(), REFUND_LEASE_MS, 1).await? {
         send(cx, refund).await?;
     }
@@ -82,8 +82,8 @@ async fn send(cx: &Context, refund: Outgoing) -> Result<()> {
 /// What the gateway is asked for a refund kassa recorded.
 pub fn request_of(refund: &Outgoing) -> RefundRequest {
     RefundRequest {
-        attempt_ref: refund.attempt_ref.clone(),
-        refund_no: refund.refund_no.clone(),
+        attempt_ref: refund.attempt_ref.to_string(),
+        refund_no: refund.refund_no.to_string(),
         amount: refund.amount,
         reason: refund.reason.clone(),
         captured: refund.captured,

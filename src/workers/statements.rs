@@ -3,6 +3,7 @@
 //! until the file is there (or [`statement::STATEMENT_TRIES_MAX`] tries).
 
 use crate::clock::SharedClock;
+use crate::clock::Zone;
 use crate::domain::statement;
 use crate::error::Result;
 use crate::gateway::Gateways;
@@ -17,17 +18,18 @@ use crate::usecase::statements::day_currency;
 pub use crate::usecase::statements::{DayRun, run_day};
 
 /// When the daily job runs: local time of day and the zone it is read in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     /// Minutes after midnight.
     pub at_minutes: u16,
-    pub offset: time::UtcOffset,
+    pub zone: Zone,
 }
 
 impl Default for Schedule {
     /// 10:00 Beijing time: the gateways publish the previous day's file from the morning on.
     fn default() -> Self {
-        Schedule { at_minutes: 10 * 60, offset: time::UtcOffset::from_hms(8, 0, 0).unwrap_or(time::UtcOffset::UTC) }
+        let beijing = time::UtcOffset::from_hms(8, 0, 0).unwrap_or(time::UtcOffset::UTC);
+        Schedule { at_minutes: 10 * 60, zone: Zone::from(beijing) }
     }
 }
 
@@ -55,7 +57,9 @@ impl StatementJob {
             let Some(gateway) = self.gateways.get(name) else { continue };
             let Some(offset) = gateway.statement_offset() else { continue };
             let now = self.clock.now_ms();
-            let Some(day) = statement::due_day(now, self.schedule.at_minutes, self.schedule.offset, offset) else {
+            let Some(day) =
+                statement::due_day(now, self.schedule.at_minutes, self.schedule.zone.offset_at(now), offset)
+            else {
                 continue;
             };
             let day_text = format_day(day);

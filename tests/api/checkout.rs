@@ -60,7 +60,8 @@ async fn fifty_buyers_ten_units(backend: Backend) {
     }
     t.settle().await;
     for order_no in &list[5..] {
-        kassa::store::expiry::expire_order(&t.app.state.db, order_no, t.now_ms() + 10_000_000).await.unwrap();
+        let order_no = kassa::domain::ids::OrderNo::parse(order_no).unwrap();
+        kassa::store::expiry::expire_order(&t.app.state.db, &order_no, t.now_ms() + 10_000_000).await.unwrap();
     }
     let sku = t.sku("HOT").await;
     assert_eq!((sku["on_hand"].as_i64(), sku["reserved"].as_i64(), sku["sold"].as_i64()), (Some(5), Some(0), Some(5)));

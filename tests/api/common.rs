@@ -317,7 +317,7 @@ impl TestApp {
                 .iter()
                 .map(|o| kassa::domain::shop::Origin::parse(o).expect("origin"))
                 .collect(),
-            time_zone: opts.time_zone,
+            time_zone: opts.time_zone.into(),
             statement_schedule: None,
             ..Settings::default()
         };

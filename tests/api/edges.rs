@@ -232,7 +232,8 @@ async fn refunds_as_facts(backend: Backend) {
     .unwrap();
     assert_eq!(row.status.as_str(), "requested");
     assert_eq!(t.status(&order_no).await, "refunding", "refunds in flight cover the whole capture");
-    kassa::store::refunds::settle(&t.app.state.db, "R-2", false, "card closed", None, t.now_ms()).await.unwrap();
+    let r2 = kassa::domain::ids::RefundNo::parse("R-2").unwrap();
+    kassa::store::refunds::settle(&t.app.state.db, &r2, false, "card closed", None, t.now_ms()).await.unwrap();
     assert_eq!(t.status(&order_no).await, "delivered");
     let failed = &payloads(&t, &order_no, "refund.failed").await[0];
     assert_eq!((s(&failed["refund_no"]), failed["refunded_minor"].as_i64()), ("R-2".into(), Some(300)));

@@ -2,6 +2,7 @@ use reqwest::StatusCode;
 
 use crate::common::{Backend, Opts, TestApp, s};
 use crate::on_both;
+use kassa::domain::ids::OrderNo;
 use kassa::store::expiry::{self, Expiry};
 use kassa::store::payments;
 
@@ -20,7 +21,7 @@ async fn sweeper_once(backend: Backend) {
     let r = t.app.sweeper.step().await.unwrap();
     assert_eq!(r.examined, 0);
     assert_eq!(
-        expiry::expire_order(&t.app.state.db, &order_no, t.now_ms()).await.unwrap(),
+        expiry::expire_order(&t.app.state.db, &OrderNo::parse(&order_no).unwrap(), t.now_ms()).await.unwrap(),
         Expiry::Skipped(kassa::domain::OrderStatus::Expired)
     );
     let order = t.order(&order_no).await;
@@ -123,7 +124,7 @@ async fn engine_race(backend: Backend) {
             raw_body: b"{}".to_vec(),
         };
         let now = t.now_ms();
-        let (db1, db2, no) = (db.clone(), db.clone(), order_no.clone());
+        let (db1, db2, no) = (db.clone(), db.clone(), OrderNo::parse(&order_no).unwrap());
         let apply = tokio::spawn(async move {
             payments::apply_event(&db1, &event, kassa::domain::decide::LatePolicy::Manual, now).await
         });

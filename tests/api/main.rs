@@ -27,6 +27,8 @@ mod notifications;
 mod observability;
 mod ops;
 mod pages;
+mod plans;
+mod postgres;
 mod proxy;
 mod reconcile;
 mod rolling;

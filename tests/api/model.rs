@@ -10,7 +10,6 @@
 //! runs 2,000 and 100).
 
 use kassa::domain::ids::{AttemptRef, BasketId, OrderNo, RefundNo, Sku};
-use kassa::store::sql;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -22,8 +21,12 @@ use kassa::domain::decide::LatePolicy;
 use kassa::domain::event::{Outcome, VerifiedEvent};
 use kassa::domain::{Currency, Money};
 use kassa::store::payments::Applied;
-use kassa::store::{Db, catalog, check, checkout, fulfilment, orders, payments, refunds};
+use kassa::store::{Db, catalog, checkout, fulfilment, orders, payments, refunds};
 use kassa::vault::Vault;
+
+mod checks;
+
+use checks::compare;
 
 const HOLD_MS: i64 = 60_000;
 /// (sku, unit price, stock, digital)
@@ -125,7 +128,7 @@ struct MOrder {
     refunded: i64,
     ever_paid: bool,
     /// Refunds asked for and accepted: (refund number, amount, whether it went through).
-    refunds: Vec<(String, i64, bool)>,
+    refunds: Vec<(RefundNo, i64, bool)>,
     /// Automatic refunds of a second capture.
     duplicate_refunds: usize,
 }
@@ -384,19 +387,10 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::Refund { order, quarters, succeed } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             model.refund_seq += 1;
-            let refund_no = format!("R{}", model.refund_seq);
+            let refund_no = RefundNo::parse(&format!("R{}", model.refund_seq)).unwrap();
             let o = model.orders[i].clone();
             let amount = o.total * quarters / 4;
-            let result = refunds::request(
-                db,
-                Default::default(),
-                &o.order_no,
-                &RefundNo::parse(&refund_no).unwrap(),
-                amount,
-                "model",
-                now,
-            )
-            .await;
+            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, amount, "model", now).await;
             let refundable = matches!(o.status, "paid" | "delivered" | "paid_after_expiry");
             if amount <= 0 {
                 match result {
@@ -435,16 +429,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let o = model.orders[i].clone();
             let Some((refund_no, amount, _)) = o.refunds.last().cloned() else { return Ok(()) };
             let asked = if same { amount } else { amount + 1 };
-            let result = refunds::request(
-                db,
-                Default::default(),
-                &o.order_no,
-                &RefundNo::parse(&refund_no).unwrap(),
-                asked,
-                "model",
-                now,
-            )
-            .await;
+            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, asked, "model", now).await;
             match (same, result) {
                 (true, Ok((_, false))) => {}
                 (false, Err(e)) if e.code() == "refund_no_reused" => {}
@@ -556,81 +541,6 @@ async fn pay(real: &mut Real, model: &mut Model, i: usize, attempt_ref: &str, co
     }
     if let Some(a) = o.attempts.iter_mut().find(|(r, _)| r == attempt_ref) {
         a.1 = "succeeded";
-    }
-    Ok(())
-}
-
-async fn compare(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseError> {
-    for o in &model.orders {
-        let view =
-            kassa::store::views::get_order(&real.db, &o.order_no, false).await.map_err(|e| fail(e.to_string()))?;
-        if view.status.as_str() != o.status {
-            return Err(fail(format!(
-                "after {after:?}: order {} is {} but the model says {}",
-                o.order_no, view.status, o.status
-            )));
-        }
-        let active =
-            view.attempts.iter().filter(|a| matches!(a.status.as_str(), "created" | "redirected" | "unknown")).count();
-        let model_active = o.attempts.iter().filter(|(_, s)| *s == "created").count();
-        if active != model_active {
-            return Err(fail(format!(
-                "after {after:?}: order {} has {active} active attempts, model {model_active}",
-                o.order_no
-            )));
-        }
-    }
-    for (i, (sku, ..)) in SKUS.iter().enumerate() {
-        let v = catalog::get_sku(&real.db, &Sku::parse(sku).unwrap()).await.map_err(|e| fail(e.to_string()))?;
-        if (v.on_hand, v.reserved, v.sold) != model.stock[i] {
-            return Err(fail(format!(
-                "after {after:?}: sku {sku} is {:?}, model {:?}",
-                (v.on_hand, v.reserved, v.sold),
-                model.stock[i]
-            )));
-        }
-    }
-    outbox_agrees(real, model, after).await?;
-    let violations = check::run_with(&real.db, Some(&real.vault)).await.map_err(|e| fail(e.to_string()))?;
-    if !violations.is_empty() {
-        return Err(fail(format!("after {after:?}: kassa check: {violations:?}")));
-    }
-    Ok(())
-}
-
-/// Each order's outbox messages form a legal sequence: at most one `order.paid`, `order.delivered`
-/// and `fulfilment.requested` ever, none of them (nor a refund message) for an order never paid,
-/// and a `refund.*` message for every refund and for how it ended.
-async fn outbox_agrees(real: &Real, model: &Model, after: &Op) -> Result<(), TestCaseError> {
-    for o in &model.orders {
-        let topics: Vec<String> =
-            sql::query_scalar("SELECT topic FROM outbox WHERE order_no = $1 ORDER BY created_at, id")
-                .bind(&o.order_no)
-                .fetch_all(real.db.read_pool())
-                .await
-                .map_err(|e| fail(e.to_string()))?;
-        let n = |topic: &str| topics.iter().filter(|t| *t == topic).count();
-        let digital = SKUS[o.sku].3;
-        let paid = usize::from(o.ever_paid);
-        let succeeded = o.refunds.iter().filter(|r| r.2).count();
-        let expected = [
-            ("order.paid", paid),
-            ("fulfilment.requested", if digital { 0 } else { paid }),
-            ("order.delivered", if digital { paid } else { 0 }),
-            ("refund.requested", o.refunds.len() + o.duplicate_refunds),
-            ("refund.succeeded", succeeded),
-            ("refund.failed", o.refunds.len() - succeeded),
-        ];
-        for (topic, count) in expected {
-            if n(topic) != count {
-                return Err(fail(format!(
-                    "after {after:?}: order {} ({}) has {} {topic} messages, the model says {count}: {topics:?}",
-                    o.order_no,
-                    o.status,
-                    n(topic)
-                )));
-            }
-        }
     }
     Ok(())
 }

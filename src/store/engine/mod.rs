@@ -30,7 +30,7 @@ impl Default for EngineConfig {
     }
 }
 
-/// The environment variables [`EngineConfig::from_env`] reads, each with the setting it turns.
+/// The environment variables [`EngineConfig::from_lookup`] is given, each with the setting it turns.
 pub const ENV: [&str; 3] = ["KASSA_SQLITE_GROUP_COMMIT", "KASSA_SQLITE_PIN", "KASSA_PG_PIPELINE"];
 
 impl EngineConfig {
