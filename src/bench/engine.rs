@@ -80,7 +80,7 @@ pub(super) async fn engine_scenario(args: &BenchArgs) -> anyhow::Result<Report> 
                 // The engine bench holds orders open by the thousand: no per-buyer limit.
                 let req = checkout::ConfirmRequest {
                     limits: kassa::domain::checkout::OrderLimits::default(),
-                    ..checkout::ConfirmRequest::new(&session.id, basket, "sandbox", "form", now)
+                    ..checkout::ConfirmRequest::new(session.id.clone(), basket, "sandbox", "form", now)
                 };
                 let t0 = Instant::now();
                 let result = checkout::confirm(&db, &req).await;

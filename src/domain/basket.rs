@@ -12,7 +12,8 @@ pub const LINE_QUANTITY_MAX: i64 = 10_000;
 pub const BASKET_LINES_MAX: i64 = 100;
 
 /// A basket's status: open while the buyer fills it, frozen with its order once checked out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BasketStatus {
     Open,
     Frozen,

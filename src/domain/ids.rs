@@ -101,6 +101,11 @@ impl RefundNo {
     }
 }
 plain_id!(
+    /// A buyer session's id (kassa's own; a buyer is known by the session's bearer token, never by
+    /// this id).
+    SessionId
+);
+plain_id!(
     /// A SKU's code, chosen by the shop.
     Sku,
     "SKU"

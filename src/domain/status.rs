@@ -85,6 +85,24 @@ string_enum!(
 );
 
 string_enum!(
+    /// Status of a webhook message to the shop (the outbox): queued, delivered, or given up.
+    MessageStatus {
+        Pending => "pending",
+        Delivered => "delivered",
+        Dead => "dead",
+    }
+);
+
+string_enum!(
+    /// Status of an order's WeChat shipping report: queued, reported, or given up.
+    ReportStatus {
+        Pending => "pending",
+        Reported => "reported",
+        Failed => "failed",
+    }
+);
+
+string_enum!(
     /// Outcome of one notification arrival in the inbox.
     NotificationStatus {
         Received => "received",

@@ -383,7 +383,7 @@ pub(super) fn refunds_export(state: &AppState, query: &RangeQuery, export: &Expo
                         r.order_no.clone(),
                         rfc3339(r.created_at_ms),
                         rfc3339(r.updated_at_ms),
-                        r.status.clone(),
+                        r.status.to_string(),
                         r.kind.clone(),
                         r.currency.clone(),
                         major(r.amount_minor, &r.currency),
@@ -409,7 +409,7 @@ pub(super) async fn list_webhooks(
     let query = read_query(query)?;
     let status = text(query.status.as_ref(), "status")?;
     if let Some(s) = &status
-        && !matches!(s.as_str(), "pending" | "delivered" | "dead")
+        && crate::domain::status::MessageStatus::parse(s).is_none()
     {
         return Err(Error::invalid("invalid_filter", "status: one of pending, delivered, dead"));
     }

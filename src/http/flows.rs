@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use crate::domain::basket::BasketStatus;
 use crate::domain::channel::Device;
-use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo};
+use crate::domain::ids::{BasketId, IdempotencyKey, OrderNo, SessionId};
 use crate::error::Result;
 use crate::gateway::Handoff;
 use crate::store::catalog;
@@ -97,7 +97,7 @@ impl RetryBody {
 /// out already creates nothing, and needs none).
 pub async fn place_order(
     state: &AppState,
-    session_id: &str,
+    session_id: &SessionId,
     basket_id: &BasketId,
     body: &CheckoutBody,
     idempotency_key: Option<&IdempotencyKey>,
@@ -105,7 +105,7 @@ pub async fn place_order(
     device: Device,
 ) -> Result<(Placed, Option<Handoff>)> {
     super::guard::token_fits(body.captcha_token.as_deref())?;
-    let open = |status: &str| BasketStatus::parse(status) == Some(BasketStatus::Open);
+    let open = |status: &BasketStatus| *status == BasketStatus::Open;
     if state.guard.captcha_required() && open(&catalog::get_basket(&state.db, session_id, basket_id).await?.status) {
         state.guard.verify_captcha(body.captcha_token.as_deref(), client.addr).await?;
     }
@@ -126,7 +126,7 @@ pub async fn place_order(
 /// `session` is the buyer's (`None`: an admin).
 pub async fn retry_flow(
     state: &AppState,
-    session: Option<&str>,
+    session: Option<&SessionId>,
     order_no: &OrderNo,
     body: &RetryBody,
     device: Device,

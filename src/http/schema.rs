@@ -421,7 +421,9 @@ pub fn statement_note() -> RefOr<Schema> {
 }
 
 pub fn message_status() -> RefOr<Schema> {
-    schema_of(json!({"type": "string", "enum": ["pending", "delivered", "dead", ""], "description": "empty: any"}))
+    let mut all: Vec<&str> = crate::domain::status::MessageStatus::ALL.iter().map(|s| s.as_str()).collect();
+    all.push("");
+    schema_of(json!({"type": "string", "enum": all, "description": "empty: any"}))
 }
 
 #[cfg(test)]

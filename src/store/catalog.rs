@@ -9,7 +9,7 @@ use crate::domain::Money;
 use crate::domain::basket::{self, BasketStatus};
 use crate::domain::catalog;
 use crate::domain::checkout::SkuLimits;
-use crate::domain::ids::{self, BasketId, Sku};
+use crate::domain::ids::{self, BasketId, SessionId, Sku};
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::{Db, col, new_id};
@@ -196,7 +196,7 @@ pub async fn adjust_stock(db: &Db, sku: &Sku, delta: i64, now: Millis) -> Result
 /// A buyer session as the HTTP layer sees it.
 #[derive(Debug, Clone)]
 pub struct Session {
-    pub id: String,
+    pub id: SessionId,
     /// Per-session token that HTML forms must echo (cross-site request forgery protection).
     pub csrf_token: String,
 }
@@ -204,7 +204,7 @@ pub struct Session {
 /// Creates an anonymous buyer and returns its bearer token (shown once, stored hashed).
 pub async fn create_session(db: &Db, now: Millis) -> Result<(String, Session)> {
     let token = ids::new_secret_token();
-    let session = Session { id: new_id(), csrf_token: ids::new_secret_token() };
+    let session = Session { id: SessionId::stored(new_id()), csrf_token: ids::new_secret_token() };
     crate::write_tx!(db, |tx| {
         sql::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ($1, $2, $3, $4)")
             .bind(&session.id)
@@ -261,23 +261,28 @@ pub async fn session_by_token(db: &Db, token: &str, now: Millis) -> Result<Optio
         .fetch_optional(db.read_pool())
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let session = Session { id: col(&row, "id")?, csrf_token: col(&row, "csrf_token")? };
+    let session = Session { id: SessionId::stored(col::<String>(&row, "id")?), csrf_token: col(&row, "csrf_token")? };
     db.sessions().put(hash, session.clone(), col(&row, "created_at")?);
     Ok(Some(session))
 }
 
-pub async fn create_basket(db: &Db, session_id: &str, now: Millis) -> Result<BasketId> {
+pub async fn create_basket(db: &Db, session_id: &SessionId, now: Millis) -> Result<BasketId> {
     Ok(BasketId::stored(open_basket(db, session_id, Vec::new(), now).await?.basket_id))
 }
 
 /// Opens a basket holding `lines` (SKU, quantity), quoting today's prices: all of them or,
 /// on any bad line, nothing at all. One write command however many lines (a "buy now" button
 /// needs one request, not one per line). Returns the basket as created.
-pub async fn open_basket(db: &Db, session_id: &str, lines: Vec<(String, i64)>, now: Millis) -> Result<BasketView> {
+pub async fn open_basket(
+    db: &Db,
+    session_id: &SessionId,
+    lines: Vec<(String, i64)>,
+    now: Millis,
+) -> Result<BasketView> {
     basket::check_new_lines(&lines)?;
-    let session_id = session_id.to_string();
+    let session_id = session_id.clone();
     db.command(move |db| async move {
-        let (db, session_id, lines) = (&db, session_id.as_str(), lines.as_slice());
+        let (db, session_id, lines) = (&db, &session_id, lines.as_slice());
         let id = new_id();
         if db.kind() == crate::store::DbKind::Postgres {
             return open_basket_pg(db, &id, session_id, lines, now).await;
@@ -309,7 +314,7 @@ const INSERT_BASKET_SQL: &str =
 async fn open_basket_pg(
     db: &Db,
     id: &str,
-    session_id: &str,
+    session_id: &SessionId,
     lines: &[(String, i64)],
     now: Millis,
 ) -> Result<BasketView> {
@@ -347,7 +352,7 @@ fn bind_skus<'q>(sql: &'q str, lines: &'q [(String, i64)]) -> sql::Query<'q> {
 /// Refused (nothing to store) if a SKU is unknown, the currencies differ or the total overflows.
 fn new_basket(
     id: &str,
-    session_id: &str,
+    session_id: &SessionId,
     lines: &[(String, i64)],
     found: &[sql::Row],
     now: Millis,
@@ -381,14 +386,14 @@ fn new_basket(
         );
     }
     // The view checks the total (overflow) before anything is written.
-    Ok((basket_view(id, BasketStatus::Open.as_str().to_string(), None, rows)?, batch))
+    Ok((basket_view(id, BasketStatus::Open, None, rows)?, batch))
 }
 
 /// Sets the quantity of one SKU in an open basket (0 removes it), quoting today's price; returns
 /// the basket as this change left it (read in the change's own transaction, so no second read).
 pub async fn set_basket_line(
     db: &Db,
-    session_id: &str,
+    session_id: &SessionId,
     basket_id: &BasketId,
     sku: &Sku,
     quantity: i64,
@@ -428,8 +433,7 @@ pub async fn set_basket_line(
             .fetch_all(&mut **tx)
             .await?;
             let Some(row) = rows.first() else { return Err(Error::not_found("basket")) };
-            let status = col::<String>(row, "status")?;
-            basket::may_change(BasketStatus::parse(&status).ok_or_else(|| Error::internal("unknown basket status"))?)?;
+            basket::may_change(col::<BasketStatus>(row, "status")?)?;
             let mut others = Vec::with_capacity(rows.len());
             for r in &rows {
                 if let Some(line_sku) = col::<Option<String>>(r, "line_sku")? {
@@ -449,7 +453,7 @@ pub async fn set_basket_line(
                     .bind(sku)
                     .execute(&mut **tx)
                     .await?;
-                return basket_view(basket_id, BasketStatus::Open.as_str().to_string(), None, others);
+                return basket_view(basket_id, BasketStatus::Open, None, others);
             }
             let (Some(name), Some(price), Some(currency)) = (
                 col::<Option<String>>(row, "name")?,
@@ -474,7 +478,7 @@ pub async fn set_basket_line(
             batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
             batch.run_checked(tx).await?;
             others.push(LineRow { sku: sku.to_string(), name, quantity, quoted: price, current: price, currency });
-            basket_view(basket_id, BasketStatus::Open.as_str().to_string(), None, others)
+            basket_view(basket_id, BasketStatus::Open, None, others)
         })
     })
     .await
@@ -494,7 +498,7 @@ struct LineRow {
 /// The basket view from its lines, in SKU order, with the total at the quoted prices.
 fn basket_view(
     basket_id: &str,
-    status: String,
+    status: BasketStatus,
     order_no: Option<String>,
     mut rows: Vec<LineRow>,
 ) -> Result<BasketView> {
@@ -534,7 +538,9 @@ pub struct BasketLineView {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BasketView {
     pub basket_id: String,
-    pub status: String,
+    /// `open` while lines may change, `frozen` once confirmed.
+    #[schema(value_type = String)]
+    pub status: BasketStatus,
     pub lines: Vec<BasketLineView>,
     pub total_minor: i64,
     pub currency: Option<String>,
@@ -560,12 +566,12 @@ pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, l.sku, s.name, l
      FROM baskets b LEFT JOIN basket_lines l ON l.basket_id = b.id LEFT JOIN skus s ON s.sku = l.sku \
      WHERE b.id = $1 AND b.session_id = $2 ORDER BY l.sku";
 
-pub async fn get_basket(db: &Db, session_id: &str, basket_id: &BasketId) -> Result<BasketView> {
+pub async fn get_basket(db: &Db, session_id: &SessionId, basket_id: &BasketId) -> Result<BasketView> {
     // The basket and its lines in one read (one consistent view); a basket without lines is one
     // row whose line columns are null.
     let rows = sql::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id).fetch_all(db.read_pool()).await?;
     let basket = rows.first().ok_or_else(|| Error::not_found("basket"))?;
-    let (status, order_no): (String, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
+    let (status, order_no): (BasketStatus, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
     let mut lines = Vec::with_capacity(rows.len());
     for r in &rows {
         if let Some(sku) = col::<Option<String>>(r, "sku")? {

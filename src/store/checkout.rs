@@ -6,7 +6,7 @@ use crate::args;
 use crate::clock::Millis;
 use crate::domain::basket::BasketStatus;
 use crate::domain::checkout::{self, OrderLimits, PricedLine, QuotedLine};
-use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo};
+use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo, SessionId};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
@@ -19,7 +19,7 @@ use crate::store::{Db, Tx, col};
 /// the basket, its buyer, the gateway and the time; set what differs with struct update syntax.
 #[derive(Debug, Clone)]
 pub struct ConfirmRequest {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub basket_id: BasketId,
     pub gateway: String,
     pub channel: String,
@@ -43,14 +43,14 @@ impl ConfirmRequest {
     /// `channel`, at `now`: no idempotency key, the default hold, no open-orders limit, no limits
     /// on units, any currency, nothing from the shop, no named payer.
     pub fn new(
-        session_id: impl Into<String>,
+        session_id: SessionId,
         basket_id: BasketId,
         gateway: impl Into<String>,
         channel: impl Into<String>,
         now: Millis,
     ) -> ConfirmRequest {
         ConfirmRequest {
-            session_id: session_id.into(),
+            session_id,
             basket_id,
             gateway: gateway.into(),
             channel: channel.into(),

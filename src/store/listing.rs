@@ -233,7 +233,7 @@ pub async fn export_orders(
 pub struct RefundExport {
     pub refund_no: String,
     pub order_no: String,
-    pub status: String,
+    pub status: crate::domain::status::RefundStatus,
     pub kind: String,
     pub amount_minor: i64,
     pub currency: String,
@@ -301,7 +301,8 @@ pub struct MessageView {
     pub id: String,
     pub order_no: String,
     pub topic: String,
-    pub status: String,
+    #[schema(schema_with = crate::store::views::message_status_schema)]
+    pub status: crate::domain::status::MessageStatus,
     /// Delivery tries since it was (last) queued.
     pub tries: i64,
     /// Times an operator sent it again.

@@ -2,7 +2,7 @@
 //! basket, and an operator accepting a late payment.
 
 use crate::clock::Millis;
-use crate::domain::ids::{self, OrderNo};
+use crate::domain::ids::{self, OrderNo, SessionId};
 use crate::domain::{AttemptStatus, OrderStatus, decide};
 use crate::error::{Error, Result};
 use crate::store::checkout::{Placed, load_placed};
@@ -30,7 +30,7 @@ async fn lock_order(
     tx: &mut Tx<'_>,
     lock: &str,
     order_no: &str,
-    session_id: Option<&str>,
+    session_id: Option<&SessionId>,
 ) -> Result<(OrderStatus, i64)> {
     let row = sql::query(&format!("SELECT status, hold_expires_at, session_id FROM orders WHERE order_no = $1{lock}"))
         .bind(order_no)
@@ -38,7 +38,7 @@ async fn lock_order(
         .await?
         .ok_or_else(|| Error::not_found("order"))?;
     // Decided again under the lock: the caller's check ran on a read before it.
-    crate::domain::decide::may_act_on(session_id, &col::<String>(&row, "session_id")?)?;
+    crate::domain::decide::may_act_on(session_id.map(SessionId::as_str), &col::<String>(&row, "session_id")?)?;
     let status: String = col(&row, "status")?;
     Ok((OrderStatus::parse(&status).ok_or_else(|| Error::internal("bad status"))?, col(&row, "hold_expires_at")?))
 }
@@ -70,7 +70,7 @@ async fn active_attempts(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<(ToClose
 /// new one with its own merchant reference. The order is never re-created.
 pub async fn new_attempt(
     db: &Db,
-    session_id: Option<&str>,
+    session_id: Option<&SessionId>,
     order_no: &OrderNo,
     gateway: &str,
     channel: &str,
@@ -135,7 +135,7 @@ pub async fn active_attempt(db: &Db, order_no: &OrderNo) -> Result<Option<ToClos
 /// cancelled, stock released; with `rebasket`, a new editable basket with the order's lines.
 pub async fn cancel(
     db: &Db,
-    session_id: Option<&str>,
+    session_id: Option<&SessionId>,
     order_no: &OrderNo,
     rebasket: bool,
     now: Millis,

@@ -1,6 +1,7 @@
 //! The transactional outbox: order events for the shop's own systems, written in the same
 //! transaction as the change they describe, relayed at least once by the outbox worker.
 
+use crate::domain::status::MessageStatus;
 use crate::store::Conn;
 use crate::store::sql;
 use serde::Serialize;
@@ -373,16 +374,16 @@ pub async fn finish(
     now: Millis,
 ) -> Result<()> {
     let (status, error) = match (&result, dead) {
-        (Ok(()), _) => ("delivered", None),
-        (Err(e), true) => ("dead", Some(e.clone())),
-        (Err(e), false) => ("pending", Some(e.clone())),
+        (Ok(()), _) => (MessageStatus::Delivered, None),
+        (Err(e), true) => (MessageStatus::Dead, Some(e.clone())),
+        (Err(e), false) => (MessageStatus::Pending, Some(e.clone())),
     };
     crate::write_tx!(db, |tx| {
         sql::query(
             "UPDATE outbox SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4, \
              delivered_at = CASE WHEN $1 = 'delivered' THEN $5 ELSE delivered_at END WHERE id = $6",
         )
-        .bind(status)
+        .bind(status.as_str())
         .bind(tries)
         .bind(next_at)
         .bind(&error)
@@ -393,7 +394,7 @@ pub async fn finish(
         Ok(())
     })?;
     // A try's outcome: delivered, to be retried ("pending") or given up ("dead").
-    metrics::counter!("kassa_outbox_deliveries_total", "result" => if status == "pending" { "retry" } else { status })
+    metrics::counter!("kassa_outbox_deliveries_total", "result" => if status == MessageStatus::Pending { "retry" } else { status.as_str() })
         .increment(1);
     Ok(())
 }
@@ -412,9 +413,9 @@ pub async fn resend(db: &Db, id: &str, now: Millis) -> Result<super::listing::Me
     db.command(move |db| async move {
         let id = owned.as_str();
         crate::write_tx!(db, |tx| {
-            let status: Option<String> = sql::query_scalar(&select).bind(id).fetch_optional(&mut **tx).await?;
+            let status: Option<MessageStatus> = sql::query_scalar(&select).bind(id).fetch_optional(&mut **tx).await?;
             let status = status.ok_or_else(|| crate::error::Error::not_found("webhook message"))?;
-            crate::domain::webhook::may_resend(&status)?;
+            crate::domain::webhook::may_resend(status)?;
             sql::query(
                 "UPDATE outbox SET status = 'pending', tries = 0, next_at = $1, lease_until = 0, resends = resends + 1 \
                  WHERE id = $2",

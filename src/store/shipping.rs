@@ -3,6 +3,7 @@
 //! shipping worker under a lease, and finished with WeChat's answer; one given up is alerted in the
 //! same transaction.
 
+use crate::domain::status::ReportStatus;
 use serde::Serialize;
 
 use crate::args;
@@ -157,16 +158,16 @@ pub enum Finish {
 /// Records a try of `order_no`'s report (its `tries`th).
 pub async fn finish(db: &Db, order_no: &OrderNo, finish: &Finish, tries: i64, now: Millis) -> Result<()> {
     let (status, next_at, error) = match finish {
-        Finish::Reported => ("reported", now, None),
-        Finish::Retry { next_at, error } => ("pending", *next_at, Some(error.as_str())),
-        Finish::Failed { error } => ("failed", now, Some(error.as_str())),
+        Finish::Reported => (ReportStatus::Reported, now, None),
+        Finish::Retry { next_at, error } => (ReportStatus::Pending, *next_at, Some(error.as_str())),
+        Finish::Failed { error } => (ReportStatus::Failed, now, Some(error.as_str())),
     };
     crate::write_tx!(db, |tx| {
         sql::query(
             "UPDATE shipping_reports SET status = $1, tries = $2, next_at = $3, lease_until = 0, last_error = $4, \
              reported_at = CASE WHEN $1 = 'reported' THEN $5 ELSE reported_at END WHERE order_no = $6 AND status = 'pending'",
         )
-        .bind(status)
+        .bind(status.as_str())
         .bind(tries)
         .bind(next_at)
         .bind(error)
@@ -196,8 +197,8 @@ pub async fn finish(db: &Db, order_no: &OrderNo, finish: &Finish, tries: i64, no
 /// An order's shipping report, as the admin API and console show it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ShippingReportView {
-    /// `pending`, `reported` or `failed`.
-    pub status: String,
+    #[schema(schema_with = crate::store::views::report_status_schema)]
+    pub status: ReportStatus,
     /// WeChat's `logistics_type`: 1 express, 2 same city, 3 virtual goods, 4 picked up.
     pub logistics_type: i64,
     pub tracking_no: Option<String>,

@@ -148,7 +148,7 @@ macro_rules! id_args {
     )*};
 }
 
-id_args!(ids::OrderNo, ids::AttemptRef, ids::RefundNo, ids::Sku, ids::BasketId, ids::IdempotencyKey);
+id_args!(ids::OrderNo, ids::AttemptRef, ids::RefundNo, ids::Sku, ids::BasketId, ids::IdempotencyKey, ids::SessionId);
 
 /// `args![a, b, c]`: the values of one statement, in `$1, $2, …` order.
 #[macro_export]
@@ -311,6 +311,8 @@ status_from_value!(
     crate::domain::AttemptStatus,
     crate::domain::status::RefundStatus,
     crate::domain::status::NotificationStatus,
+    crate::domain::status::MessageStatus,
+    crate::domain::status::ReportStatus,
     crate::domain::basket::BasketStatus,
     crate::domain::catalog::SkuKind
 );

@@ -5,7 +5,7 @@ use crate::store::sql;
 use serde::Serialize;
 
 use crate::clock::rfc3339;
-use crate::domain::ids::{AttemptRef, OrderNo};
+use crate::domain::ids::{AttemptRef, OrderNo, SessionId};
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::{Db, col};
@@ -23,6 +23,16 @@ pub fn attempt_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema
 /// A refund's status as the API writes it.
 pub fn refund_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
     status_schema(crate::domain::status::RefundStatus::ALL.iter().map(|s| s.as_str()))
+}
+
+/// A webhook message's status as the API writes it.
+pub fn message_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    status_schema(crate::domain::status::MessageStatus::ALL.iter().map(|s| s.as_str()))
+}
+
+/// A shipping report's status as the API writes it.
+pub fn report_status_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    status_schema(crate::domain::status::ReportStatus::ALL.iter().map(|s| s.as_str()))
 }
 
 fn status_schema<'a>(all: impl Iterator<Item = &'a str>) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
@@ -110,7 +120,7 @@ pub struct OrderView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
     #[serde(skip)]
-    pub session_id: String,
+    pub session_id: SessionId,
 }
 
 impl OrderView {
@@ -217,7 +227,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
     };
     Ok(OrderView {
         order_no: order_no.clone(),
-        session_id: col(&o, "session_id")?,
+        session_id: SessionId::stored(col::<String>(&o, "session_id")?),
         status: col(&o, "status")?,
         total_minor: col(&o, "total_minor")?,
         currency: col(&o, "currency")?,

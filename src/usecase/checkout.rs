@@ -7,7 +7,7 @@ use super::Context;
 use super::payment::{attempt_payer, build_handoff, checked_channel, gateway_error, gateway_named, parse_payer};
 use crate::domain::OrderStatus;
 use crate::domain::channel::Device;
-use crate::domain::ids::{BasketId, IdempotencyKey};
+use crate::domain::ids::{BasketId, IdempotencyKey, SessionId};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
@@ -62,7 +62,7 @@ fn shop_data(cx: &Context, asked: &Checkout<'_>) -> Result<ShopData> {
 /// still pending.
 pub async fn place_order(
     cx: &Context,
-    session_id: &str,
+    session_id: &SessionId,
     basket_id: &BasketId,
     asked: &Checkout<'_>,
     idempotency_key: Option<&IdempotencyKey>,
@@ -81,7 +81,7 @@ pub async fn place_order(
         hold_ms: cx.hold_ms,
         max_open_orders: cx.max_open_orders_per_session,
         limits: cx.order_limits,
-        ..ConfirmRequest::new(session_id, basket_id.clone(), gateway.name(), channel, cx.now_ms())
+        ..ConfirmRequest::new(session_id.clone(), basket_id.clone(), gateway.name(), channel, cx.now_ms())
     };
     let placed = match checkout::confirm(&cx.db, &request).await {
         Err(e) if e.code() == "price_changed" => {

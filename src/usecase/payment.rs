@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::Context;
 use crate::domain::channel::{self, Device};
 use crate::domain::event::VerifiedEvent;
-use crate::domain::ids::{AttemptKey, OrderNo};
+use crate::domain::ids::{AttemptKey, OrderNo, SessionId};
 use crate::domain::{OrderStatus, shop};
 use crate::error::{Error, Result};
 use crate::gateway::{CloseOutcome, Gateway, GatewayError, Handoff, HandoffRequest, Payer, PaymentState};
@@ -194,13 +194,13 @@ pub struct Retry<'a> {
 /// hand-off. `session` is the buyer's (`None`: an admin).
 pub async fn retry(
     cx: &Context,
-    session: Option<&str>,
+    session: Option<&SessionId>,
     order_no: &OrderNo,
     asked: &Retry<'_>,
     device: Device,
 ) -> Result<(Placed, Handoff)> {
     let current = views::get_order(&cx.db, order_no, false).await?;
-    crate::domain::decide::may_act_on(session, &current.session_id)?;
+    crate::domain::decide::may_act_on(session.map(SessionId::as_str), &current.session_id)?;
     let name = asked.gateway.or_else(|| current.attempts.last().map(|a| a.gateway.as_str())).unwrap_or_default();
     let gateway = gateway_named(cx, Some(name))?;
     let payer = parse_payer(asked.payer)?;
@@ -224,7 +224,7 @@ pub async fn retry(
 /// open basket. Returns that basket's id.
 pub async fn cancel(
     cx: &Context,
-    session: Option<&str>,
+    session: Option<&SessionId>,
     current: &views::OrderView,
     rebasket: bool,
 ) -> Result<Option<String>> {

@@ -115,7 +115,7 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Debug, Clone)]
 struct MOrder {
     order_no: OrderNo,
-    session: String,
+    session: kassa::domain::ids::SessionId,
     basket: BasketId,
     sku: usize,
     qty: i64,
@@ -138,7 +138,7 @@ struct Model {
     /// (on_hand, reserved, sold) per SKU.
     stock: Vec<(i64, i64, i64)>,
     orders: Vec<MOrder>,
-    sessions: Vec<Option<String>>,
+    sessions: Vec<Option<kassa::domain::ids::SessionId>>,
     refund_seq: usize,
     /// Today's unit price per SKU.
     prices: Vec<i64>,
@@ -235,7 +235,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             catalog::set_basket_line(db, &session, &basket, &Sku::parse(SKUS[sku].0).unwrap(), qty, now).await.unwrap();
             let req = checkout::ConfirmRequest {
                 hold_ms: HOLD_MS,
-                ..checkout::ConfirmRequest::new(&session, basket.clone(), "sandbox", "form", now)
+                ..checkout::ConfirmRequest::new(session.clone(), basket.clone(), "sandbox", "form", now)
             };
             let result = checkout::confirm(db, &req).await;
             let (on_hand, reserved, _) = model.stock[sku];
@@ -285,7 +285,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let o = &model.orders[i];
             let req = checkout::ConfirmRequest {
                 hold_ms: HOLD_MS,
-                ..checkout::ConfirmRequest::new(&o.session, o.basket.clone(), "sandbox", "form", now)
+                ..checkout::ConfirmRequest::new(o.session.clone(), o.basket.clone(), "sandbox", "form", now)
             };
             let placed = checkout::confirm(db, &req).await.map_err(|e| fail(format!("reconfirm: {e}")))?;
             if placed.order_no != o.order_no || placed.created {

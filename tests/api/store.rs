@@ -346,7 +346,7 @@ async fn every_engine_configuration_commits_the_same_way() {
                 catalog::set_basket_line(&db, &session, &basket, &Sku::parse("W").unwrap(), 1, 1).await.unwrap();
                 let req = kassa::store::checkout::ConfirmRequest {
                     hold_ms: 60_000,
-                    ..kassa::store::checkout::ConfirmRequest::new(&session, basket.clone(), "sandbox", "web", 2)
+                    ..kassa::store::checkout::ConfirmRequest::new(session.clone(), basket.clone(), "sandbox", "web", 2)
                 };
                 kassa::store::checkout::confirm(&db, &req).await.map(|p| p.order_no).map_err(|e| e.code().to_string())
             });
