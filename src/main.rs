@@ -170,6 +170,18 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            Command::Bench(bench::BenchArgs { command: Some(bench::BenchCommand::Seed(seed)), .. }) => {
+                match bench::seed::run(&seed).await {
+                    Ok(seeded) => {
+                        println!("{}", serde_json::to_string(&seeded).unwrap_or_default());
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("kassa bench seed: {e:#}");
+                        ExitCode::from(2)
+                    }
+                }
+            }
             Command::Bench(args) => match bench::run(&args).await {
                 Ok(report) => {
                     print!("{}", bench::table(&report));

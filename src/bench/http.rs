@@ -50,7 +50,10 @@ impl Drop for Server {
     }
 }
 
-async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Server> {
+/// How many times (25 ms apart) a spawned kassa is asked whether it is healthy: ten minutes.
+const SERVER_START_POLLS: usize = 24_000;
+
+pub(super) async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Server> {
     if let Some(url) = &args.url {
         return Ok(Server {
             base: url.trim_end_matches('/').to_string(),
@@ -94,7 +97,12 @@ async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow::Result<Ser
         .with_context(|| format!("starting {} serve", bin.display()))?;
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
-    for _ in 0..400 {
+    let mut child = child;
+    // A database with a long history may take a while to migrate.
+    for _ in 0..SERVER_START_POLLS {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("the spawned kassa exited ({status}) before it was healthy");
+        }
         if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
             return Ok(Server {
                 base,
@@ -454,7 +462,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     finish(args, &server, report).await
 }
 
-async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow::Result<Report> {
+pub(super) async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow::Result<Report> {
     report.mode = if args.url.is_some() { "http (external server)".into() } else { "http (spawned server)".into() };
     report.buyers = args.buyers;
     report.settings = server.settings.clone();
@@ -462,6 +470,7 @@ async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow
     report.server_peak_rss_mb = server.pid.and_then(peak_rss_mb);
     if let Some(url) = &server.database_url {
         report.database = url.split(':').next().unwrap_or_default().to_string();
+        let checking = Instant::now();
         report.check_violations = Some(match &args.server_bin {
             // The server's own `kassa check`: its schema may differ from this binary's.
             Some(bin) => check_with(bin, url)?,
@@ -472,6 +481,7 @@ async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow
                 n
             }
         });
+        report.check_seconds = Some(checking.elapsed().as_secs_f64());
     }
     Ok(report)
 }

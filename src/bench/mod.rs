@@ -84,6 +84,15 @@ pub struct BenchArgs {
     /// their defaults, as production runs; `off`: both off, to see what they cost
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub protections: String,
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Write a shop's history into a database (migrated first): settled orders over --days with
+    /// everything they leave behind, so that a benchmark can run on day 700 as well as on day 1
+    Seed(seed::SeedArgs),
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -120,6 +129,15 @@ pub struct Report {
     pub cpu_ceiling_per_s: Option<f64>,
     pub commits_per_s: Option<f64>,
     pub check_violations: Option<usize>,
+    /// How long the closing `kassa check` took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_seconds: Option<f64>,
+    /// Orders in the database when the run started (`reads`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_orders: Option<i64>,
+    /// What an operator waits on, by read (`reads`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reads: BTreeMap<String, reads::ReadFigures>,
 }
 
 #[derive(Default)]
@@ -247,6 +265,8 @@ fn peak_rss_mb(pid: u32) -> Option<f64> {
 
 mod engine;
 mod http;
+mod reads;
+pub mod seed;
 
 use engine::{commit_limit, engine_scenario};
 use http::{ScratchDir, Server, flow, http_scenario};
@@ -254,10 +274,10 @@ use http::{ScratchDir, Server, flow, http_scenario};
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     if !matches!(
         args.scenario.as_str(),
-        "spread" | "hot" | "notify" | "notify-direct" | "mixed" | "checkout" | "commit-limit" | "confirm"
+        "spread" | "hot" | "notify" | "notify-direct" | "mixed" | "checkout" | "commit-limit" | "confirm" | "reads"
     ) {
         anyhow::bail!(
-            "--scenario must be spread, hot, notify, notify-direct, mixed, checkout, commit-limit or (with --engine) confirm"
+            "--scenario must be spread, hot, notify, notify-direct, mixed, checkout, reads, commit-limit or (with --engine) confirm"
         );
     }
     if args.hot_stock < 1 {
@@ -274,6 +294,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     }
     let report = if args.scenario == "commit-limit" {
         commit_limit(args).await?
+    } else if args.scenario == "reads" {
+        anyhow::ensure!(!args.engine, "--scenario reads is an HTTP scenario");
+        reads::reads_scenario(args).await?
     } else if args.engine {
         engine_scenario(args).await?
     } else {
@@ -296,6 +319,23 @@ pub fn table(r: &Report) -> String {
     }
     if let Some(c) = r.commits_per_s {
         row("durable commits/s", format!("{c:.0}"));
+        return out;
+    }
+    if !r.reads.is_empty() {
+        row("history (orders)", r.history_orders.unwrap_or(0).to_string());
+        for (name, f) in &r.reads {
+            let rows =
+                f.rows.map(|n| format!("  {n} rows, {:.0} rows/s", f.rows_per_s.unwrap_or(0.0))).unwrap_or_default();
+            row(
+                name,
+                format!(
+                    "p50 {:.1}  p99 {:.1}  max {:.1} ms ({} requests){rows}",
+                    f.p50_ms, f.p99_ms, f.max_ms, f.requests
+                ),
+            );
+        }
+        row("server peak RSS", r.server_peak_rss_mb.map(|m| format!("{m:.1} MB")).unwrap_or_else(|| "n/a".into()));
+        row("kassa check", format!("{:?} violations in {:.1} s", r.check_violations, r.check_seconds.unwrap_or(0.0)));
         return out;
     }
     row("basket flow", r.flow.clone());
@@ -325,6 +365,9 @@ pub fn table(r: &Report) -> String {
             .map(|v| if v == 0 { "clean".to_string() } else { format!("{v} violations") })
             .unwrap_or_else(|| "not run (no --database-url)".into()),
     );
+    if let Some(secs) = r.check_seconds {
+        row("kassa check took", format!("{secs:.1} s"));
+    }
     out
 }
 

@@ -194,6 +194,8 @@ pub struct FileConfig {
     pub retention_days: Option<u32>,
     pub notification_body_days: Option<u32>,
     pub rejected_notification_days: Option<u32>,
+    pub delivered_message_days: Option<u32>,
+    pub idempotency_key_days: Option<u32>,
     pub default_max_per_order: Option<u32>,
     pub max_units_per_order: Option<u32>,
     pub max_stock_share_percent: Option<u32>,

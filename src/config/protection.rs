@@ -95,6 +95,13 @@ pub struct ProtectionArgs {
     /// [default: 30]
     #[arg(long, env = "KASSA_REJECTED_NOTIFICATION_DAYS")]
     pub rejected_notification_days: Option<u32>,
+    /// Webhook messages are deleted this many days after they were delivered (messages not
+    /// delivered stay) [default: 90]
+    #[arg(long, env = "KASSA_DELIVERED_MESSAGE_DAYS")]
+    pub delivered_message_days: Option<u32>,
+    /// Idempotency keys are deleted this many days after their checkout [default: 30]
+    #[arg(long, env = "KASSA_IDEMPOTENCY_KEY_DAYS")]
+    pub idempotency_key_days: Option<u32>,
     /// Bearer token (at least 32 characters) that reads /metrics from another machine; the admin
     /// token does too. Without it only this machine's clients read /metrics
     #[arg(long, env = "KASSA_METRICS_TOKEN", hide_env_values = true)]
@@ -279,6 +286,18 @@ pub(super) fn resolve(args: &ProtectionArgs, file: &FileConfig) -> anyhow::Resul
                 file.rejected_notification_days,
                 d.retention.rejected_notification_ms,
                 "rejected-notification-days",
+            )?,
+            delivered_message_ms: days(
+                args.delivered_message_days,
+                file.delivered_message_days,
+                d.retention.delivered_message_ms,
+                "delivered-message-days",
+            )?,
+            idempotency_key_ms: days(
+                args.idempotency_key_days,
+                file.idempotency_key_days,
+                d.retention.idempotency_key_ms,
+                "idempotency-key-days",
             )?,
         },
     })

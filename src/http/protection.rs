@@ -139,6 +139,8 @@ impl Default for Protection {
                 idle_ms: 30 * DAY_MS,
                 notification_body_ms: 180 * DAY_MS,
                 rejected_notification_ms: 30 * DAY_MS,
+                delivered_message_ms: 90 * DAY_MS,
+                idempotency_key_ms: 30 * DAY_MS,
             },
         }
     }

@@ -231,17 +231,22 @@ pub struct OrderRow {
 /// Orders, newest first, optionally of one status and/or matching an order number, attempt
 /// reference or gateway transaction id exactly.
 pub async fn list_orders(db: &Db, status: Option<&str>, query: Option<&str>) -> Result<Vec<OrderRow>> {
-    let rows = sql::query(
-        "SELECT o.order_no, o.status, o.total_minor, o.currency, o.created_at FROM orders o \
-         WHERE ($1 = '' OR o.status = $1) AND ($2 = '' OR o.order_no = $2 OR EXISTS (SELECT 1 FROM payment_attempts a \
-         WHERE a.order_no = o.order_no AND (a.attempt_ref = $2 OR a.gateway_txn_id = $2))) \
-         ORDER BY o.created_at DESC, o.order_no LIMIT $3",
-    )
-    .bind(status.unwrap_or_default())
-    .bind(query.map(str::trim).unwrap_or_default())
-    .bind(LIST_LIMIT)
-    .fetch_all(db.read_pool())
-    .await?;
+    let status = match status.filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => match crate::domain::OrderStatus::parse(s) {
+            Some(status) => Some(status),
+            None => return Ok(Vec::new()),
+        },
+    };
+    let filter = super::listing::OrderFilter { status, q: query.map(str::to_string), ..Default::default() };
+    let (sql, args) = super::listing::order_query(
+        "o.order_no, o.status, o.total_minor, o.currency, o.created_at",
+        "orders o",
+        &filter,
+        None,
+        LIST_LIMIT,
+    );
+    let rows = sql::query(&sql).bind_all(args).fetch_all(db.read_pool()).await?;
     rows.iter()
         .map(|r| {
             Ok(OrderRow {

@@ -394,13 +394,26 @@ async fn run_snapshot(db: &Db) -> Result<Vec<Violation>> {
             .unwrap_or_default();
         sent.insert((refund_no, topic));
     }
-    let rows =
-        sql::query("SELECT refund_no, order_no, status FROM refunds ORDER BY refund_no").fetch_all(&mut *tx).await?;
+    // Retention deletes messages delivered before a time it records: a message written before that
+    // time may be gone (it was delivered when it was written, or later).
+    let pruned_before: i64 = sql::query_scalar::<String>("SELECT value FROM settings WHERE name = $1")
+        .bind(crate::store::retention::MESSAGES_PRUNED_BEFORE)
+        .fetch_optional(&mut *tx)
+        .await?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(i64::MIN);
+    let rows = sql::query("SELECT refund_no, order_no, status, created_at, updated_at FROM refunds ORDER BY refund_no")
+        .fetch_all(&mut *tx)
+        .await?;
     for r in &rows {
         let (refund_no, order_no, status): (String, String, String) =
             (col(r, "refund_no")?, col(r, "order_no")?, col(r, "status")?);
-        let mut due = vec!["refund.requested".to_string()];
-        if matches!(status.as_str(), "succeeded" | "failed") {
+        let (created_at, updated_at): (i64, i64) = (col(r, "created_at")?, col(r, "updated_at")?);
+        let mut due = Vec::new();
+        if created_at >= pruned_before {
+            due.push("refund.requested".to_string());
+        }
+        if matches!(status.as_str(), "succeeded" | "failed") && updated_at >= pruned_before {
             due.push(format!("refund.{status}"));
         }
         for topic in due {

@@ -112,29 +112,77 @@ const ORDER_COLUMNS: &str = "o.order_no, o.status, o.total_minor, o.currency, o.
      CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = o.order_no \
      AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor";
 
-/// The filter's conditions on `o` ($1 status, $2 gateway, $3 from, $4 to, $5 SKU, $6 q), then the
-/// keyset: rows before ($7 time, $8 order number).
-const ORDER_FILTER: &str = "($1 = '' OR o.status = $1) \
-     AND ($2 = '' OR EXISTS (SELECT 1 FROM payment_attempts g WHERE g.order_no = o.order_no AND g.gateway = $2)) \
-     AND o.created_at >= $3 AND o.created_at < $4 \
-     AND ($5 = '' OR EXISTS (SELECT 1 FROM order_lines l WHERE l.order_no = o.order_no AND l.sku = $5)) \
-     AND ($6 = '' OR o.order_no = $6 OR o.merchant_reference = $6 OR EXISTS (SELECT 1 FROM payment_attempts a \
-     WHERE a.order_no = o.order_no AND (a.attempt_ref = $6 OR a.gateway_txn_id = $6))) \
-     AND (o.created_at < $7 OR (o.created_at = $7 AND o.order_no < $8))";
+/// The filter's conditions on `o` (only those it sets) and the keyset (rows before the cursor),
+/// with their values. Each combination of filters is a statement of its own, planned for what it
+/// asks: a search looks its value up by index (order number, merchant reference, attempt, gateway
+/// transaction), a status reads its own index; the keyset is a row comparison an index seeks to,
+/// so a page deep in a long history costs what the first does. A SKU's or a gateway's orders are
+/// read newest first until a page is found: as many as the SKU or gateway is rare.
+fn order_where(filter: &OrderFilter, cursor: Option<&Cursor>) -> (String, Vec<sql::Arg>) {
+    let mut conditions: Vec<String> = Vec::new();
+    let mut args: Vec<sql::Arg> = Vec::new();
+    let mut bind = |value: sql::Arg| {
+        args.push(value);
+        format!("${}", args.len())
+    };
+    let status = filter.status.map(|status| bind(status.as_str().into()));
+    if let Some(p) = &status {
+        conditions.push(format!("o.status = {p}"));
+    }
+    if let Some(gateway) = &filter.gateway {
+        let p = bind(gateway.as_str().into());
+        conditions.push(format!(
+            "EXISTS (SELECT 1 FROM payment_attempts g WHERE g.order_no = o.order_no AND g.gateway = {p})"
+        ));
+    }
+    if let Some(from) = filter.created_from {
+        conditions.push(format!("o.created_at >= {}", bind(from.into())));
+    }
+    if let Some(to) = filter.created_to {
+        conditions.push(format!("o.created_at < {}", bind(to.into())));
+    }
+    if let Some(sku) = &filter.sku {
+        let p = bind(sku.as_str().into());
+        conditions.push(format!("EXISTS (SELECT 1 FROM order_lines l WHERE l.order_no = o.order_no AND l.sku = {p})"));
+    }
+    if let Some(q) = filter.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+        let p = bind(q.into());
+        conditions.push(format!(
+            "o.order_no IN (SELECT {p} UNION SELECT r.order_no FROM orders r WHERE r.merchant_reference = {p} \
+             UNION SELECT a.order_no FROM payment_attempts a WHERE a.attempt_ref = {p} \
+             UNION SELECT t.order_no FROM payment_attempts t WHERE t.gateway_txn_id = {p})"
+        ));
+    }
+    if let Some(c) = cursor {
+        let (at, key) = (bind(c.at.into()), bind(c.key.as_str().into()));
+        // With a status, the row leads with it: a seek in the status's index.
+        match &status {
+            Some(p) => conditions.push(format!("(o.status, o.created_at, o.order_no) < ({p}, {at}, {key})")),
+            None => conditions.push(format!("(o.created_at, o.order_no) < ({at}, {key})")),
+        }
+    }
+    let sql = if conditions.is_empty() { "1 = 1".to_string() } else { conditions.join(" AND ") };
+    (sql, args)
+}
 
-fn order_args(filter: &OrderFilter, cursor: Option<&Cursor>) -> Vec<sql::Arg> {
-    // No cursor: every order was created before the end of time.
-    let (at, key) = cursor.map_or((Millis::MAX, String::new()), |c| (c.at, c.key.clone()));
-    crate::args![
-        filter.status.map(|s| s.as_str()).unwrap_or_default(),
-        filter.gateway.clone().unwrap_or_default(),
-        filter.created_from.unwrap_or(Millis::MIN),
-        filter.created_to.unwrap_or(Millis::MAX),
-        filter.sku.clone().unwrap_or_default(),
-        filter.q.as_deref().map(str::trim).unwrap_or_default(),
-        at,
-        key
-    ]
+/// `SELECT {columns} FROM {from} WHERE` the filter, newest first, at most `limit` rows.
+pub fn order_query(
+    columns: &str,
+    from: &str,
+    filter: &OrderFilter,
+    cursor: Option<&Cursor>,
+    limit: i64,
+) -> (String, Vec<sql::Arg>) {
+    let (conditions, mut args) = order_where(filter, cursor);
+    args.push(limit.into());
+    // With one status, ordering by it too (it is the same order) is what its index gives: the
+    // plan reads that index, whichever status it is asked for, instead of every order newest first.
+    let by_status = if filter.status.is_some() { "o.status DESC, " } else { "" };
+    let sql = format!(
+        "SELECT {columns} FROM {from} WHERE {conditions} ORDER BY {by_status}o.created_at DESC, o.order_no DESC LIMIT ${}",
+        args.len()
+    );
+    (sql, args)
 }
 
 fn order_summary(r: &sql::Row) -> Result<OrderSummary> {
@@ -156,11 +204,7 @@ fn order_summary(r: &sql::Row) -> Result<OrderSummary> {
 
 /// A page of orders matching `filter`, newest first, after `cursor`.
 pub async fn orders(db: &Db, filter: &OrderFilter, cursor: Option<&Cursor>, limit: i64) -> Result<Page<OrderSummary>> {
-    let sql = format!(
-        "SELECT {ORDER_COLUMNS} FROM orders o WHERE {ORDER_FILTER} ORDER BY o.created_at DESC, o.order_no DESC LIMIT $9"
-    );
-    let mut args = order_args(filter, cursor);
-    args.push(sql::Arg::from(limit + 1));
+    let (sql, args) = order_query(ORDER_COLUMNS, "orders o", filter, cursor, limit + 1);
     let rows = sql::query(&sql).bind_all(args).fetch_all(db.read_pool()).await?;
     let items = rows.iter().map(order_summary).collect::<Result<Vec<_>>>()?;
     Ok(page(items, limit, |o| Cursor { at: o.created_at_ms, key: o.order_no.clone() }))
@@ -186,13 +230,13 @@ pub async fn export_orders(
     cursor: Option<&Cursor>,
     limit: i64,
 ) -> Result<Page<OrderExport>> {
-    let sql = format!(
-        "SELECT {ORDER_COLUMNS}, a.gateway_txn_id, a.fee_minor FROM orders o \
-         LEFT JOIN payment_attempts a ON a.attempt_ref = o.captured_attempt_ref \
-         WHERE {ORDER_FILTER} ORDER BY o.created_at DESC, o.order_no DESC LIMIT $9"
+    let (sql, args) = order_query(
+        &format!("{ORDER_COLUMNS}, a.gateway_txn_id, a.fee_minor"),
+        "orders o LEFT JOIN payment_attempts a ON a.attempt_ref = o.captured_attempt_ref",
+        filter,
+        cursor,
+        limit + 1,
     );
-    let mut args = order_args(filter, cursor);
-    args.push(sql::Arg::from(limit + 1));
     let rows = sql::query(&sql).bind_all(args).fetch_all(db.read_pool()).await?;
     let mut items = rows
         .iter()

@@ -39,6 +39,7 @@ const SQLITE: &[Migration] = &[
     (15, "0015_second_captures", include_str!("../../migrations/sqlite/0015_second_captures.sql")),
     (16, "0016_open_orders", include_str!("../../migrations/sqlite/0016_open_orders.sql")),
     (17, "0017_rejected_notifications", include_str!("../../migrations/sqlite/0017_rejected_notifications.sql")),
+    (18, "0018_history_retention", include_str!("../../migrations/sqlite/0018_history_retention.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -59,6 +60,7 @@ const POSTGRES: &[Migration] = &[
     (15, "0015_second_captures", include_str!("../../migrations/postgres/0015_second_captures.sql")),
     (16, "0016_open_orders", include_str!("../../migrations/postgres/0016_open_orders.sql")),
     (17, "0017_rejected_notifications", include_str!("../../migrations/postgres/0017_rejected_notifications.sql")),
+    (18, "0018_history_retention", include_str!("../../migrations/postgres/0018_history_retention.sql")),
 ];
 
 impl Db {

@@ -1,6 +1,7 @@
 //! Retention: what a shop no longer needs is pruned — buyer sessions that never ordered, baskets
 //! left open, the raw bodies of old processed notifications, old rejected notifications, stale
-//! sign-in failure counts. Nothing an open order or an unsettled refund needs is touched: sessions
+//! sign-in failure counts, webhook messages delivered long ago, idempotency keys past their window.
+//! Orders, payments, refunds and the status log are kept. Nothing an open order or an unsettled refund needs is touched: sessions
 //! with orders stay (their orders reference them), a frozen basket stays with its order, and a
 //! notification keeps its body while its order is open or a refund of it is unsettled.
 
@@ -20,7 +21,16 @@ pub struct Retention {
     pub notification_body_ms: i64,
     /// Notifications that failed verification (their digests), after this long.
     pub rejected_notification_ms: i64,
+    /// Webhook messages, this long after they were delivered (a message not delivered stays).
+    pub delivered_message_ms: i64,
+    /// Idempotency keys, this long after the checkout that named them. A checkout repeated later
+    /// still finds its order by its basket, which is frozen with it.
+    pub idempotency_key_ms: i64,
 }
+
+/// The setting that holds the newest delivery time before which webhook messages were pruned:
+/// `kassa check` does not expect a message older than it to be there.
+pub const MESSAGES_PRUNED_BEFORE: &str = "messages_pruned_before";
 
 /// Rows pruned per kind in one transaction.
 pub const PRUNE_BATCH: i64 = 500;
@@ -37,11 +47,20 @@ pub struct Pruned {
     pub notification_bodies: u64,
     pub rejected_notifications: u64,
     pub signin_failures: u64,
+    pub delivered_messages: u64,
+    pub idempotency_keys: u64,
 }
 
 impl Pruned {
     pub fn any(&self) -> bool {
-        self.baskets + self.sessions + self.notification_bodies + self.rejected_notifications + self.signin_failures > 0
+        self.baskets
+            + self.sessions
+            + self.notification_bodies
+            + self.rejected_notifications
+            + self.signin_failures
+            + self.delivered_messages
+            + self.idempotency_keys
+            > 0
     }
 }
 
@@ -66,6 +85,10 @@ pub async fn prune(db: &Db, retention: Retention, now: Millis) -> Result<Pruned>
         })
         .await?,
         signin_failures: rounds(|| prune_signin_failures(db, now)).await?,
+        delivered_messages: rounds(|| prune_delivered_messages(db, now.saturating_sub(retention.delivered_message_ms)))
+            .await?,
+        idempotency_keys: rounds(|| prune_idempotency_keys(db, now.saturating_sub(retention.idempotency_key_ms)))
+            .await?,
     })
 }
 
@@ -168,6 +191,48 @@ async fn prune_signin_failures(db: &Db, now: Millis) -> Result<u64> {
         )
         .bind(now.saturating_sub(SIGNIN_FAILURES_KEPT_MS))
         .bind(now)
+        .bind(PRUNE_BATCH)
+        .execute(&mut **tx)
+        .await?;
+        Ok(done.rows_affected())
+    })
+}
+
+/// Webhook messages delivered before `before`, oldest first; the time is recorded for `kassa check`
+/// in the same transaction.
+async fn prune_delivered_messages(db: &Db, before: Millis) -> Result<u64> {
+    crate::write_tx!(db, |tx| {
+        let done = sql::query(
+            "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE status = 'delivered' \
+             AND delivered_at < $1 ORDER BY delivered_at LIMIT $2)",
+        )
+        .bind(before)
+        .bind(PRUNE_BATCH)
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() > 0 {
+            sql::query(
+                "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = \
+                 CASE WHEN CAST(settings.value AS BIGINT) < CAST(excluded.value AS BIGINT) THEN excluded.value \
+                 ELSE settings.value END",
+            )
+            .bind(MESSAGES_PRUNED_BEFORE)
+            .bind(before.to_string())
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(done.rows_affected())
+    })
+}
+
+/// Idempotency keys of checkouts before `before`, oldest first.
+async fn prune_idempotency_keys(db: &Db, before: Millis) -> Result<u64> {
+    crate::write_tx!(db, |tx| {
+        let done = sql::query(
+            "DELETE FROM idempotency_keys WHERE (session_id, idem_key) IN (SELECT session_id, idem_key \
+             FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2)",
+        )
+        .bind(before)
         .bind(PRUNE_BATCH)
         .execute(&mut **tx)
         .await?;

@@ -35,6 +35,8 @@ impl Retainer {
             ("notification_bodies", pruned.notification_bodies),
             ("rejected_notifications", pruned.rejected_notifications),
             ("signin_failures", pruned.signin_failures),
+            ("delivered_messages", pruned.delivered_messages),
+            ("idempotency_keys", pruned.idempotency_keys),
         ] {
             metrics::counter!("kassa_pruned_total", "kind" => kind).increment(n);
         }

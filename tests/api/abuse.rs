@@ -432,17 +432,27 @@ async fn every_answer_carries_the_security_headers() {
 }
 
 async fn retention_prunes_only_what_nothing_needs(backend: Backend) {
-    let t = TestApp::spawn_with(backend, Opts { manual_clock: true, ..Opts::default() }).await;
+    let hook = crate::lifecycle::webhook(0).await;
+    let t = TestApp::spawn_with(
+        backend,
+        Opts { manual_clock: true, webhook_url: Some(hook.url.clone()), ..Opts::default() },
+    )
+    .await;
     let clock = t.clock.clone().unwrap();
     t.create_sku("MUG", "Mug", 100, 50).await;
     let _idle = t.buyer().await;
     let abandoned = t.buyer().await;
     t.basket(&abandoned, &[("MUG", 1)]).await;
-    let (_, paid, paid_ref) = t.pending_order(&[("MUG", 1)]).await;
+    let paid_buyer = t.buyer().await;
+    let paid_basket = t.basket(&paid_buyer, &[("MUG", 1)]).await;
+    let (_, placed) = t.checkout(&paid_buyer, &paid_basket, Some("key-1")).await;
+    let (paid, paid_ref) = (crate::common::s(&placed["order_no"]), crate::common::s(&placed["attempt_ref"]));
     t.complete(&paid_ref, "succeeded", 1).await;
     let (_, refunding, refunding_ref) = t.pending_order(&[("MUG", 1)]).await;
     t.complete(&refunding_ref, "succeeded", 1).await;
     t.settle().await;
+    // The messages so far go out; the refund's wait.
+    t.app.relay.clone().unwrap().step().await.unwrap();
     let (status, body) = t
         .admin_post(
             &format!("/api/v1/admin/orders/{refunding}/refunds"),
@@ -456,6 +466,8 @@ async fn retention_prunes_only_what_nothing_needs(backend: Backend) {
     t.complete(&open_ref, "failed", 1).await;
     t.settle().await;
     assert_eq!(t.count("SELECT COUNT(*) FROM sessions").await, 5);
+    let keys = t.count("SELECT COUNT(*) FROM idempotency_keys").await;
+    assert!(keys > 0);
     // Nothing is old enough yet.
     assert!(!t.app.retainer.step().await.unwrap().any());
     clock.advance_ms(31 * 24 * 3600 * 1000);
@@ -464,9 +476,17 @@ async fn retention_prunes_only_what_nothing_needs(backend: Backend) {
     assert_eq!(t.count("SELECT COUNT(*) FROM sessions").await, 3, "sessions with orders stay");
     assert_eq!(t.count("SELECT COUNT(*) FROM baskets WHERE status = 'open'").await, 0);
     assert_eq!(t.count("SELECT COUNT(*) FROM orders").await, 3);
+    assert_eq!(pruned.idempotency_keys, u64::try_from(keys).unwrap(), "a month on, past their window: {pruned:?}");
+    let messages = t.count("SELECT COUNT(*) FROM outbox").await;
+    let delivered = t.count("SELECT COUNT(*) FROM outbox WHERE status = 'delivered'").await;
+    assert!(delivered > 0 && delivered < messages, "{delivered} of {messages}");
+    assert_eq!(pruned.delivered_messages, 0, "delivered a month ago: kept");
+    t.assert_clean().await;
     clock.advance_ms(150 * 24 * 3600 * 1000);
     let pruned = t.app.retainer.step().await.unwrap();
     assert_eq!(pruned.notification_bodies, 3, "{pruned:?}");
+    assert_eq!(pruned.delivered_messages, u64::try_from(delivered).unwrap(), "{pruned:?}");
+    assert_eq!(t.count("SELECT COUNT(*) FROM outbox").await, messages - delivered, "a message not delivered stays");
     let kept: Vec<(String, Vec<u8>)> =
         sql::query_as("SELECT order_no, raw_body FROM notifications WHERE body_pruned_at IS NULL")
             .fetch_all(t.app.state.db.read_pool())

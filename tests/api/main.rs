@@ -19,6 +19,7 @@ mod gateway_statements;
 mod gateway_vectors;
 mod gateways;
 mod hardening;
+mod history;
 mod integration;
 mod languages;
 mod lifecycle;

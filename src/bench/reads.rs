@@ -1,0 +1,172 @@
+//! `--scenario reads`: what an operator waits on, one request at a time as one operator makes them —
+//! the admin order list's first page and a page half-way down the history, a search by each thing
+//! it finds an order by (and one that finds nothing), each filter, and the CSV export of the last
+//! month and of everything. Run it on a database with history (`kassa bench seed`, then
+//! `--database-url`): on an empty one every read is fast.
+
+use super::*;
+use anyhow::Context as _;
+use kassa::store::sql;
+
+/// Requests of each read; fewer when its share of `--seconds` runs out first.
+const READS_PER_QUERY: usize = 200;
+/// Orders a page of the list holds in this scenario (the console's page size).
+const PAGE: usize = 50;
+
+/// Figures of one read.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ReadFigures {
+    pub requests: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Rows of a CSV export, and how many a second it streamed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_per_s: Option<f64>,
+}
+
+/// Values of the history to search for, read from its database.
+struct Samples {
+    orders: i64,
+    deep_cursor: String,
+    order_no: String,
+    reference: Option<String>,
+    txn: Option<String>,
+    sku: Option<String>,
+    newest: i64,
+}
+
+async fn samples(url: &str) -> anyhow::Result<Samples> {
+    let db = Db::connect(url, 2).await?;
+    let pool = db.read_pool();
+    let orders: i64 = sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM orders").fetch_one(pool).await?;
+    anyhow::ensure!(orders > 0, "the database has no orders: seed a history first (kassa bench seed)");
+    let order_no: String =
+        sql::query_scalar("SELECT order_no FROM orders ORDER BY created_at DESC, order_no DESC LIMIT 1 OFFSET $1")
+            .bind(orders / 2)
+            .fetch_one(pool)
+            .await?;
+    let at: i64 =
+        sql::query_scalar("SELECT created_at FROM orders WHERE order_no = $1").bind(&order_no).fetch_one(pool).await?;
+    let text = |sql: &'static str| async move { sql::query_scalar::<Option<String>>(sql).fetch_optional(pool).await };
+    let reference =
+        text("SELECT merchant_reference FROM orders WHERE merchant_reference IS NOT NULL ORDER BY order_no LIMIT 1")
+            .await?
+            .flatten();
+    let txn = text(
+        "SELECT gateway_txn_id FROM payment_attempts WHERE gateway_txn_id IS NOT NULL ORDER BY attempt_ref LIMIT 1",
+    )
+    .await?
+    .flatten();
+    let sku = text("SELECT sku FROM order_lines ORDER BY order_no LIMIT 1").await?.flatten();
+    let newest: i64 = sql::query_scalar("SELECT MAX(created_at) FROM orders").fetch_one(pool).await?;
+    db.close().await;
+    Ok(Samples {
+        orders,
+        deep_cursor: kassa::store::listing::Cursor { at, key: order_no.clone() }.encode(),
+        order_no,
+        reference,
+        txn,
+        sku,
+        newest,
+    })
+}
+
+/// A read's query string, as pairs.
+type Query = Vec<(&'static str, String)>;
+
+fn page(more: &[(&'static str, &str)]) -> Query {
+    let mut q = vec![("limit", PAGE.to_string())];
+    q.extend(more.iter().map(|(k, v)| (*k, (*v).to_string())));
+    q
+}
+
+fn figures(mut us: Vec<u64>) -> ReadFigures {
+    us.sort_unstable();
+    let at = |q: f64| us.get(((us.len() as f64 - 1.0) * q).round() as usize).map_or(0.0, |v| *v as f64 / 1000.0);
+    ReadFigures { requests: us.len(), p50_ms: at(0.5), p99_ms: at(0.99), max_ms: at(1.0), ..ReadFigures::default() }
+}
+
+pub(super) async fn reads_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
+    let server = http::start_server(args, 900).await?;
+    let url = server.database_url.clone().context("the reads scenario needs --database-url (with --url)")?;
+    let s = samples(&url).await?;
+    let client = reqwest::Client::new();
+    let month_from = jiff::Timestamp::from_millisecond(s.newest - 30 * 86_400_000)?.to_string();
+    let mut queries: Vec<(&str, Query)> = vec![
+        ("list: first page", page(&[])),
+        ("list: page half-way down", page(&[("cursor", &s.deep_cursor)])),
+        ("search: order number", vec![("q", s.order_no.clone())]),
+        ("search: nothing found", vec![("q", "no-such-order".into())]),
+        ("filter: status refunded", page(&[("status", "refunded")])),
+        ("filter: gateway stripe", page(&[("gateway", "stripe")])),
+        ("filter: last month", page(&[("from", &month_from)])),
+    ];
+    if let Some(reference) = &s.reference {
+        queries.push(("search: merchant reference", vec![("q", reference.clone())]));
+    }
+    if let Some(txn) = &s.txn {
+        queries.push(("search: gateway transaction", vec![("q", txn.clone())]));
+    }
+    if let Some(sku) = &s.sku {
+        queries.push(("filter: SKU", page(&[("sku", sku)])));
+    }
+    let budget = Duration::from_secs(args.seconds.max(1)).div_f64(queries.len() as f64);
+    let started = Instant::now();
+    let mut reads = BTreeMap::new();
+    for (name, query) in &queries {
+        let mut us = Vec::new();
+        let began = Instant::now();
+        while us.len() < READS_PER_QUERY && (us.is_empty() || began.elapsed() < budget) {
+            let t = Instant::now();
+            let r = client
+                .get(format!("{}/api/v1/admin/orders", server.base))
+                .query(query)
+                .bearer_auth(&server.admin)
+                .send()
+                .await?;
+            anyhow::ensure!(r.status().is_success(), "{name}: {}", r.status());
+            r.bytes().await?;
+            us.push(t.elapsed().as_micros() as u64);
+        }
+        let f = figures(us);
+        eprintln!("{name}: p50 {:.1} ms, p99 {:.1} ms", f.p50_ms, f.p99_ms);
+        reads.insert((*name).to_string(), f);
+    }
+    for (name, query) in
+        [("export: last month", vec![("from", month_from.clone())]), ("export: everything", Vec::new())]
+    {
+        let t = Instant::now();
+        let mut r = client
+            .get(format!("{}/api/v1/admin/orders.csv", server.base))
+            .query(&query)
+            .bearer_auth(&server.admin)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status().is_success(), "{name}: {}", r.status());
+        let mut lines = 0_u64;
+        while let Some(chunk) = r.chunk().await? {
+            lines += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let rows = lines.saturating_sub(1);
+        let mut f = figures(vec![t.elapsed().as_micros() as u64]);
+        f.rows = Some(rows);
+        f.rows_per_s = Some(rows as f64 / secs);
+        eprintln!("{name}: {rows} rows in {secs:.1} s");
+        reads.insert(name.to_string(), f);
+    }
+    let report = Report {
+        scenario: "reads".into(),
+        seconds: started.elapsed().as_secs_f64(),
+        buyers: 1,
+        history_orders: Some(s.orders),
+        reads,
+        ..Report::default()
+    };
+    let mut report = http::finish(args, &server, report).await?;
+    report.buyers = 1;
+    Ok(report)
+}
