@@ -475,10 +475,15 @@ pub(super) async fn finish(args: &BenchArgs, server: &Server, mut report: Report
             // The server's own `kassa check`: its schema may differ from this binary's.
             Some(bin) => check_with(bin, url)?,
             None => {
+                // What the run changed, beside what a clean run before it read.
                 let db = Db::connect(url, 4).await?;
-                let n = kassa::store::check::run(&db).await?.len();
+                let scope = kassa::store::check::since_last_clean(&db).await?;
+                let (violations, through) = kassa::store::check::run_scoped(&db, None, scope).await?;
+                if violations.is_empty() {
+                    kassa::store::check::record_clean(&db, through).await?;
+                }
                 db.close().await;
-                n
+                violations.len()
             }
         });
         report.check_seconds = Some(checking.elapsed().as_secs_f64());

@@ -107,7 +107,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             .header(
                 "Idempotency-Key",
                 json!({"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_LEN_MAX, "pattern": "^[\\x20-\\x7e]+$"}),
-                "the client's key for this confirm: a repeat with it answers the first order",
+                "the client's key for this confirm: a repeat with it answers the first order. Kept for --idempotency-key-days (30) after the confirm; a repeat on the same basket later still answers its order",
             )
             .ok::<PlacedOrder>(201, "the order and its hand-off (payment null when the total is zero: paid at once)")
             .link("order", "get_api_v1_orders_order_no", "order_no", "$response.body#/order_no")

@@ -44,8 +44,11 @@ async fn seeded_history_holds_the_invariants(backend: Backend) {
         assert!(by_status[status].as_u64().unwrap() > 0, "no {status} order in {report}");
     }
 
+    let (ok, out, err) = run(&["check", "--full", "--database-url", &db.url, "--keys-secret", KEYS_SECRET]);
+    assert!(ok && out.contains("ok: invariants") && out.contains("every row"), "check: {out}\n{err}");
+    // Recorded as read: the next run reads what changed since.
     let (ok, out, err) = run(&["check", "--database-url", &db.url, "--keys-secret", KEYS_SECRET]);
-    assert!(ok && out.contains("ok: invariants"), "check: {out}\n{err}");
+    assert!(ok && out.contains("what changed after status-log row"), "check: {out}\n{err}");
 
     let store = kassa::store::Db::connect(&db.url, 2).await.unwrap();
     let pool = store.read_pool();
@@ -183,3 +186,44 @@ async fn the_admin_lists_read_by_index_on_sqlite() {
         }
     }
 }
+
+/// A check reads what changed since the last clean one: an order broken by hand without a change
+/// logged is seen by a full run only; an order with a change logged since is read again.
+async fn a_check_reads_what_changed_since_the_last_clean_one(backend: Backend) {
+    use kassa::store::check::{self, Scope};
+    let t = crate::common::TestApp::spawn(backend).await;
+    t.create_sku("MUG", "Mug", 100, 50).await;
+    let (_, old, old_ref) = t.pending_order(&[("MUG", 1)]).await;
+    t.complete(&old_ref, "succeeded", 1).await;
+    t.settle().await;
+    let db = &t.app.state.db;
+    assert_eq!(check::since_last_clean(db).await.unwrap(), Scope::Full, "no clean run yet");
+    let (violations, through) = check::run_scoped(db, None, Scope::Full).await.unwrap();
+    assert!(violations.is_empty(), "{violations:?}");
+    check::record_clean(db, through).await.unwrap();
+    let since = check::since_last_clean(db).await.unwrap();
+    assert_eq!(since, Scope::Since(through));
+
+    let break_capture = |order_no: String| async move {
+        db.write_one(move || {
+            kassa::store::sql::query("UPDATE orders SET captured_minor = 1 WHERE order_no = $1").bind(order_no.clone())
+        })
+        .await
+        .unwrap()
+    };
+    break_capture(old.clone()).await;
+    let (violations, _) = check::run_scoped(db, None, since).await.unwrap();
+    assert!(violations.is_empty(), "unchanged since the clean run: not read ({violations:?})");
+    let (violations, _) = check::run_scoped(db, None, Scope::Full).await.unwrap();
+    assert!(violations.iter().any(|v| v.invariant == "I4" && v.detail.contains(&old)), "{violations:?}");
+
+    let (_, new, new_ref) = t.pending_order(&[("MUG", 1)]).await;
+    t.complete(&new_ref, "succeeded", 1).await;
+    t.settle().await;
+    break_capture(new.clone()).await;
+    let (violations, _) = check::run_scoped(db, None, since).await.unwrap();
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].invariant == "I4" && violations[0].detail.contains(&new), "{violations:?}");
+}
+
+on_both!(a_check_reads_what_changed_since_the_last_clean_one, a_check_reads_what_changed_since_the_last_clean_one);
