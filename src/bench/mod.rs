@@ -267,6 +267,7 @@ mod engine;
 mod http;
 mod reads;
 pub mod seed;
+mod seed_rows;
 
 use engine::{commit_limit, engine_scenario};
 use http::{ScratchDir, Server, flow, http_scenario};
