@@ -378,11 +378,12 @@ async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
     }
     let rows = sql::query(&format!(
         "SELECT a.attempt_ref, a.captured_minor, \
-           CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.attempt_ref = a.attempt_ref AND r.status <> 'failed'), 0) AS BIGINT) AS refunded, \
+           CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = a.order_no \
+             AND r.attempt_ref = a.attempt_ref AND r.status <> 'failed'), 0) AS BIGINT) AS refunded, \
            CAST(COALESCE((SELECT SUM(c.amount_minor) FROM second_captures c WHERE c.attempt_ref = a.attempt_ref), 0) AS BIGINT) AS again \
-         FROM payment_attempts a WHERE EXISTS (SELECT 1 FROM refunds r WHERE r.attempt_ref = a.attempt_ref) AND {} \
+         FROM payment_attempts a WHERE a.attempt_ref IN (SELECT r.attempt_ref FROM refunds r WHERE {}) \
          ORDER BY a.attempt_ref",
-        changed("a.order_no", 1)
+        changed("r.order_no", 1)
     ))
     .bind(since)
     .fetch_all(&mut *tx)

@@ -68,6 +68,11 @@ const PLAN: &[(&str, &str, Run)] = &[
         "cargo run --release -- bench",
         Run::Excused("benchmarks, run by scripts/bench.sh and scripts/bench-compare.sh"),
     ),
+    (
+        "BENCHMARKS.md",
+        "kassa bench seed --orders 1000000",
+        Run::Excused("a benchmark on a history of a million orders; the seeder runs in tests/api/history.rs"),
+    ),
 ];
 
 /// The files whose shell blocks are planned: the README, docs/, and the other guides at the top.
