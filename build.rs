@@ -8,6 +8,8 @@
 //!   is on and the tests behind a real proxy run; without it, the same;
 //! - with `KASSA_SCHEMATHESIS` set (the path of Schemathesis' `st`), the `kassa_test_schemathesis`
 //!   cfg is on and the contract tests run it against a served kassa; without it, the same;
+//! - with `KASSA_AIOSMTPD` set (the path of a Python with `aiosmtpd`), the `kassa_test_smtp` cfg is
+//!   on and the e-mail tests send through a real SMTP server on loopback; without it, the same;
 //! - with `KASSA_EXAMPLES` set (what `scripts/examples-setup.sh` prepared: the client generators
 //!   and the Node.js example's packages), the `kassa_test_examples` cfg is on and the shop
 //!   examples in `examples/` run against a served kassa; without it, the same;
@@ -45,6 +47,11 @@ fn main() {
     }
     if std::env::var("KASSA_SCHEMATHESIS").is_ok_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=kassa_test_schemathesis");
+    }
+    println!("cargo::rustc-check-cfg=cfg(kassa_test_smtp)");
+    println!("cargo::rerun-if-env-changed=KASSA_AIOSMTPD");
+    if std::env::var("KASSA_AIOSMTPD").is_ok_and(|v| !v.is_empty()) {
+        println!("cargo::rustc-cfg=kassa_test_smtp");
     }
     for (cfg, found) in [
         ("kassa_test_browser", program("CHROMEDRIVER", "chromedriver") && program("CHROMIUM", "chromium")),

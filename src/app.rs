@@ -36,6 +36,8 @@ const REFUND_INTERVAL: Duration = Duration::from_millis(1_000);
 /// How often the gateways' keys are looked after (WeChat Pay's certificates downloaded).
 const KEYS_INTERVAL: Duration = Duration::from_millis(crate::gateway::wechat_keys::REFRESH_EVERY_MS.unsigned_abs());
 const OUTBOX_INTERVAL: Duration = Duration::from_millis(500);
+/// Interval of the mail worker.
+const MAIL_INTERVAL: Duration = Duration::from_secs(1);
 /// Interval of the retention worker.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 /// Interval of the WeChat mini-program shipping reporter.
@@ -57,6 +59,8 @@ pub struct App {
     pub keeper: Arc<KeyKeeper>,
     /// The outbox relay, when a merchant webhook is configured.
     pub relay: Option<Arc<Relay>>,
+    /// E-mail to the buyer, when `[email]` is configured.
+    pub mailer: Option<Arc<crate::workers::mail::Mailer>>,
     /// WeChat mini-program shipping reports, when the mini program's secret is configured.
     pub shipper: Option<Arc<crate::workers::shipping::Shipper>>,
     /// The daily statement reconciliation (run by the workers unless `--statement-time off`).
@@ -305,7 +309,12 @@ impl App {
             retention: settings.protection.retention,
             memory: guard.clone(),
         });
-        let cx = usecase_context(settings, &db, &clock, &gateways, &public_url, vault);
+        let links = Arc::new(link_signer(&db, vault.as_deref()).await?);
+        let cx = usecase_context(settings, &db, &clock, &gateways, &public_url, vault, links);
+        let mailer = match &settings.email {
+            Some(email) => Some(Arc::new(crate::workers::mail::Mailer::new(cx.clone(), email)?)),
+            None => None,
+        };
         let refunder = Arc::new(Refunder { cx: cx.clone() });
         let state = AppState(Arc::new(Inner {
             cx: cx.clone(),
@@ -431,6 +440,16 @@ impl App {
                     }
                 })));
             }
+            if let Some(mailer) = mailer.clone() {
+                tasks.push(tokio::spawn(run_every("mail", MAIL_INTERVAL, shutdown_rx.clone(), move || {
+                    let mailer = mailer.clone();
+                    async move {
+                        if let Err(e) = mailer.step().await {
+                            tracing::error!(error = %e, "mail step failed");
+                        }
+                    }
+                })));
+            }
             if let Some(shipper) = shipper.clone() {
                 tasks.push(tokio::spawn(run_every("shipping", SHIPPING_INTERVAL, shutdown_rx.clone(), move || {
                     let shipper = shipper.clone();
@@ -474,6 +493,7 @@ impl App {
             reconciler,
             refunder,
             relay,
+            mailer,
             shipper,
             statements,
             monitor,
@@ -499,6 +519,19 @@ impl App {
     }
 }
 
+/// The signer of links to an order: from the keys secret where there is one, else from a random
+/// secret kept in the database (made once, read by every instance).
+pub async fn link_signer(db: &Db, vault: Option<&crate::vault::Vault>) -> anyhow::Result<crate::vault::LinkSigner> {
+    Ok(match vault {
+        Some(v) => v.link_signer(),
+        None => {
+            let secret =
+                crate::store::settings::get_or_init(db, "link_secret", crate::vault::Vault::generate_secret).await?;
+            crate::vault::LinkSigner::from_secret(secret.as_bytes())
+        }
+    })
+}
+
 /// What the use cases reach, as the settings configure it.
 pub fn usecase_context(
     settings: &Settings,
@@ -507,6 +540,7 @@ pub fn usecase_context(
     gateways: &Gateways,
     public_url: &str,
     vault: Option<Arc<crate::vault::Vault>>,
+    links: Arc<crate::vault::LinkSigner>,
 ) -> crate::usecase::Context {
     crate::usecase::Context {
         db: db.clone(),
@@ -520,5 +554,8 @@ pub fn usecase_context(
         refund_policy: settings.refund_policy,
         allowed_return_origins: settings.allowed_return_origins.clone(),
         vault,
+        links,
+        link_hours: settings.lookup_link_hours,
+        mail: settings.email.as_ref().map(|e| crate::usecase::mail::MailPolicy { keys_inline: e.keys_inline }),
     }
 }

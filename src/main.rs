@@ -232,7 +232,7 @@ fn main() -> ExitCode {
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
     if args.check_config {
-        return check_config(&settings);
+        return check_config(&settings).await;
     }
     kassa::store::files::create_private_dir(&settings.data_dir)?;
     let listener = tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| {
@@ -302,7 +302,8 @@ async fn open_gateways(
 async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::reconciler::ReconcileReport> {
     let (settings, db, clock, gateways) = open_gateways(&args.serve).await?;
     let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
-    let cx = kassa::app::usecase_context(&settings, &db, &clock, &gateways, &public_url, None);
+    let links = Arc::new(kassa::app::link_signer(&db, None).await?);
+    let cx = kassa::app::usecase_context(&settings, &db, &clock, &gateways, &public_url, None, links);
     let reconciler = kassa::workers::reconciler::Reconciler { cx, after_ms: settings.reconcile_after_ms };
     let report = reconciler.pass(true).await?;
     db.close().await;
@@ -474,7 +475,7 @@ async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
 }
 
 /// `kassa serve --check-config`: what `serve` would refuse at start, found without starting.
-fn check_config(settings: &Settings) -> anyhow::Result<()> {
+async fn check_config(settings: &Settings) -> anyhow::Result<()> {
     let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
     let gateways = settings.gateways.build(&public_url).map_err(|e| anyhow::anyhow!("gateways: {e:#}"))?;
     let mut names: Vec<&str> = gateways.iter().map(|g| g.name()).collect();
@@ -490,6 +491,10 @@ fn check_config(settings: &Settings) -> anyhow::Result<()> {
         kassa::vault::Vault::from_hex(secret).map_err(|e| anyhow::anyhow!("keys_secret: {e}"))?;
     }
     kassa::store::normalize_url_kind(&settings.database_url)?;
+    if let Some(email) = &settings.email {
+        kassa::workers::mail::test_connection(email).await.map_err(|e| anyhow::anyhow!("[email]: {e}"))?;
+        println!("e-mail ok: {}:{} answers", email.host, email.port);
+    }
     println!(
         "configuration ok: listen {}, database {}, gateways {:?}",
         settings.listen,

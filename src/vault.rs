@@ -14,6 +14,8 @@ pub struct Vault {
     /// A value made with the secret and kept in the database, so a different secret is told
     /// apart before it seals or is asked to open anything. It reveals nothing of the secret.
     check: String,
+    /// The secret the order links' key is derived from.
+    link_secret: [u8; 32],
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -50,7 +52,8 @@ impl Vault {
         let aead = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &enc).map_err(|_| VaultError::BadSecret)?);
         let fingerprint = hmac::Key::new(hmac::HMAC_SHA256, &derive(&secret, "kassa card keys: fingerprint"));
         let check = hex::encode(derive(&secret, "kassa card keys: check value"));
-        Ok(Vault { aead, fingerprint, check })
+        let link_secret = derive(&secret, "kassa card keys: order links");
+        Ok(Vault { aead, fingerprint, check, link_secret })
     }
 
     /// The secret's check value (hex), as stored beside the keys it sealed.
@@ -99,9 +102,127 @@ impl Vault {
     }
 }
 
+/// Signs and checks the links to an order handed to whoever proved to be its buyer: a token
+/// `<order_no>.<link id>.<expiry ms>.<tag>`, the tag HMAC-SHA256 over the order, the purpose, the
+/// link's id and its expiry (base64url). The key is derived from the keys secret where one is
+/// configured (a copy of the database alone then cannot make a link that reveals keys), else
+/// from a random secret every instance reads from the database.
+pub struct LinkSigner(hmac::Key);
+
+/// What a link's token names, its signature checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkClaims {
+    pub order_no: String,
+    pub link_id: String,
+    pub expires_at: i64,
+}
+
+impl std::fmt::Debug for LinkSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkSigner(..)")
+    }
+}
+
+/// Longest link token read, in bytes.
+pub const LINK_TOKEN_LEN_MAX: usize = 256;
+
+impl LinkSigner {
+    pub fn from_secret(secret: &[u8]) -> LinkSigner {
+        LinkSigner(hmac::Key::new(hmac::HMAC_SHA256, &derive(secret, "kassa order links")))
+    }
+
+    fn message(order_no: &str, purpose: &str, link_id: &str, expires_at: i64) -> Vec<u8> {
+        format!("{order_no}\0{purpose}\0{link_id}\0{expires_at}").into_bytes()
+    }
+
+    /// The token of link `link_id` to `order_no` for `purpose`, good until `expires_at`.
+    pub fn sign(&self, order_no: &str, purpose: &str, link_id: &str, expires_at: i64) -> String {
+        use base64::Engine as _;
+        let tag = hmac::sign(&self.0, &Self::message(order_no, purpose, link_id, expires_at));
+        let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref());
+        format!("{order_no}.{link_id}.{expires_at}.{tag}")
+    }
+
+    /// The claims of a token for `purpose`, if its signature holds (checked in constant time);
+    /// expiry and use are the caller's to check.
+    pub fn verify(&self, token: &str, purpose: &str) -> Option<LinkClaims> {
+        use base64::Engine as _;
+        if token.len() > LINK_TOKEN_LEN_MAX {
+            return None;
+        }
+        // From the right: an order number may hold a dot; the other three never do.
+        let mut parts = token.rsplitn(4, '.');
+        let (tag, expires, link_id, order_no) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let expires_at: i64 = expires.parse().ok()?;
+        let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(tag).ok()?;
+        hmac::verify(&self.0, &Self::message(order_no, purpose, link_id, expires_at), &tag).ok()?;
+        Some(LinkClaims { order_no: order_no.to_string(), link_id: link_id.to_string(), expires_at })
+    }
+
+    /// A fresh random link id (128 bits, hex).
+    pub fn new_link_id() -> String {
+        let mut bytes = [0_u8; 16];
+        let _ = SystemRandom::new().fill(&mut bytes);
+        hex::encode(bytes)
+    }
+}
+
+impl Vault {
+    /// The link signer of this keys secret.
+    pub fn link_signer(&self) -> LinkSigner {
+        LinkSigner::from_secret(self.link_secret.as_slice())
+    }
+}
+
+/// The slow hash of a lookup password: Argon2id with its default cost (19 MiB, two passes), a
+/// random salt, as a PHC string. Run it off the async threads.
+pub fn hash_password(password: &str) -> Result<String, VaultError> {
+    use argon2::password_hash::{PasswordHasher as _, SaltString};
+    let mut salt = [0_u8; 16];
+    SystemRandom::new().fill(&mut salt).map_err(|_| VaultError::Seal)?;
+    let salt = SaltString::encode_b64(&salt).map_err(|_| VaultError::Seal)?;
+    argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|_| VaultError::Seal)
+}
+
+/// Whether `password` is the one `stored` (a PHC string of [`hash_password`]) was made from.
+pub fn verify_password(password: &str, stored: &str) -> bool {
+    use argon2::password_hash::{PasswordHash, PasswordVerifier as _};
+    PasswordHash::new(stored).is_ok_and(|h| argon2::Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_are_signed_for_their_order_purpose_and_expiry() {
+        let s = LinkSigner::from_secret(b"secret");
+        let token = s.sign("ORD1", "order", "abc", 1000);
+        let claims = s.verify(&token, "order").unwrap();
+        assert_eq!(claims, LinkClaims { order_no: "ORD1".into(), link_id: "abc".into(), expires_at: 1000 });
+        assert!(s.verify(&token, "other").is_none(), "bound to its purpose");
+        assert!(s.verify(&token.replace(".1000.", ".1001."), "order").is_none(), "expiry signed");
+        assert!(s.verify(&token.replace("ORD1", "ORD2"), "order").is_none(), "order signed");
+        assert!(LinkSigner::from_secret(b"other").verify(&token, "order").is_none());
+        assert!(s.verify("a.b.c", "order").is_none());
+        assert!(s.verify(&format!("{token}.x"), "order").is_none());
+        let dotted = s.sign("ORD.1", "order", "abc", 1000);
+        assert_eq!(s.verify(&dotted, "order").unwrap().order_no, "ORD.1");
+        assert_eq!(LinkSigner::new_link_id().len(), 32);
+    }
+
+    #[test]
+    fn passwords_are_hashed_slowly_and_checked() {
+        let h = hash_password("correct horse").unwrap();
+        assert!(h.starts_with("$argon2id$"));
+        assert!(verify_password("correct horse", &h));
+        assert!(!verify_password("correct hors", &h));
+        assert!(!verify_password("correct horse", "not a hash"));
+        assert_ne!(hash_password("correct horse").unwrap(), h, "salted");
+    }
 
     #[test]
     fn seals_opens_and_fingerprints() {

@@ -14,6 +14,7 @@ use crate::domain::refund::{RefundPolicy, WINDOW_DAYS_MAX};
 use crate::domain::shop::{Origin, RETURN_ORIGINS_MAX};
 use crate::gateway::config::GatewaysFile;
 
+pub mod email;
 mod protection;
 
 pub use protection::ProtectionArgs;
@@ -104,6 +105,9 @@ pub struct ServeArgs {
     /// Reconciler interval in milliseconds [default: 30000]
     #[arg(long, env = "KASSA_RECONCILE_INTERVAL_MS")]
     pub reconcile_interval_ms: Option<u64>,
+    /// How long a link to an order (from a lookup or an e-mail) stays good, in hours [default: 24]
+    #[arg(long, env = "KASSA_LOOKUP_LINK_HOURS")]
+    pub lookup_link_hours: Option<u64>,
     /// Origins a checkout's return_url and cancel_url may point at, comma-separated
     /// (https://shop.example,https://m.shop.example) [default: none: kassa's own return page]
     #[arg(long, env = "KASSA_ALLOWED_RETURN_ORIGINS")]
@@ -166,6 +170,9 @@ pub struct FileConfig {
     /// Active query and reconciliation.
     pub reconcile_after_seconds: Option<u64>,
     pub reconcile_interval_ms: Option<u64>,
+    pub lookup_link_hours: Option<u64>,
+    /// The SMTP server of the buyer's e-mail (`[email]`).
+    pub email: Option<email::EmailFile>,
     pub allowed_return_origins: Option<String>,
     pub time_zone: Option<String>,
     /// The daily statement reconciliation (the flags of the same names).
@@ -240,6 +247,10 @@ pub struct Settings {
     pub statement_schedule: Option<crate::workers::statements::Schedule>,
     /// How the storage engine runs ([`EngineConfig::from_lookup`], from the environment: switches for measuring).
     pub engine: EngineConfig,
+    /// E-mail to the buyer (`[email]`); `None`: off.
+    pub email: Option<email::EmailSettings>,
+    /// How long a link to an order stays good (`--lookup-link-hours`).
+    pub lookup_link_hours: u64,
 }
 
 /// `--listen`: an address, or a host name and port (`localhost:8080`) resolved once at start-up,
@@ -384,6 +395,8 @@ impl Default for Settings {
             time_zone: Zone::utc(),
             statement_schedule: Some(crate::workers::statements::Schedule::default()),
             engine: EngineConfig::default(),
+            email: None,
+            lookup_link_hours: crate::domain::contact::LINK_HOURS_DEFAULT,
         }
     }
 }
@@ -457,7 +470,11 @@ impl Settings {
                  installation"
             );
         }
+        let lookup_link_hours = email::link_hours(args.lookup_link_hours.or(file.lookup_link_hours))?;
+        let email = email::resolve(file.email.as_ref(), std::env::var("KASSA_EMAIL_PASSWORD").ok())?;
         Ok(Settings {
+            email,
+            lookup_link_hours,
             allowed_return_origins,
             time_zone,
             statement_schedule,
@@ -528,159 +545,4 @@ impl Settings {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::protection::DAY_MS;
-
-    #[test]
-    fn the_default_settings_are_what_nothing_resolves_to() {
-        let mut resolved = Settings::resolve(&ServeArgs::default()).unwrap();
-        resolved.engine = EngineConfig::default();
-        assert_eq!(format!("{:?}", Settings::default()), format!("{resolved:?}"));
-    }
-
-    #[test]
-    fn command_line_beats_file_beats_default() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("kassa.toml");
-        std::fs::write(&file, "hold_seconds = 60\nlisten = \"127.0.0.1:9000\"\ndemo = true\n").unwrap();
-        let mut args = ServeArgs::default();
-        args.common.config = Some(file);
-        args.hold_seconds = Some(5);
-        let s = Settings::resolve(&args).unwrap();
-        assert_eq!(s.hold_seconds, 5);
-        assert_eq!(s.listen.port(), 9000);
-        assert!(s.demo && s.sandbox);
-        assert_eq!(s.sweep_interval_ms, DEFAULT_SWEEP_INTERVAL_MS);
-        assert!(s.database_url.starts_with("sqlite://./kassa-data"));
-        assert_eq!(s.refund_policy.window_days, None);
-    }
-
-    #[test]
-    fn the_refund_window_is_off_unless_set() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("kassa.toml");
-        std::fs::write(&file, "refund_window_days = 90\n").unwrap();
-        let mut args = ServeArgs::default();
-        args.common.config = Some(file);
-        assert_eq!(Settings::resolve(&args).unwrap().refund_policy.window_days, Some(90));
-        args.refund_window_days = Some(30);
-        assert_eq!(Settings::resolve(&args).unwrap().refund_policy.window_days, Some(30));
-        args.refund_window_days = Some(0);
-        assert!(Settings::resolve(&args).is_err());
-    }
-
-    #[test]
-    fn time_zones_are_names_or_offsets() {
-        let mut args = ServeArgs {
-            time_zone: Some("Asia/Shanghai".into()),
-            statement_time_zone: Some("Europe/Berlin".into()),
-            ..Default::default()
-        };
-        let s = Settings::resolve(&args).unwrap();
-        assert_eq!(s.time_zone.iana_name(), Some("Asia/Shanghai"));
-        assert_eq!(s.statement_schedule.unwrap().zone.iana_name(), Some("Europe/Berlin"));
-        args.time_zone = Some("Mars/Olympus".into());
-        let refused = Settings::resolve(&args).unwrap_err().to_string();
-        assert!(refused.contains("--time-zone") && refused.contains("Asia/Shanghai"), "{refused}");
-    }
-
-    #[test]
-    fn protection_defaults_guard_a_public_storefront_and_can_be_set() {
-        let s = Settings::resolve(&ServeArgs::default()).unwrap();
-        let p = &s.protection;
-        assert_eq!(p.max_open_orders_per_session, 3);
-        assert_eq!(p.rate_limits, Some(RateLimits::default()));
-        assert!(p.trusted_proxies.iter().any(|n| n.contains(&std::net::IpAddr::from([127, 0, 0, 1]))));
-        assert_eq!(p.retention.notification_body_ms, 180 * DAY_MS);
-        assert_eq!(p.client_address_header, ClientAddressHeader::XForwardedFor);
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("kassa.toml");
-        std::fs::write(
-            &file,
-            "rate_limits = \"on\"\nrate_confirms_per_minute = 5\ntrusted_proxies = \"10.0.0.0/8, 192.0.2.1\"\n\
-             max_open_orders_per_session = 0\nnotification_body_days = 30\nclient_address_header = \"Forwarded\"\n",
-        )
-        .unwrap();
-        let mut args = ServeArgs::default();
-        args.common.config = Some(file);
-        let p = Settings::resolve(&args).unwrap().protection;
-        assert_eq!(p.rate_limits.map(|r| r.confirms_per_minute), Some(5));
-        assert_eq!(p.trusted_proxies.len(), 2);
-        assert_eq!(p.client_address_header, ClientAddressHeader::Forwarded);
-        assert_eq!(p.max_open_orders_per_session, 0);
-        assert_eq!(p.retention.notification_body_ms, 30 * DAY_MS);
-        args.protection.rate_limits = Some("off".into());
-        assert_eq!(Settings::resolve(&args).unwrap().protection.rate_limits, None);
-        for bad in [
-            ProtectionArgs { rate_limits: Some("maybe".into()), ..Default::default() },
-            ProtectionArgs { rate_sessions_per_minute: Some(0), ..Default::default() },
-            ProtectionArgs { trusted_proxies: Some("10.0.0.0/33".into()), ..Default::default() },
-            ProtectionArgs { shop_api_key: Some("short".into()), ..Default::default() },
-            ProtectionArgs { client_address_header: Some("x-client-ip".into()), ..Default::default() },
-            ProtectionArgs { captcha_verify_url: Some("https://v.example/siteverify".into()), ..Default::default() },
-            ProtectionArgs { max_connections: Some(0), ..Default::default() },
-            ProtectionArgs { retention_days: Some(0), ..Default::default() },
-        ] {
-            let args = ServeArgs { protection: bad.clone(), ..Default::default() };
-            assert!(Settings::resolve(&args).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn the_sandbox_is_refused_where_real_money_is_taken_unless_asked_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("kassa.toml");
-        std::fs::write(&file, "[gateways.stripe]\nsecret_key = \"sk_test_x\"\nwebhook_secret = \"whsec_x\"\n").unwrap();
-        let demo = |config: Option<PathBuf>, public_url: Option<&str>, i_know: bool| ServeArgs {
-            common: CommonArgs { config, ..Default::default() },
-            demo: true,
-            public_url: public_url.map(str::to_string),
-            sandbox_in_production_i_know: i_know,
-            ..Default::default()
-        };
-        for local in [None, Some("http://127.0.0.1:8080"), Some("http://localhost:9000/"), Some("http://[::1]:8080")] {
-            let s = Settings::resolve(&demo(None, local, false)).unwrap();
-            assert!(s.sandbox && !s.sandbox_in_production, "{local:?}");
-        }
-        for (config, url) in
-            [(Some(file.clone()), None), (None, Some("https://shop.example")), (None, Some("http://10.0.0.5:8080"))]
-        {
-            let err = Settings::resolve(&demo(config.clone(), url, false)).unwrap_err().to_string();
-            assert!(err.contains("--sandbox-in-production-i-know"), "{err}");
-            let s = Settings::resolve(&demo(config, url, true)).unwrap();
-            assert!(s.sandbox_in_production);
-        }
-        // Listening on the network with no public URL: reached from it.
-        let open = ServeArgs { listen: Some("0.0.0.0:8080".into()), ..demo(None, None, false) };
-        assert!(Settings::resolve(&open).is_err());
-        // A real gateway alone is production as usual.
-        let args = ServeArgs { common: CommonArgs { config: Some(file), ..Default::default() }, ..Default::default() };
-        assert!(!Settings::resolve(&args).unwrap().sandbox);
-    }
-
-    #[test]
-    fn a_short_admin_token_is_refused_and_a_host_name_listens() {
-        let args = ServeArgs { admin_token: Some("x".repeat(31)), ..Default::default() };
-        assert!(Settings::resolve(&args).unwrap_err().to_string().contains("openssl rand -hex 32"));
-        let args = ServeArgs {
-            admin_token: Some("x".repeat(32)),
-            listen: Some("localhost:8080".into()),
-            ..Default::default()
-        };
-        let s = Settings::resolve(&args).unwrap();
-        assert!(s.listen.ip().is_loopback() && s.listen.port() == 8080);
-    }
-
-    #[test]
-    fn refuses_unknown_keys_and_bad_values() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("kassa.toml");
-        std::fs::write(&file, "hold_secs = 60\n").unwrap();
-        let mut args = ServeArgs::default();
-        args.common.config = Some(file);
-        assert!(Settings::resolve(&args).is_err());
-        let args = ServeArgs { listen: Some("nowhere".into()), ..Default::default() };
-        assert!(Settings::resolve(&args).is_err());
-    }
-}
+mod tests;

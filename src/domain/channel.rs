@@ -54,9 +54,43 @@ pub fn choose(
     wanted.iter().find_map(|w| offered.iter().find(|o| *o == w).copied()).unwrap_or(default)
 }
 
+/// The gateway of a checkout that named none: the shop's default — except inside WeChat's
+/// browser, which does not open Alipay's pages: there WeChat Pay when it is configured, and where
+/// only Alipay is, a refusal that tells the buyer to open the page in the phone's browser.
+pub fn default_gateway<'a>(
+    device: Device,
+    default: Option<&'a str>,
+    configured: &[&'a str],
+) -> Result<Option<&'a str>, super::refusal::Refusal> {
+    if device != Device::WeChat || default != Some("alipay") {
+        return Ok(default);
+    }
+    if let Some(wechat) = configured.iter().find(|g| **g == "wechatpay") {
+        return Ok(Some(*wechat));
+    }
+    match configured.iter().find(|g| **g != "alipay") {
+        Some(other) => Ok(Some(*other)),
+        None => Err(super::refusal::Refusal::unprocessable(
+            "open_in_browser",
+            "Alipay cannot be paid inside WeChat: open this page in the phone's browser (the ⋯ menu, Open in Browser)",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inside_wechat_alipay_is_not_the_default() {
+        let both = ["alipay", "wechatpay"];
+        assert_eq!(default_gateway(Device::WeChat, Some("alipay"), &both).unwrap(), Some("wechatpay"));
+        assert_eq!(default_gateway(Device::Phone, Some("alipay"), &both).unwrap(), Some("alipay"));
+        assert_eq!(default_gateway(Device::WeChat, Some("stripe"), &["alipay", "stripe"]).unwrap(), Some("stripe"));
+        assert_eq!(default_gateway(Device::WeChat, Some("alipay"), &["alipay", "stripe"]).unwrap(), Some("stripe"));
+        assert_eq!(default_gateway(Device::WeChat, Some("alipay"), &["alipay"]).unwrap_err().code, "open_in_browser");
+        assert_eq!(default_gateway(Device::WeChat, None, &[]).unwrap(), None);
+    }
 
     const WECHAT_IOS: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 MicroMessenger/8.0.43(0x18002b2c) NetType/WIFI Language/zh_CN";
     const WECHAT_ANDROID: &str = "Mozilla/5.0 (Linux; Android 13; V2203A Build/TP1A.220624.014; wv) AppleWebKit/537.36 (KHTML, like Gecko) Version/4.0 Chrome/111.0.5563.116 Mobile Safari/537.36 XWEB/5235 MMWEBSDK/20230805 MMWEBID/2587 MicroMessenger/8.0.42.2460(0x28002A37) WeChat/arm64 Weixin NetType/WIFI Language/zh_CN ABI/arm64";

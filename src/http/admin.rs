@@ -322,6 +322,7 @@ struct OrderPage<'a> {
     second_captures: Vec<crate::store::second_captures::SecondCaptureView>,
     refund_no: String,
     message: String,
+    mail: Vec<crate::store::mail::Mail>,
 }
 
 async fn order_page(
@@ -356,6 +357,7 @@ async fn order_page(
         second_captures: crate::store::second_captures::of_order(&state.db, &order_no).await?,
         refund_no: admin::suggest_refund_no(),
         message: message.to_string(),
+        mail: crate::store::mail::of_order(&state.db, &order_no).await?,
         keys_delivered,
         keys_unreadable,
         order,

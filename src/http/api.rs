@@ -25,10 +25,10 @@ use crate::store::catalog::{self, LimitsPatch};
 use crate::store::checkout::Placed;
 use crate::store::payments::Applied;
 use crate::store::views;
-use crate::store::{fulfilment, gauges, refunds};
+use crate::store::{gauges, refunds};
 use crate::usecase::catalog::{self as uc, SkuDraft};
 use crate::usecase::payment::{self, query_for_buyer};
-use crate::usecase::refund;
+use crate::usecase::{lookup, refund};
 
 /// Liveness: the process serves requests (whatever the database does).
 pub(super) async fn healthz() -> Response {
@@ -286,9 +286,15 @@ pub(super) async fn import_keys(
 }
 
 /// The order as its buyer (and admins) read it, with the card keys of delivered digital lines.
-pub(super) async fn order_body(state: &AppState, order_no: &OrderNo, admin: bool) -> Result<OrderBody> {
+pub(super) async fn order_body(
+    state: &AppState,
+    order_no: &OrderNo,
+    admin: bool,
+    viewer: &crate::store::lookup::Viewer,
+) -> Result<OrderBody> {
     let mut order = views::get_order(&state.db, order_no, admin).await?;
-    let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), order_no, state.now_ms()).await?;
+    let channel = if admin { lookup::Channel::Admin } else { lookup::Channel::Api };
+    let keys = lookup::reveal_keys(&state.cx, order_no, channel, viewer).await?;
     for (i, line) in order.lines.iter_mut().enumerate() {
         let line_no = i64::try_from(i).unwrap_or(i64::MAX) + 1;
         line.keys = keys.keys.iter().filter(|(n, _)| *n == line_no).map(|(_, k)| k.clone()).collect();
@@ -329,9 +335,15 @@ pub(super) async fn checkout_json(
         .transpose()?
         .map(IdempotencyKey::parse)
         .transpose()?;
-    let (placed, handoff) =
-        place_order(&state, &session.id, &basket_id, &body, key.as_ref(), &client, super::negotiate::device(&headers))
-            .await?;
+    let (placed, handoff) = place_order(
+        &state,
+        &session.id,
+        &basket_id,
+        &body,
+        key.as_ref(),
+        super::flows::Asker { client: &client, device: super::negotiate::device(&headers), lang },
+    )
+    .await?;
     if super::negotiate::wants_html(&headers) {
         return Ok(super::pages::handoff_page(&state, lang, &placed, handoff.as_ref()).await);
     }
@@ -355,6 +367,8 @@ pub struct OrderQuery {
 pub(super) async fn get_order(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
+    client: Option<axum::Extension<super::guard::Client>>,
     Path(order_no): Path<String>,
     query: std::result::Result<Query<OrderQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
@@ -374,7 +388,8 @@ pub(super) async fn get_order(
     if query.refresh {
         query_for_buyer(&state.cx, &order).await;
     }
-    Ok(axum::Json(order_body(&state, &order_no, false).await?).into_response())
+    let viewer = super::viewer(client.as_ref().map(|c| &c.0), &headers);
+    Ok(axum::Json(order_body(&state, &order_no, false, &viewer).await?).into_response())
 }
 
 /// A new SKU.
@@ -496,14 +511,18 @@ pub(super) async fn adjust_stock(
 pub(super) async fn admin_order(
     State(state): State<AppState>,
     _admin: Admin,
+    headers: HeaderMap,
+    client: Option<axum::Extension<super::guard::Client>>,
     Path(order_no): Path<String>,
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
-    let order = order_body(&state, &order_no, true).await?;
+    let viewer = super::viewer(client.as_ref().map(|c| &c.0), &headers);
+    let order = order_body(&state, &order_no, true, &viewer).await?;
+    let mail = crate::store::mail::of_order(&state.db, &order_no).await?;
     let reconciliation = crate::store::reconcile::list_findings(&state.db, Some(&order_no), FINDINGS_SHOWN_MAX).await?;
     let shipping_report = crate::store::shipping::report_of(&state.db, &order_no).await?;
     let second_captures = crate::store::second_captures::of_order(&state.db, &order_no).await?;
-    Ok(axum::Json(AdminOrderBody { order, reconciliation, second_captures, shipping_report }).into_response())
+    Ok(axum::Json(AdminOrderBody { order, reconciliation, second_captures, shipping_report, mail }).into_response())
 }
 
 /// Gateway notifications: verify, store, apply once, and answer in the gateway's own words.

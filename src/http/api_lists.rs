@@ -292,6 +292,8 @@ const ORDERS_CSV_HEADER: &[&str] = &[
     "lines",
     "metadata",
     "fee",
+    "contact_email",
+    "contact_phone",
 ];
 
 pub(super) async fn orders_csv(
@@ -332,6 +334,8 @@ pub(super) fn orders_export(state: &AppState, query: &OrderFilterQuery, export: 
                         cell(&lines.join("; ")),
                         if s.metadata.is_empty() { String::new() } else { cell(&json!(s.metadata).to_string()) },
                         o.fee_minor.map(|f| major(f, &s.currency)).unwrap_or_default(),
+                        cell(s.contact.email.as_deref().unwrap_or_default()),
+                        cell(s.contact.phone.as_deref().unwrap_or_default()),
                     ]
                 })
                 .collect();

@@ -142,6 +142,9 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     "invalid_merchant_reference",
                     "invalid_metadata",
                     "return_url_not_allowed",
+                    "invalid_contact",
+                    "invalid_lookup_password",
+                    "open_in_browser",
                 ],
             )
             .errors(429, &["too_many_open_orders"])

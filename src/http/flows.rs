@@ -49,6 +49,29 @@ pub struct CheckoutBody {
     #[serde(default)]
     #[schema(schema_with = super::schema::return_url)]
     pub cancel_url: Option<String>,
+    /// How the buyer may be reached about the order and find it again (`POST /api/v1/lookup`);
+    /// shown to the buyer's own session, the shop's server and admins only.
+    #[serde(default)]
+    pub contact: Option<ContactBody>,
+    /// A password the buyer chooses to look the order up with; only its slow hash is kept.
+    #[serde(default)]
+    #[schema(schema_with = super::schema::lookup_password)]
+    pub lookup_password: Option<String>,
+}
+
+/// The buyer's contact at checkout: either or both (an empty string is a field left out).
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContactBody {
+    /// An e-mail address; kept in lower case.
+    #[serde(default)]
+    #[schema(schema_with = super::schema::contact_email)]
+    pub email: Option<String>,
+    /// A phone number: digits with an optional leading + and spaces, hyphens, dots or
+    /// parentheses; kept as the digits (and the +).
+    #[serde(default)]
+    #[schema(schema_with = super::schema::contact_phone)]
+    pub phone: Option<String>,
 }
 
 /// What a payment retry may choose: the gateway, its channel and the payer.
@@ -71,8 +94,13 @@ pub struct RetryBody {
 
 impl CheckoutBody {
     /// The checkout as the use case reads it; `by_shop`: the request carries the shop's key.
-    pub fn as_checkout(&self, by_shop: bool) -> Checkout<'_> {
+    pub fn as_checkout<'a>(&'a self, by_shop: bool, lang: Option<&'a str>) -> Checkout<'a> {
+        let contact = self.contact.as_ref();
         Checkout {
+            email: contact.and_then(|c| c.email.as_deref()),
+            phone: contact.and_then(|c| c.phone.as_deref()),
+            lookup_password: self.lookup_password.as_deref(),
+            lang,
             gateway: self.gateway.as_deref(),
             channel: self.channel.as_deref(),
             payer: self.payer.as_ref(),
@@ -92,6 +120,15 @@ impl RetryBody {
     }
 }
 
+/// Who asks for a checkout: the client (its address, the shop's key), the buyer's device and the
+/// language of the request.
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    pub client: &'a super::guard::Client,
+    pub device: Device,
+    pub lang: super::i18n::Lang,
+}
+
 /// Places the order ([`crate::usecase::checkout::place_order`]). With a bot check configured, a
 /// basket still open needs a verified `captcha_token` first (a repeated confirm of a basket checked
 /// out already creates nothing, and needs none).
@@ -101,9 +138,9 @@ pub async fn place_order(
     basket_id: &BasketId,
     body: &CheckoutBody,
     idempotency_key: Option<&IdempotencyKey>,
-    client: &super::guard::Client,
-    device: Device,
+    asker: Asker<'_>,
 ) -> Result<(Placed, Option<Handoff>)> {
+    let Asker { client, device, lang } = asker;
     super::guard::token_fits(body.captcha_token.as_deref())?;
     let open = |status: &BasketStatus| *status == BasketStatus::Open;
     if state.guard.captcha_required() && open(&catalog::get_basket(&state.db, session_id, basket_id).await?.status) {
@@ -113,7 +150,7 @@ pub async fn place_order(
         &state.cx,
         session_id,
         basket_id,
-        &body.as_checkout(client.shop),
+        &body.as_checkout(client.shop, Some(lang.code())),
         idempotency_key,
         device,
     )

@@ -14,7 +14,11 @@ use serde_json::json;
 
 use super::AppState;
 use super::protection::{Captcha, ClientAddressHeader, Protection, RateLimits};
+use crate::domain::contact::{LOOKUP_MISS_WINDOW_MS, LOOKUP_MISSES_BEFORE_CHECK};
 use crate::error::{Error, RefusalKind};
+
+/// How long misses of one address count toward the bot check.
+const LOOKUP_MISS_WINDOW: Duration = Duration::from_millis(LOOKUP_MISS_WINDOW_MS.unsigned_abs());
 
 /// Header with the shop server's API key.
 pub const SHOP_KEY_HEADER: &str = "kassa-shop-key";
@@ -23,6 +27,10 @@ pub const BUYER_IP_HEADER: &str = "kassa-buyer-ip";
 /// Addresses whose buckets are kept per limit before buckets idle long enough to be full again are
 /// dropped at once rather than at the next retention pass (a full bucket and a new one are alike).
 pub const TRACKED_ADDRESSES_MAX: usize = 100_000;
+/// Order lookups one address may make per minute (`POST /api/v1/lookup`, `POST /lookup`).
+pub const LOOKUPS_PER_ADDRESS_PER_MINUTE: u32 = 10;
+/// Lookups of one order number, and of one contact, per hour, from all addresses together.
+pub const LOOKUPS_PER_KEY_PER_HOUR: u32 = 10;
 /// Longest bot-check token passed on to the verifier.
 pub const CAPTCHA_TOKEN_LEN_MAX: usize = 4096;
 /// A bot-check token is at most [`CAPTCHA_TOKEN_LEN_MAX`] characters, whether or not a check is
@@ -51,6 +59,8 @@ pub enum Bucket {
     Confirms,
     Polls,
     Signins,
+    /// Order lookups.
+    Lookups,
     /// Gateway notifications that fail verification: only those draw from it, after verifying, so
     /// a gateway's genuine notifications are never limited.
     RejectedNotifications,
@@ -64,6 +74,7 @@ impl Bucket {
             Bucket::Confirms => "confirms",
             Bucket::Polls => "polls",
             Bucket::Signins => "signins",
+            Bucket::Lookups => "lookups",
             Bucket::RejectedNotifications => "rejected_notifications",
         }
     }
@@ -96,6 +107,8 @@ pub fn bucket_of(method: &Method, path: &str) -> Option<Bucket> {
             Some(Bucket::Polls)
         }
         "/admin/login" if post => Some(Bucket::Signins),
+        "/api/v1/lookup" | "/lookup" | "/lookup/open/{token}" if post => Some(Bucket::Lookups),
+        "/lookup/open/{token}" if get => Some(Bucket::Polls),
         _ => None,
     }
 }
@@ -134,7 +147,10 @@ struct Buckets {
     confirms: Limiter,
     polls: Limiter,
     signins: Limiter,
+    lookups: Limiter,
     rejected_notifications: Limiter,
+    /// Lookups per order number and per contact (by their SHA-256), from every address.
+    lookup_keys: governor::DefaultKeyedRateLimiter<String>,
 }
 
 impl Buckets {
@@ -149,7 +165,11 @@ impl Buckets {
             confirms: limiter(r.confirms_per_minute),
             polls: limiter(r.polls_per_minute),
             signins: limiter(r.signins_per_minute),
+            lookups: limiter(LOOKUPS_PER_ADDRESS_PER_MINUTE),
             rejected_notifications: limiter(r.rejected_notifications_per_minute),
+            lookup_keys: governor::DefaultKeyedRateLimiter::keyed(governor::Quota::per_hour(
+                NonZeroU32::new(LOOKUPS_PER_KEY_PER_HOUR).unwrap_or(NonZeroU32::MIN),
+            )),
         }
     }
 
@@ -160,12 +180,21 @@ impl Buckets {
             Bucket::Confirms => &self.confirms,
             Bucket::Polls => &self.polls,
             Bucket::Signins => &self.signins,
+            Bucket::Lookups => &self.lookups,
             Bucket::RejectedNotifications => &self.rejected_notifications,
         }
     }
 
-    fn all(&self) -> [&Limiter; 6] {
-        [&self.sessions, &self.basket_writes, &self.confirms, &self.polls, &self.signins, &self.rejected_notifications]
+    fn all(&self) -> [&Limiter; 7] {
+        [
+            &self.sessions,
+            &self.basket_writes,
+            &self.confirms,
+            &self.polls,
+            &self.signins,
+            &self.lookups,
+            &self.rejected_notifications,
+        ]
     }
 }
 
@@ -180,6 +209,8 @@ pub struct Guard {
     /// Whether a trusted proxy's request without the client address header has been logged (set
     /// from the start where no such warning is wanted: the demo, all of it on one machine).
     warned_unforwarded: std::sync::atomic::AtomicBool,
+    /// Lookups that matched nothing, per address: how many, since when.
+    lookup_misses: std::sync::Mutex<std::collections::HashMap<IpAddr, (u32, std::time::Instant)>>,
 }
 
 fn sha256(text: &str) -> Vec<u8> {
@@ -199,6 +230,7 @@ impl Guard {
             shop_key_hash: p.shop_api_key.as_deref().map(sha256),
             captcha,
             warned_unforwarded: std::sync::atomic::AtomicBool::new(false),
+            lookup_misses: std::sync::Mutex::default(),
         })
     }
 
@@ -327,7 +359,59 @@ impl Guard {
                 limiter.retain_recent();
                 limiter.shrink_to_fit();
             }
+            buckets.lookup_keys.retain_recent();
+            buckets.lookup_keys.shrink_to_fit();
         }
+        if let Ok(mut misses) = self.lookup_misses.lock() {
+            misses.retain(|_, (_, since)| since.elapsed() < LOOKUP_MISS_WINDOW);
+        }
+    }
+
+    /// Takes one lookup of `what` (an order number or a contact, kept only as its SHA-256) from
+    /// its hourly allowance; refused with `rate_limited`.
+    pub fn take_lookup_key(&self, what: &str) -> Result<(), Error> {
+        let Some(buckets) = &self.buckets else { return Ok(()) };
+        if buckets.lookup_keys.len() >= TRACKED_ADDRESSES_MAX {
+            buckets.lookup_keys.retain_recent();
+        }
+        match buckets.lookup_keys.check_key(&hex::encode(sha256(what))) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                metrics::counter!("kassa_rate_limited_total", "bucket" => "lookup_keys").increment(1);
+                Err(Error::refused(
+                    RefusalKind::TooMany,
+                    "rate_limited",
+                    "too many lookups of this order or contact; try again in an hour",
+                )
+                .with_details(json!({"bucket": "lookup_keys", "retry_after_s": 3600})))
+            }
+        }
+    }
+
+    /// Whether a lookup from `addr` needs the bot check: one is configured and the address's
+    /// lookups missed [`LOOKUP_MISSES_BEFORE_CHECK`] times lately.
+    pub fn lookup_needs_captcha(&self, addr: IpAddr) -> bool {
+        self.captcha.is_some()
+            && self.lookup_misses.lock().is_ok_and(|m| {
+                m.get(&addr)
+                    .is_some_and(|(n, since)| *n >= LOOKUP_MISSES_BEFORE_CHECK && since.elapsed() < LOOKUP_MISS_WINDOW)
+            })
+    }
+
+    /// Counts a lookup from `addr` that matched nothing.
+    pub fn note_lookup_miss(&self, addr: IpAddr) {
+        let Ok(mut misses) = self.lookup_misses.lock() else { return };
+        if misses.len() >= TRACKED_ADDRESSES_MAX {
+            misses.retain(|_, (_, since)| since.elapsed() < LOOKUP_MISS_WINDOW);
+            if misses.len() >= TRACKED_ADDRESSES_MAX {
+                return;
+            }
+        }
+        let entry = misses.entry(addr).or_insert((0, std::time::Instant::now()));
+        if entry.1.elapsed() >= LOOKUP_MISS_WINDOW {
+            *entry = (0, std::time::Instant::now());
+        }
+        entry.0 += 1;
     }
 
     pub fn captcha_required(&self) -> bool {

@@ -307,6 +307,12 @@ pub fn explain(code: &str, status: StatusCode) -> (&'static str, &'static str, N
         "rate_limited" => ("error.rate_limited", "error.try_again", Back),
         "captcha_failed" => ("error.captcha_failed", "error.try_again", Back),
         "gateway_unavailable" | "gateway_refused" => ("error.gateway", "error.try_again", Back),
+        "link_used" | "link_expired" => ("error.link_ended", "lookup.find_again", Back),
+        "invalid_lookup" | "invalid_contact" | "invalid_lookup_password" => {
+            ("error.lookup_invalid", "error.back", Back)
+        }
+        "mail_off" => ("error.mail_off", "error.back", Back),
+        "open_in_browser" => ("error.open_in_browser", "error.back", Back),
         _ => match status {
             StatusCode::NOT_FOUND => ("error.not_found", "common.back_to_shop", Shop),
             StatusCode::UNAUTHORIZED => ("error.unauthorized", "error.reload", Shop),

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod admin_catalog;
+pub mod admin_mail;
 pub mod api;
 pub mod api_lists;
 pub mod api_routes;
@@ -10,6 +11,7 @@ pub mod console;
 pub mod flows;
 pub mod guard;
 pub mod i18n;
+pub mod lookup;
 pub mod negotiate;
 pub mod openapi;
 pub mod order_pages;
@@ -418,8 +420,10 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let mut all = api_routes::routes();
     all.extend(pages::routes());
     all.extend(order_pages::routes());
+    all.extend(lookup::routes());
     all.extend(admin::routes());
     all.extend(admin_catalog::routes());
+    all.extend(admin_mail::routes());
     all.extend(statements::routes());
     if with_sandbox {
         all.extend(sandbox::routes());
@@ -476,6 +480,12 @@ async fn track_requests(req: Request, next: axum::middleware::Next) -> Response 
 }
 
 /// Puts the order (and attempt) a request is about on every log line of the request.
+/// Who a request shows an order's keys to: the client's address and its user agent.
+pub fn viewer(client: Option<&guard::Client>, headers: &HeaderMap) -> crate::store::lookup::Viewer {
+    let agent = headers.get(axum::http::header::USER_AGENT).and_then(|v| v.to_str().ok());
+    crate::store::lookup::Viewer::new(client.map(|c| c.addr), agent)
+}
+
 pub fn note_order(order_no: &str) {
     tracing::Span::current().record("order_no", order_no);
 }

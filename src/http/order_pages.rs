@@ -16,6 +16,7 @@ use crate::domain::ids::{self, AttemptRef, OrderNo};
 use crate::domain::{AttemptStatus, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::views;
+use crate::usecase::lookup;
 
 #[derive(Template)]
 #[template(path = "return.html")]
@@ -92,9 +93,12 @@ pub(super) async fn return_page(
     State(state): State<AppState>,
     lang: Lang,
     caller: Caller,
+    headers: HeaderMap,
+    client: Option<axum::Extension<super::guard::Client>>,
     Path(attempt_ref): Path<String>,
 ) -> Response {
     let t = lang.texts();
+    let viewer = super::viewer(client.as_ref().map(|c| &c.0), &headers);
     let result = async {
         let attempt_ref = AttemptRef::parse(&attempt_ref)?;
         let order_no =
@@ -110,10 +114,7 @@ pub(super) async fn return_page(
         let status = order.status;
         // Delivered card keys are shown to the order's own buyer only.
         let keys = match session {
-            Some(_) => {
-                crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms())
-                    .await?
-            }
+            Some(_) => lookup::reveal_keys(&state.cx, &order_no, lookup::Channel::OrderPage, &viewer).await?,
             None => Default::default(),
         };
         Ok(render(&ReturnPage {
@@ -163,9 +164,12 @@ pub(super) async fn h5_order(
     State(state): State<AppState>,
     lang: Lang,
     caller: Caller,
+    headers: HeaderMap,
+    client: Option<axum::Extension<super::guard::Client>>,
     Path(order_no): Path<String>,
 ) -> Response {
     let t = lang.texts();
+    let viewer = super::viewer(client.as_ref().map(|c| &c.0), &headers);
     let result = async {
         let order_no = OrderNo::parse(&order_no)?;
         let order = views::get_order(&state.db, &order_no, false).await?;
@@ -173,8 +177,7 @@ pub(super) async fn h5_order(
         let session =
             caller.session.as_ref().filter(|s| s.id == order.session_id).ok_or_else(|| Error::not_found("order"))?;
         super::note_order(&order_no);
-        let keys =
-            crate::store::fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
+        let keys = lookup::reveal_keys(&state.cx, &order_no, lookup::Channel::OrderPage, &viewer).await?;
         let status = order.status;
         Ok(render(&H5Order {
             t,

@@ -486,12 +486,23 @@ async fn shop_confirm(
             channel: None,
             payer: page_payer(device, &client),
             captcha_token: super::guard::CAPTCHA_FORM_FIELDS.iter().find_map(|f| form.get(*f)).cloned(),
+            contact: Some(super::flows::ContactBody {
+                email: form.get("email").cloned(),
+                phone: form.get("phone").cloned(),
+            }),
             ..Default::default()
         };
         let basket_id = BasketId::parse(&basket_id)?;
         let key = form.get("idempotency_key").map(|k| IdempotencyKey::parse(k)).transpose()?;
-        let (placed, handoff) =
-            place_order(&state, &session.id, &basket_id, &body, key.as_ref(), &client, device).await?;
+        let (placed, handoff) = place_order(
+            &state,
+            &session.id,
+            &basket_id,
+            &body,
+            key.as_ref(),
+            super::flows::Asker { client: &client, device, lang },
+        )
+        .await?;
         Ok(handoff_page(&state, lang, &placed, handoff.as_ref()).await)
     }
     .await;

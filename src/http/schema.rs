@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 
-use crate::domain::{basket, checkout, ids, refund, shop};
+use crate::domain::{basket, checkout, contact, ids, refund, shop};
 use crate::store::{catalog, fulfilment, reconcile, refunds, views};
 
 /// A schema written as JSON Schema (for limits that are constants, which the derive cannot read).
@@ -194,6 +194,42 @@ pub fn return_url() -> RefOr<Schema> {
     }))
 }
 
+pub fn contact_email() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "maxLength": contact::EMAIL_LEN_MAX,
+        "description": "an e-mail address (else invalid_contact); kept in lower case"
+    }))
+}
+
+pub fn contact_phone() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "maxLength": contact::PHONE_LEN_MAX,
+        "description": format!("{}-{} digits, an optional leading + and spaces, hyphens, dots or parentheses (else invalid_contact); kept as the digits and the +", contact::PHONE_DIGITS_MIN, contact::PHONE_DIGITS_MAX)
+    }))
+}
+
+pub fn lookup_password() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "minLength": contact::LOOKUP_PASSWORD_LEN_MIN, "maxLength": contact::LOOKUP_PASSWORD_LEN_MAX,
+        "pattern": format!("^[^{CONTROL}]*$"),
+        "description": "a password the buyer chooses to look the order up with (else invalid_lookup_password); only its slow hash is kept"
+    }))
+}
+
+pub fn lookup_order_no() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": "string", "maxLength": ids::MAX_ID_LEN,
+        "description": "the order number (one that is not an order's matches nothing)"
+    }))
+}
+
+pub fn lookup_password_given() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "maxLength": contact::LOOKUP_PASSWORD_LEN_MAX,
+        "description": "the lookup password chosen at checkout (else invalid_lookup_password)"
+    }))
+}
+
 pub fn captcha_token() -> RefOr<Schema> {
     schema_of(json!({
         "type": ["string", "null"], "maxLength": super::guard::CAPTCHA_TOKEN_LEN_MAX,
@@ -268,6 +304,8 @@ pub struct AdminOrderBody {
     pub second_captures: Vec<crate::store::second_captures::SecondCaptureView>,
     /// The shipment's report to WeChat, for an order paid in a mini program (`null` otherwise).
     pub shipping_report: Option<crate::store::shipping::ShippingReportView>,
+    /// The e-mail sent (or to be sent) to the buyer about the order, oldest first.
+    pub mail: Vec<crate::store::mail::Mail>,
 }
 
 /// An order's status after an admin's or buyer's action.

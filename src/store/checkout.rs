@@ -6,6 +6,7 @@ use crate::args;
 use crate::clock::Millis;
 use crate::domain::basket::BasketStatus;
 use crate::domain::checkout::{self, OrderLimits, PricedLine, QuotedLine};
+use crate::domain::contact::{Contact, Email, Phone};
 use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo, SessionId};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
@@ -36,6 +37,20 @@ pub struct ConfirmRequest {
     pub shop: ShopData,
     /// Who pays, when the channel names them (WeChat Pay JSAPI), kept on the attempt.
     pub payer: Option<AttemptPayer>,
+    /// The buyer's contact, lookup password hash and language, kept on the order.
+    pub buyer: BuyerData,
+}
+
+/// What the buyer left on an order for the way back to it.
+#[derive(Debug, Clone, Default)]
+pub struct BuyerData {
+    pub contact: Contact,
+    /// The lookup password's slow hash (a PHC string).
+    pub lookup_hash: Option<String>,
+    /// The language the buyer checked out in (`en`, `zh`).
+    pub lang: Option<String>,
+    /// Whether the buyer gets e-mail about the order: an address was given while e-mail is on.
+    pub mail_enabled: bool,
 }
 
 impl ConfirmRequest {
@@ -62,6 +77,7 @@ impl ConfirmRequest {
             currencies: None,
             shop: ShopData::default(),
             payer: None,
+            buyer: BuyerData::default(),
         }
     }
 }
@@ -222,8 +238,8 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
     }
     batch.expect(
         "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at, \
-         merchant_reference, metadata, return_url, cancel_url, open_counted) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, 1)",
+         merchant_reference, metadata, return_url, cancel_url, open_counted, contact_email, contact_phone, lookup_hash, lang, mail_enabled) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, 1, $14, $15, $16, $17, $18)",
         args![
             &order_no,
             &req.session_id,
@@ -237,7 +253,12 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
             req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
             req.shop.metadata.to_stored(),
             req.shop.return_url.as_deref(),
-            req.shop.cancel_url.as_deref()
+            req.shop.cancel_url.as_deref(),
+            req.buyer.contact.email.as_ref().map(Email::as_str),
+            req.buyer.contact.phone.as_ref().map(Phone::as_str),
+            req.buyer.lookup_hash.as_deref(),
+            req.buyer.lang.as_deref(),
+            i64::from(req.buyer.mail_enabled && req.buyer.contact.email.is_some())
         ],
         1,
         "order insert",
@@ -306,6 +327,8 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
         let context = crate::store::outbox::OrderContext {
             merchant_reference: req.shop.merchant_reference.as_ref().map(MerchantReference::as_str),
             metadata: metadata.as_deref(),
+            contact_email: req.buyer.contact.email.as_ref().map(Email::as_str),
+            contact_phone: req.buyer.contact.phone.as_ref().map(Phone::as_str),
             gateway: Some(gateway),
             ..Default::default()
         };

@@ -95,6 +95,8 @@ pub struct OrderSummary {
     pub merchant_reference: Option<String>,
     #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub metadata: Metadata,
+    /// How the buyer may be reached.
+    pub contact: crate::store::views::ContactView,
     pub created_at: String,
     #[serde(skip)]
     pub created_at_ms: Millis,
@@ -108,7 +110,7 @@ impl OrderSummary {
 
 /// What the order lists and the export read of an order: its row, what its refunds returned.
 const ORDER_COLUMNS: &str = "o.order_no, o.status, o.total_minor, o.currency, o.captured_minor, o.gateway, \
-     o.merchant_reference, o.metadata, o.created_at, o.captured_attempt_ref, \
+     o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, o.created_at, o.captured_attempt_ref, \
      CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = o.order_no \
      AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor";
 
@@ -147,10 +149,19 @@ fn order_where(filter: &OrderFilter, cursor: Option<&Cursor>) -> (String, Vec<sq
     }
     if let Some(q) = filter.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
         let p = bind(q.into());
+        // A buyer's contact, as the operator answering them types it: normalised as checkouts are.
+        let mut contact = String::new();
+        if let Ok(email) = crate::domain::contact::Email::parse(q) {
+            let e = bind(email.as_str().into());
+            contact.push_str(&format!(" UNION SELECT e.order_no FROM orders e WHERE e.contact_email = {e}"));
+        } else if let Ok(phone) = crate::domain::contact::Phone::parse(q) {
+            let f = bind(phone.as_str().into());
+            contact.push_str(&format!(" UNION SELECT f.order_no FROM orders f WHERE f.contact_phone = {f}"));
+        }
         conditions.push(format!(
             "o.order_no IN (SELECT {p} UNION SELECT r.order_no FROM orders r WHERE r.merchant_reference = {p} \
              UNION SELECT a.order_no FROM payment_attempts a WHERE a.attempt_ref = {p} \
-             UNION SELECT t.order_no FROM payment_attempts t WHERE t.gateway_txn_id = {p})"
+             UNION SELECT t.order_no FROM payment_attempts t WHERE t.gateway_txn_id = {p}{contact})"
         ));
     }
     if let Some(c) = cursor {
@@ -197,6 +208,7 @@ fn order_summary(r: &sql::Row) -> Result<OrderSummary> {
         gateway: col(r, "gateway")?,
         merchant_reference: col(r, "merchant_reference")?,
         metadata: Metadata::from_stored(col::<Option<String>>(r, "metadata")?.as_deref()),
+        contact: crate::store::views::ContactView::of_row(r)?,
         created_at: rfc3339(created_at_ms),
         created_at_ms,
     })

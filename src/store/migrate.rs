@@ -40,6 +40,7 @@ const SQLITE: &[Migration] = &[
     (16, "0016_open_orders", include_str!("../../migrations/sqlite/0016_open_orders.sql")),
     (17, "0017_rejected_notifications", include_str!("../../migrations/sqlite/0017_rejected_notifications.sql")),
     (18, "0018_history_retention", include_str!("../../migrations/sqlite/0018_history_retention.sql")),
+    (19, "0019_buyer_lookup", include_str!("../../migrations/sqlite/0019_buyer_lookup.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -61,6 +62,7 @@ const POSTGRES: &[Migration] = &[
     (16, "0016_open_orders", include_str!("../../migrations/postgres/0016_open_orders.sql")),
     (17, "0017_rejected_notifications", include_str!("../../migrations/postgres/0017_rejected_notifications.sql")),
     (18, "0018_history_retention", include_str!("../../migrations/postgres/0018_history_retention.sql")),
+    (19, "0019_buyer_lookup", include_str!("../../migrations/postgres/0019_buyer_lookup.sql")),
 ];
 
 impl Db {

@@ -15,6 +15,7 @@ use crate::domain::status::RefundStatus;
 use crate::error::Result;
 use crate::store::batch::Batch;
 use crate::store::lines::{self, OrderLine};
+use crate::store::views::ContactView;
 use crate::store::{Db, col, new_id};
 
 /// Adds the messages of an order's change `from -> status` to `batch`, as
@@ -31,11 +32,12 @@ pub(super) async fn add_order_event(
 ) -> Result<()> {
     let messages = refund::status_messages(from, status);
     if !messages.status && !messages.fulfilment {
+        super::mail::add_change_mail(batch, order_no, from, status, now);
         return Ok(());
     }
     // The attempt concerned: the one that captured, else the newest.
     let row = sql::query(
-        "SELECT o.total_minor, o.currency, o.captured_minor, o.merchant_reference, o.metadata, \
+        "SELECT o.total_minor, o.currency, o.captured_minor, o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, \
          a.attempt_ref, a.gateway, a.gateway_txn_id, \
          CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = o.order_no \
          AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
@@ -49,6 +51,7 @@ pub(super) async fn add_order_event(
     let lines = if messages.fulfilment { lines::order_lines(conn, order_no).await? } else { Vec::new() };
     let text = |name: &str| col::<Option<String>>(&row, name);
     let (merchant_reference, metadata) = (text("merchant_reference")?, text("metadata")?);
+    let (contact_email, contact_phone) = (text("contact_email")?, text("contact_phone")?);
     let (attempt_ref, gateway, gateway_txn_id) = (text("attempt_ref")?, text("gateway")?, text("gateway_txn_id")?);
     let facts = OrderFacts {
         total_minor: col(&row, "total_minor")?,
@@ -59,6 +62,8 @@ pub(super) async fn add_order_event(
         context: OrderContext {
             merchant_reference: merchant_reference.as_deref(),
             metadata: metadata.as_deref(),
+            contact_email: contact_email.as_deref(),
+            contact_phone: contact_phone.as_deref(),
             attempt_ref: attempt_ref.as_deref(),
             gateway: gateway.as_deref(),
             gateway_txn_id: gateway_txn_id.as_deref(),
@@ -75,6 +80,9 @@ pub struct OrderContext<'a> {
     pub merchant_reference: Option<&'a str>,
     /// As stored: a JSON object of strings.
     pub metadata: Option<&'a str>,
+    /// The buyer's contact, as the checkout named it.
+    pub contact_email: Option<&'a str>,
+    pub contact_phone: Option<&'a str>,
     pub attempt_ref: Option<&'a str>,
     pub gateway: Option<&'a str>,
     pub gateway_txn_id: Option<&'a str>,
@@ -86,6 +94,10 @@ impl OrderContext<'_> {
         MessageContext {
             merchant_reference: self.merchant_reference,
             metadata: Metadata::from_stored(self.metadata),
+            contact: ContactView {
+                email: self.contact_email.map(str::to_string),
+                phone: self.contact_phone.map(str::to_string),
+            },
             attempt_ref: self.attempt_ref,
             gateway: self.gateway,
             gateway_txn_id: self.gateway_txn_id,
@@ -115,6 +127,8 @@ pub struct MessageContext<'a> {
     pub merchant_reference: Option<&'a str>,
     #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub metadata: Metadata,
+    /// How the buyer may be reached (`null` each when the checkout named none).
+    pub contact: ContactView,
     pub attempt_ref: Option<&'a str>,
     pub gateway: Option<&'a str>,
     pub gateway_txn_id: Option<&'a str>,
@@ -224,6 +238,8 @@ pub(super) fn add_order_event_with(
     facts: &OrderFacts<'_>,
     now: Millis,
 ) {
+    // The buyer's e-mail, when the order asked for it, in this same transaction.
+    super::mail::add_change_mail(batch, order_no, from, status, now);
     let messages = refund::status_messages(from, status);
     if messages.status {
         add_status_message(batch, order_no, status, facts, now);
@@ -274,7 +290,7 @@ pub struct RefundFacts<'a> {
 /// returns (read here: a second capture's refund names that capture's transaction).
 pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &RefundFacts<'_>, now: Millis) -> Result<()> {
     let row = sql::query(
-        "SELECT o.captured_minor, o.merchant_reference, o.metadata, a.attempt_ref, a.gateway, \
+        "SELECT o.captured_minor, o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, a.attempt_ref, a.gateway, \
          COALESCE(r.gateway_txn_id, a.gateway_txn_id) AS gateway_txn_id \
          FROM refunds r JOIN orders o ON o.order_no = r.order_no JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
          WHERE r.refund_no = $1",
@@ -284,10 +300,13 @@ pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &Refund
     .await?;
     let text = |name: &str| col::<Option<String>>(&row, name);
     let (merchant_reference, metadata) = (text("merchant_reference")?, text("metadata")?);
+    let (contact_email, contact_phone) = (text("contact_email")?, text("contact_phone")?);
     let (attempt_ref, gateway, gateway_txn_id) = (text("attempt_ref")?, text("gateway")?, text("gateway_txn_id")?);
     let context = OrderContext {
         merchant_reference: merchant_reference.as_deref(),
         metadata: metadata.as_deref(),
+        contact_email: contact_email.as_deref(),
+        contact_phone: contact_phone.as_deref(),
         attempt_ref: attempt_ref.as_deref(),
         gateway: gateway.as_deref(),
         gateway_txn_id: gateway_txn_id.as_deref(),

@@ -147,6 +147,8 @@ struct Target {
     gateway: Option<String>,
     merchant_reference: Option<String>,
     metadata: Option<String>,
+    contact_email: Option<String>,
+    contact_phone: Option<String>,
     /// The order's other active attempts.
     others: Vec<(String, AttemptStatus)>,
     parts: OrderParts,
@@ -162,7 +164,7 @@ async fn read_target(tx: &mut Tx<'_>, ev: &VerifiedEvent, lock_order: &str) -> R
     let attempt_sql = format!(
         "SELECT t.order_no, t.amount_minor, t.currency, t.gateway, t.gateway_txn_id AS recorded_txn, \
          o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency, \
-         o.merchant_reference, o.metadata \
+         o.merchant_reference, o.metadata, o.contact_email, o.contact_phone \
          FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
     );
     let reads =
@@ -193,6 +195,8 @@ async fn read_target(tx: &mut Tx<'_>, ev: &VerifiedEvent, lock_order: &str) -> R
         gateway: col(&attempt, "gateway")?,
         merchant_reference: col(&attempt, "merchant_reference")?,
         metadata: col(&attempt, "metadata")?,
+        contact_email: col(&attempt, "contact_email")?,
+        contact_phone: col(&attempt, "contact_phone")?,
         others,
         parts,
     }))
@@ -224,6 +228,8 @@ async fn apply_payment(
         context: OrderContext {
             merchant_reference: t.merchant_reference.as_deref(),
             metadata: t.metadata.as_deref(),
+            contact_email: t.contact_email.as_deref(),
+            contact_phone: t.contact_phone.as_deref(),
             attempt_ref: Some(&ev.attempt_ref),
             gateway: t.gateway.as_deref(),
             gateway_txn_id: Some(gateway_txn_id),

@@ -97,6 +97,37 @@ pub struct EventView {
     pub at: String,
 }
 
+/// The buyer's contact on an order (`null` each when the checkout named none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ContactView {
+    pub email: Option<String>,
+    pub phone: Option<String>,
+}
+
+impl ContactView {
+    /// From an order row's `contact_email` and `contact_phone`.
+    pub fn of_row(row: &sql::Row) -> Result<ContactView> {
+        Ok(ContactView { email: col(row, "contact_email")?, phone: col(row, "contact_phone")? })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.email.is_none() && self.phone.is_none()
+    }
+}
+
+/// One time an order's card keys were shown: when, on which channel, to which address and user
+/// agent.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct RevealView {
+    pub at: String,
+    /// `order_page`, `api`, `lookup_link`, `admin` or `email`.
+    pub channel: String,
+    /// How many keys were shown.
+    pub keys: i64,
+    pub client_addr: Option<String>,
+    pub user_agent: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     #[schema(value_type = String)]
@@ -115,10 +146,18 @@ pub struct OrderView {
     /// The shop's string pairs (an empty object when none).
     #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub metadata: crate::domain::shop::Metadata,
+    /// How the buyer may be reached (the buyer's own session, the shop and admins only).
+    pub contact: ContactView,
     pub lines: Vec<OrderLineView>,
     pub attempts: Vec<AttemptView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
+    /// Every time the order's card keys were shown (admin view).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reveals: Option<Vec<RevealView>>,
+    /// The language the buyer checked out in.
+    #[serde(skip)]
+    pub lang: Option<String>,
     #[serde(skip)]
     pub session_id: SessionId,
 }
@@ -153,7 +192,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
     let pool = db.read_pool();
     let o = sql::query(
         "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
-         merchant_reference, metadata, \
+         merchant_reference, metadata, contact_email, contact_phone, lang, \
          CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = orders.order_no \
          AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
          FROM orders WHERE order_no = $1",
@@ -225,6 +264,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
     } else {
         None
     };
+    let reveals = if with_events { Some(reveals_of(db, order_no).await?) } else { None };
     Ok(OrderView {
         order_no: order_no.clone(),
         session_id: SessionId::stored(col::<String>(&o, "session_id")?),
@@ -237,8 +277,33 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
         created_at: rfc3339(col(&o, "created_at")?),
         merchant_reference: col(&o, "merchant_reference")?,
         metadata: crate::domain::shop::Metadata::from_stored(col::<Option<String>>(&o, "metadata")?.as_deref()),
+        contact: ContactView::of_row(&o)?,
+        lang: col(&o, "lang")?,
         lines,
         attempts,
         events,
+        reveals,
     })
+}
+
+/// Every reveal of an order's keys, oldest first.
+pub async fn reveals_of(db: &Db, order_no: &OrderNo) -> Result<Vec<RevealView>> {
+    sql::query(
+        "SELECT revealed_at, channel, keys, client_addr, user_agent FROM key_reveals WHERE order_no = $1 \
+         ORDER BY revealed_at, id",
+    )
+    .bind(order_no)
+    .fetch_all(db.read_pool())
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(RevealView {
+            at: rfc3339(col(r, "revealed_at")?),
+            channel: col(r, "channel")?,
+            keys: col(r, "keys")?,
+            client_addr: col(r, "client_addr")?,
+            user_agent: col(r, "user_agent")?,
+        })
+    })
+    .collect()
 }

@@ -6,13 +6,14 @@ use serde_json::Value;
 use super::Context;
 use super::payment::{attempt_payer, build_handoff, checked_channel, gateway_error, gateway_named, parse_payer};
 use crate::domain::OrderStatus;
-use crate::domain::channel::Device;
+use crate::domain::channel::{self, Device};
+use crate::domain::contact::{self, Contact};
 use crate::domain::ids::{BasketId, IdempotencyKey, SessionId};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::error::{Error, Result};
 use crate::gateway::Handoff;
 use crate::store::catalog;
-use crate::store::checkout::{self, ConfirmRequest, Placed};
+use crate::store::checkout::{self, BuyerData, ConfirmRequest, Placed};
 
 /// A checkout as the buyer or the shop named it, before it is checked: how to pay (each may be
 /// left out: the configured default gateway, and the channel that suits the buyer's device) and
@@ -28,6 +29,41 @@ pub struct Checkout<'a> {
     pub cancel_url: Option<&'a str>,
     /// Asked by the shop's own server (its API key), which alone may name its own fields.
     pub by_shop: bool,
+    /// The buyer's contact (`contact.email`, `contact.phone`), as given.
+    pub email: Option<&'a str>,
+    pub phone: Option<&'a str>,
+    /// The lookup password the buyer chose, as given (only its slow hash is kept).
+    pub lookup_password: Option<&'a str>,
+    /// The language of the checkout's request (`en`, `zh-CN`).
+    pub lang: Option<&'a str>,
+}
+
+/// Lookup passwords hashed at once (each hash holds 19 MiB for its time): more wait their turn.
+pub const PASSWORD_HASHES_AT_ONCE: usize = 4;
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PASSWORD_HASHES_AT_ONCE);
+
+/// A turn to hash or check a lookup password.
+pub(super) async fn hashing_turn() -> Result<tokio::sync::SemaphorePermit<'static>> {
+    HASHING.acquire().await.map_err(|_| Error::internal("password hashing closed"))
+}
+
+/// The buyer's data a checkout named, checked: the contact normalised, the lookup password
+/// hashed (off the async threads, [`PASSWORD_HASHES_AT_ONCE`] at a time).
+async fn buyer_data(cx: &Context, asked: &Checkout<'_>) -> Result<BuyerData> {
+    let contact = Contact::parse(asked.email, asked.phone)?;
+    let lookup_hash = match asked.lookup_password {
+        None => None,
+        Some(password) => {
+            contact::check_lookup_password(password)?;
+            let _turn = hashing_turn().await?;
+            let password = password.to_string();
+            let hashed = tokio::task::spawn_blocking(move || crate::vault::hash_password(&password))
+                .await
+                .map_err(|_| Error::internal("password hashing stopped"))?;
+            Some(hashed.map_err(|_| Error::internal("password hashing failed"))?)
+        }
+    };
+    Ok(BuyerData { contact, lookup_hash, lang: asked.lang.map(str::to_string), mail_enabled: cx.mail.is_some() })
 }
 
 /// The shop's data a checkout named, checked ([`crate::domain::shop`]).
@@ -68,12 +104,20 @@ pub async fn place_order(
     idempotency_key: Option<&IdempotencyKey>,
     device: Device,
 ) -> Result<(Placed, Option<Handoff>)> {
-    let gateway = gateway_named(cx, asked.gateway)?;
+    let gateway = match asked.gateway {
+        Some(named) => gateway_named(cx, Some(named))?,
+        None => {
+            let names = cx.gateways.names();
+            gateway_named(cx, channel::default_gateway(device, cx.gateways.default, &names)?)?
+        }
+    };
     let payer = parse_payer(asked.payer)?;
     let channel = checked_channel(gateway.as_ref(), asked.channel, device, &payer)?;
     gateway.check_payer(channel, &payer).map_err(gateway_error)?;
     let shop = shop_data(cx, asked)?;
+    let buyer = buyer_data(cx, asked).await?;
     let request = ConfirmRequest {
+        buyer,
         payer: attempt_payer(gateway.as_ref(), channel, &payer),
         shop,
         currencies: gateway.currencies().map(<[_]>::to_vec),

@@ -9,6 +9,8 @@ pub mod catalog;
 pub mod checkout;
 pub mod expiry;
 pub mod fulfilment;
+pub mod lookup;
+pub mod mail;
 pub mod payment;
 pub mod reconcile;
 pub mod refund;
@@ -45,6 +47,12 @@ pub struct Context {
     pub allowed_return_origins: Vec<Origin>,
     /// Card-key encryption; `None` when no keys secret is configured (digital goods disabled).
     pub vault: Option<Arc<Vault>>,
+    /// Signs the links to an order a lookup hands out.
+    pub links: Arc<crate::vault::LinkSigner>,
+    /// How long such a link stays good.
+    pub link_hours: u64,
+    /// E-mail to the buyer; `None` when no `[email]` server is configured.
+    pub mail: Option<mail::MailPolicy>,
 }
 
 impl Context {

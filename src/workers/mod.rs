@@ -2,6 +2,7 @@
 //! tests drive a step directly.
 
 pub mod keys;
+pub mod mail;
 pub mod monitor;
 pub mod outbox;
 pub mod reconciler;

@@ -92,6 +92,8 @@ pub struct Opts {
     pub allowed_return_origins: Vec<&'static str>,
     /// `--time-zone`.
     pub time_zone: time::UtcOffset,
+    /// `[email]`: the SMTP server of the buyer's e-mail.
+    pub email: Option<kassa::workers::mail::EmailSettings>,
 }
 
 /// The kassa binary, run in the tests' own scratch directory: never where a developer ran
@@ -183,6 +185,7 @@ impl Default for Opts {
             protection: test_protection(),
             allowed_return_origins: Vec::new(),
             time_zone: time::UtcOffset::UTC,
+            email: None,
         }
     }
 }
@@ -319,6 +322,7 @@ impl TestApp {
                 .collect(),
             time_zone: opts.time_zone.into(),
             statement_schedule: None,
+            email: opts.email.clone(),
             ..Settings::default()
         };
         let manual = opts.manual_clock.then(ManualClock::default);

@@ -23,6 +23,8 @@ mod history;
 mod integration;
 mod languages;
 mod lifecycle;
+mod lookup;
+mod mail;
 mod model;
 mod notifications;
 mod observability;
