@@ -19,7 +19,7 @@ CREATE INDEX orders_by_contact_phone ON orders (contact_phone) WHERE contact_pho
 CREATE TABLE lookup_links (
     id          TEXT PRIMARY KEY,
     order_no    TEXT NOT NULL REFERENCES orders (order_no),
-    purpose     TEXT NOT NULL CHECK (purpose IN ('order')),
+    purpose     TEXT NOT NULL CHECK (purpose = 'order'),
     created_at  BIGINT NOT NULL,
     expires_at  BIGINT NOT NULL,
     used_at     BIGINT,
@@ -34,7 +34,7 @@ CREATE TABLE key_reveals (
     id           TEXT PRIMARY KEY,
     order_no     TEXT NOT NULL REFERENCES orders (order_no),
     revealed_at  BIGINT NOT NULL,
-    channel      TEXT NOT NULL CHECK (channel IN ('order_page', 'api', 'lookup_link', 'admin', 'email')),
+    channel      TEXT NOT NULL CHECK (channel = 'order_page' OR channel = 'api' OR channel = 'lookup_link' OR channel = 'admin' OR channel = 'email'),
     keys         BIGINT NOT NULL CHECK (keys > 0),
     client_addr  TEXT,
     user_agent   TEXT
@@ -48,11 +48,11 @@ CREATE INDEX key_reveals_by_order ON key_reveals (order_no, revealed_at);
 CREATE TABLE mail_messages (
     id               TEXT PRIMARY KEY,
     order_no         TEXT REFERENCES orders (order_no),
-    kind             TEXT NOT NULL CHECK (kind IN ('paid', 'delivered', 'refunded', 'lookup_link', 'test')),
+    kind             TEXT NOT NULL CHECK (kind = 'paid' OR kind = 'delivered' OR kind = 'refunded' OR kind = 'lookup_link' OR kind = 'test'),
     recipient        TEXT NOT NULL,
     lang             TEXT NOT NULL,
     link_id          TEXT REFERENCES lookup_links (id),
-    status           TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'failed', 'superseded')),
+    status           TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent' OR status = 'failed' OR status = 'superseded'),
     tries            BIGINT NOT NULL DEFAULT 0,
     next_attempt_at  BIGINT NOT NULL,
     lease_until      BIGINT NOT NULL DEFAULT 0,

@@ -22,9 +22,8 @@ use crate::store::mail::{self, MAIL_PAGE_MAX, Mail};
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct MailQuery {
-    /// `pending`, `sent`, `failed` or `superseded`.
     #[serde(default)]
-    status: Option<String>,
+    status: Option<MailStatusParam>,
     /// The id of the last message of the previous page.
     #[serde(default)]
     #[param(max_length = 64)]
@@ -34,6 +33,30 @@ pub struct MailQuery {
     #[param(minimum = 1, maximum = 200)]
     limit: Option<i64>,
 }
+
+/// A message's status, as a list filters by it.
+#[derive(Deserialize, Clone, Copy, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MailStatusParam {
+    Pending,
+    Sent,
+    Failed,
+    Superseded,
+}
+
+impl MailStatusParam {
+    fn status(self) -> MailStatus {
+        match self {
+            MailStatusParam::Pending => MailStatus::Pending,
+            MailStatusParam::Sent => MailStatus::Sent,
+            MailStatusParam::Failed => MailStatus::Failed,
+            MailStatusParam::Superseded => MailStatus::Superseded,
+        }
+    }
+}
+
+/// Longest `before` read (a message id is 36 characters).
+const BEFORE_LEN_MAX: usize = 64;
 
 /// A page of messages, newest first.
 #[derive(Serialize, ToSchema)]
@@ -117,8 +140,11 @@ async fn list_json(
     query: std::result::Result<Query<MailQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let Query(q) = query.map_err(|e| Error::unprocessable("invalid_query", e.body_text()))?;
-    let items =
-        mail::list(&state.db, status_of(q.status.as_deref())?, q.before.as_deref(), q.limit.unwrap_or(50)).await?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=MAIL_PAGE_MAX).contains(&limit) || q.before.as_ref().is_some_and(|b| b.chars().count() > BEFORE_LEN_MAX) {
+        return Err(Error::unprocessable("invalid_query", format!("limit is 1-{MAIL_PAGE_MAX}, before a message id")));
+    }
+    let items = mail::list(&state.db, q.status.map(MailStatusParam::status), q.before.as_deref(), limit).await?;
     Ok(axum::Json(MailPage { items, configured: state.mail.is_some() }).into_response())
 }
 
