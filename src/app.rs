@@ -61,6 +61,8 @@ pub struct App {
     pub relay: Option<Arc<Relay>>,
     /// E-mail to the buyer, when `[email]` is configured.
     pub mailer: Option<Arc<crate::workers::mail::Mailer>>,
+    /// WeChat mini-program subscribe messages, when `[gateways.wechatpay.subscribe]` is configured.
+    pub notifier: Option<Arc<crate::workers::subscribe::Notifier>>,
     /// WeChat mini-program shipping reports, when the mini program's secret is configured.
     pub shipper: Option<Arc<crate::workers::shipping::Shipper>>,
     /// The daily statement reconciliation (run by the workers unless `--statement-time off`).
@@ -350,6 +352,13 @@ impl App {
                 _ => None,
             };
         crate::store::shipping::set_reporting(&db, shipper.as_ref().map(|s| s.appid())).await?;
+        let notifier = subscribe_notifier(settings, &db, &clock)?;
+        crate::store::subscribe::set_subscribing(
+            &db,
+            notifier.as_ref().map(|n| n.appid()),
+            &notifier.as_ref().map(|n| n.kinds()).unwrap_or_default(),
+        )
+        .await?;
         let statements = Arc::new(crate::workers::statements::StatementJob {
             db: db.clone(),
             gateways: state.gateways.clone(),
@@ -450,6 +459,16 @@ impl App {
                     }
                 })));
             }
+            if let Some(notifier) = notifier.clone() {
+                tasks.push(tokio::spawn(run_every("subscribe", SHIPPING_INTERVAL, shutdown_rx.clone(), move || {
+                    let notifier = notifier.clone();
+                    async move {
+                        if let Err(e) = notifier.step().await {
+                            tracing::error!(error = %e, "subscribe message step failed");
+                        }
+                    }
+                })));
+            }
             if let Some(shipper) = shipper.clone() {
                 tasks.push(tokio::spawn(run_every("shipping", SHIPPING_INTERVAL, shutdown_rx.clone(), move || {
                     let shipper = shipper.clone();
@@ -494,6 +513,7 @@ impl App {
             refunder,
             relay,
             mailer,
+            notifier,
             shipper,
             statements,
             monitor,
@@ -517,6 +537,24 @@ impl App {
         }
         self.state.db.close().await;
     }
+}
+
+/// The subscribe-message worker `[gateways.wechatpay.subscribe]` asks for (it needs the mini
+/// program's secret); refused at start when the section does not hold.
+fn subscribe_notifier(
+    settings: &Settings,
+    db: &Db,
+    clock: &SharedClock,
+) -> anyhow::Result<Option<Arc<crate::workers::subscribe::Notifier>>> {
+    let Some(wechat) = settings.gateways.wechatpay.as_ref() else { return Ok(None) };
+    let Some(config) = wechat.subscribe.as_ref() else { return Ok(None) };
+    let subscribe = config.checked().map_err(|e| anyhow::anyhow!("[gateways.wechatpay.subscribe] {e}"))?;
+    let api = crate::gateway::wechat_shipping::ShippingApi::from_config(wechat)
+        .map_err(|e| anyhow::anyhow!("[gateways.wechatpay.subscribe]: {e}"))?
+        .ok_or_else(|| {
+            anyhow::anyhow!("[gateways.wechatpay.subscribe] needs mini_program_secret in [gateways.wechatpay]")
+        })?;
+    Ok(Some(Arc::new(crate::workers::subscribe::Notifier::new(db.clone(), clock.clone(), api, subscribe))))
 }
 
 /// The signer of links to an order: from the keys secret where there is one, else from a random

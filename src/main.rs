@@ -491,6 +491,14 @@ async fn check_config(settings: &Settings) -> anyhow::Result<()> {
         kassa::vault::Vault::from_hex(secret).map_err(|e| anyhow::anyhow!("keys_secret: {e}"))?;
     }
     kassa::store::normalize_url_kind(&settings.database_url)?;
+    if let Some(wechat) = &settings.gateways.wechatpay
+        && let Some(subscribe) = &wechat.subscribe
+    {
+        subscribe.checked().map_err(|e| anyhow::anyhow!("[gateways.wechatpay.subscribe] {e}"))?;
+        if wechat.mini_program_secret.is_none() {
+            anyhow::bail!("[gateways.wechatpay.subscribe] needs mini_program_secret in [gateways.wechatpay]");
+        }
+    }
     if let Some(email) = &settings.email {
         kassa::workers::mail::test_connection(email).await.map_err(|e| anyhow::anyhow!("[email]: {e}"))?;
         println!("e-mail ok: {}:{} answers", email.host, email.port);

@@ -19,6 +19,7 @@ pub mod shop;
 pub mod signin;
 pub mod statement;
 pub mod status;
+pub mod subscribe;
 pub mod webhook;
 
 pub use money::{Currency, Money, MoneyError};

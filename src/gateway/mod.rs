@@ -12,6 +12,8 @@ pub mod timed;
 pub mod wechat_keys;
 pub mod wechat_shipping;
 pub mod wechat_sign;
+pub mod wechat_subscribe;
+pub mod wechat_subscribe_config;
 pub mod wechatpay;
 
 use std::collections::{BTreeMap, HashMap};

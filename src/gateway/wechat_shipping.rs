@@ -166,16 +166,30 @@ impl ShippingApi {
         });
         let mut force = false;
         loop {
-            let token = self.token(r.now, force).await?;
-            let url = format!("{}/wxa/sec/order/upload_shipping_info?access_token={token}", self.base_url);
-            let answer: UploadAnswer = self.post(&url, &body).await?;
-            let meaning = classify(answer.errcode);
+            let (errcode, errmsg) =
+                self.post_with_token("/wxa/sec/order/upload_shipping_info", &body, r.now, force).await?;
+            let meaning = classify(errcode);
             if meaning == Answer::TokenExpired && !force {
                 force = true;
                 continue;
             }
-            return Ok(Reported { answer: meaning, errcode: answer.errcode, errmsg: answer.errmsg });
+            return Ok(Reported { answer: meaning, errcode, errmsg });
         }
+    }
+
+    /// POSTs `body` to the API's `path` under the access token (`force`: the cached one was
+    /// refused); WeChat's `errcode` and `errmsg`.
+    pub async fn post_with_token(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        now: Millis,
+        force: bool,
+    ) -> Result<(i64, String), GatewayError> {
+        let token = self.token(now, force).await?;
+        let url = format!("{}{path}?access_token={token}", self.base_url);
+        let answer: UploadAnswer = self.post(&url, body).await?;
+        Ok((answer.errcode, answer.errmsg))
     }
 }
 

@@ -64,6 +64,10 @@ pub struct WechatPayConfig {
     /// Where the mini-program server API answers (`stable_token`, `upload_shipping_info`).
     #[serde(default = "wechat_open_default_url")]
     pub open_api_base_url: String,
+    /// Subscribe messages to mini-program buyers when their order is paid and delivered (needs
+    /// `mini_program_secret`).
+    #[serde(default)]
+    pub subscribe: Option<super::wechat_subscribe_config::SubscribeConfig>,
 }
 
 fn wechat_open_default_url() -> String {

@@ -323,6 +323,7 @@ struct OrderPage<'a> {
     refund_no: String,
     message: String,
     mail: Vec<crate::store::mail::Mail>,
+    subscribe: Vec<crate::store::subscribe::SubscribeView>,
 }
 
 async fn order_page(
@@ -358,6 +359,7 @@ async fn order_page(
         refund_no: admin::suggest_refund_no(),
         message: message.to_string(),
         mail: crate::store::mail::of_order(&state.db, &order_no).await?,
+        subscribe: crate::store::subscribe::of_order(&state.db, &order_no).await?,
         keys_delivered,
         keys_unreadable,
         order,

@@ -23,6 +23,7 @@ use crate::store::mail::{self, MAIL_PAGE_MAX, Mail};
 #[into_params(parameter_in = Query)]
 pub struct MailQuery {
     #[serde(default)]
+    #[param(inline)]
     status: Option<MailStatusParam>,
     /// The id of the last message of the previous page.
     #[serde(default)]

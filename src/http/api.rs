@@ -519,10 +519,12 @@ pub(super) async fn admin_order(
     let viewer = super::viewer(client.as_ref().map(|c| &c.0), &headers);
     let order = order_body(&state, &order_no, true, &viewer).await?;
     let mail = crate::store::mail::of_order(&state.db, &order_no).await?;
+    let subscribe_messages = crate::store::subscribe::of_order(&state.db, &order_no).await?;
     let reconciliation = crate::store::reconcile::list_findings(&state.db, Some(&order_no), FINDINGS_SHOWN_MAX).await?;
     let shipping_report = crate::store::shipping::report_of(&state.db, &order_no).await?;
     let second_captures = crate::store::second_captures::of_order(&state.db, &order_no).await?;
-    Ok(axum::Json(AdminOrderBody { order, reconciliation, second_captures, shipping_report, mail }).into_response())
+    Ok(axum::Json(AdminOrderBody { order, reconciliation, second_captures, shipping_report, mail, subscribe_messages })
+        .into_response())
 }
 
 /// Gateway notifications: verify, store, apply once, and answer in the gateway's own words.

@@ -306,6 +306,8 @@ pub struct AdminOrderBody {
     pub shipping_report: Option<crate::store::shipping::ShippingReportView>,
     /// The e-mail sent (or to be sent) to the buyer about the order, oldest first.
     pub mail: Vec<crate::store::mail::Mail>,
+    /// The mini-program subscribe messages of the order, oldest first.
+    pub subscribe_messages: Vec<crate::store::subscribe::SubscribeView>,
 }
 
 /// An order's status after an admin's or buyer's action.

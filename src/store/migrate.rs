@@ -41,6 +41,7 @@ const SQLITE: &[Migration] = &[
     (17, "0017_rejected_notifications", include_str!("../../migrations/sqlite/0017_rejected_notifications.sql")),
     (18, "0018_history_retention", include_str!("../../migrations/sqlite/0018_history_retention.sql")),
     (19, "0019_buyer_lookup", include_str!("../../migrations/sqlite/0019_buyer_lookup.sql")),
+    (20, "0020_subscribe_messages", include_str!("../../migrations/sqlite/0020_subscribe_messages.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -63,6 +64,7 @@ const POSTGRES: &[Migration] = &[
     (17, "0017_rejected_notifications", include_str!("../../migrations/postgres/0017_rejected_notifications.sql")),
     (18, "0018_history_retention", include_str!("../../migrations/postgres/0018_history_retention.sql")),
     (19, "0019_buyer_lookup", include_str!("../../migrations/postgres/0019_buyer_lookup.sql")),
+    (20, "0020_subscribe_messages", include_str!("../../migrations/postgres/0020_subscribe_messages.sql")),
 ];
 
 impl Db {

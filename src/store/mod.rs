@@ -36,6 +36,7 @@ pub mod shipping;
 pub mod sql;
 pub mod statement_rows;
 pub mod statements;
+pub mod subscribe;
 pub mod views;
 
 use std::sync::Arc;

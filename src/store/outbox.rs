@@ -33,6 +33,7 @@ pub(super) async fn add_order_event(
     let messages = refund::status_messages(from, status);
     if !messages.status && !messages.fulfilment {
         super::mail::add_change_mail(batch, order_no, from, status, now);
+        super::subscribe::add_message(batch, order_no, from, status, now);
         return Ok(());
     }
     // The attempt concerned: the one that captured, else the newest.
@@ -238,8 +239,10 @@ pub(super) fn add_order_event_with(
     facts: &OrderFacts<'_>,
     now: Millis,
 ) {
-    // The buyer's e-mail, when the order asked for it, in this same transaction.
+    // The buyer's e-mail and mini-program message, when the order asked for them, in this same
+    // transaction.
     super::mail::add_change_mail(batch, order_no, from, status, now);
+    super::subscribe::add_message(batch, order_no, from, status, now);
     let messages = refund::status_messages(from, status);
     if messages.status {
         add_status_message(batch, order_no, status, facts, now);

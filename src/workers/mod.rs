@@ -10,6 +10,7 @@ pub mod refunds;
 pub mod retention;
 pub mod shipping;
 pub mod statements;
+pub mod subscribe;
 pub mod sweeper;
 
 use std::future::Future;

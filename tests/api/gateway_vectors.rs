@@ -41,6 +41,7 @@ fn wechat_config(platform_cert: bool) -> WechatPayConfig {
         download_certificates: false,
         mini_program_secret: None,
         open_api_base_url: "http://127.0.0.1:9".into(),
+        subscribe: None,
     };
     if platform_cert {
         c.platform_public_key_file = None;

@@ -40,3 +40,4 @@ mod second_captures;
 mod shipping;
 mod statements;
 mod store;
+mod subscribe;

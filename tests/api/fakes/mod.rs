@@ -22,12 +22,15 @@ use serde_json::{Value, json};
 mod alipay;
 mod stripe;
 mod wechat;
+mod wechat_subscribe;
 
 pub use alipay::*;
 pub use stripe::*;
 pub use wechat::*;
 
 pub const ALIPAY_APP_ID: &str = "2021000000000001";
+/// The subscribe-message templates the fake's mini program has.
+pub const SUBSCRIBE_TEMPLATES: [&str; 2] = ["TPL-PAID-0001", "TPL-DELIVERED-0002"];
 pub const ALIPAY_SELLER_ID: &str = "2088000000000002";
 pub const WECHAT_MCHID: &str = "1900000001";
 pub const WECHAT_APPID: &str = "wx8888888888888888";
@@ -137,6 +140,12 @@ pub struct Ledger {
     /// Shipping uploads accepted (the bodies), and every upload's answer code.
     pub shipping: Vec<Value>,
     pub shipping_answers: Vec<i64>,
+    /// Subscribe messages: each buyer's one-time consents by (openid, template), the messages
+    /// accepted, every send's answer code, and codes the next sends answer before the checks.
+    pub subscribe_consents: HashMap<(String, String), u32>,
+    pub subscribe_sent: Vec<Value>,
+    pub subscribe_answers: Vec<i64>,
+    pub subscribe_script: std::collections::VecDeque<i64>,
     /// WeChat: the trade bills published, by `bill_date`: the file and the hash announced with it
     /// (`None`: the file's own SHA-1).
     pub wechat_bills: HashMap<String, (Vec<u8>, Option<String>)>,

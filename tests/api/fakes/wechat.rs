@@ -445,6 +445,7 @@ impl FakeWechat {
             .route("/v3/certificates", get(wechat_certificates))
             .route("/cgi-bin/stable_token", post(mini_stable_token))
             .route("/wxa/sec/order/upload_shipping_info", post(mini_upload_shipping))
+            .route("/cgi-bin/message/subscribe/send", post(super::wechat_subscribe::mini_subscribe_send))
             .route(
                 "/v3/bill/tradebill",
                 get(|State(l): State<Shared>, q: axum::extract::RawQuery, h: HeaderMap| async move {
@@ -478,6 +479,7 @@ impl FakeWechat {
             download_certificates: true,
             mini_program_secret: None,
             open_api_base_url: self.url.clone(),
+            subscribe: None,
         }
     }
 
