@@ -123,4 +123,20 @@ pub(super) mod tests {
         let c = SubscribeConfig { delivered_fields: config().paid_fields, ..config() };
         assert!(c.checked().unwrap_err().contains("delivered_template"));
     }
+
+    #[test]
+    fn the_section_reads_as_documented() {
+        let text = r#"
+            paid_template = "TPL-1"
+            page = "pages/order/detail?order_no={order_no}"
+            [paid_fields]
+            character_string1 = "order_no"
+            amount2 = "amount"
+            [delivered_fields]
+        "#;
+        let c: SubscribeConfig = toml::from_str(text).unwrap();
+        let s = c.checked().unwrap();
+        assert_eq!(s.paid.unwrap().fields.len(), 2);
+        assert!(toml::from_str::<SubscribeConfig>("paid_templat = \"x\"").is_err(), "unknown keys refused");
+    }
 }
