@@ -203,6 +203,8 @@ struct OpenPage<'a> {
     link_until: String,
     /// The order's e-mail address, masked: where its messages go.
     sent_to: String,
+    /// Awaiting payment: the page refreshes itself.
+    pending: bool,
 }
 
 fn checked_token(token: &str) -> Result<&str> {
@@ -232,6 +234,7 @@ async fn open_page(State(state): State<AppState>, lang: Lang, Path(token): Path<
             keys: Vec::new(),
             keys_unavailable: 0,
             action: format!("/lookup/open/{token}"),
+            pending: order.status == crate::domain::OrderStatus::PendingPayment,
             link_until: t.time(&rfc3339(opened.expires_at), &state.time_zone),
             sent_to: masked(order.contact.email.as_deref()),
         }))
@@ -267,6 +270,7 @@ async fn reveal_page(
             keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
             keys_unavailable: keys.unreadable_total(),
             action: String::new(),
+            pending: false,
             link_until: String::new(),
             sent_to: masked(order.contact.email.as_deref()),
         });

@@ -39,6 +39,16 @@ struct ReturnPage<'a> {
     lines: Vec<(String, i64, String)>,
     placed_at: String,
     pay_by: String,
+    /// Where the order's e-mail goes, masked (empty: none).
+    sent_to: String,
+}
+
+/// Where an order's e-mail goes, masked for a page: empty when it has no address or e-mail is off.
+fn sent_to(state: &AppState, order: &views::OrderView) -> String {
+    match (&state.mail, &order.contact.email) {
+        (Some(_), Some(e)) => crate::domain::contact::Email::stored(e.clone()).masked(),
+        _ => String::new(),
+    }
 }
 
 /// The buyer's pages of one order: the return page and its status, *Try again*, the H5 order page.
@@ -123,6 +133,7 @@ pub(super) async fn return_page(
             lines: order_lines(&order),
             placed_at: t.time(&order.created_at, &state.time_zone),
             pay_by: t.time(&order.expires_at, &state.time_zone),
+            sent_to: sent_to(&state, &order),
             keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
             keys_unavailable: keys.unreadable_total(),
             attempt_ref: &attempt_ref,
@@ -158,6 +169,7 @@ struct H5Order<'a> {
     lines: Vec<(String, i64, String)>,
     placed_at: String,
     pay_by: String,
+    sent_to: String,
 }
 
 pub(super) async fn h5_order(
@@ -192,6 +204,7 @@ pub(super) async fn h5_order(
             csrf: &session.csrf_token,
             keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
             keys_unavailable: keys.unreadable_total(),
+            sent_to: sent_to(&state, &order),
             lines: order_lines(&order),
         }))
     }

@@ -315,7 +315,7 @@ async fn admin_sign_in_failures_lock_the_address_out(backend: Backend) {
 on_both!(admin_lockout, admin_sign_in_failures_lock_the_address_out);
 
 /// A siteverify endpoint like Turnstile's: `success` for the token "good" sent with the secret.
-async fn fake_verifier() -> (String, tokio::task::JoinHandle<()>) {
+pub(crate) async fn fake_verifier() -> (String, tokio::task::JoinHandle<()>) {
     use axum::routing::post;
     async fn verify(axum::Form(form): axum::Form<std::collections::HashMap<String, String>>) -> axum::Json<Value> {
         let ok = form.get("secret").map(String::as_str) == Some("captcha-secret")

@@ -216,3 +216,32 @@ async fn lookup_page(backend: Backend) {
     let html = t.http.get(t.url("/lookup?lang=zh")).send().await.unwrap().text().await.unwrap();
     assert!(html.contains("查找订单"), "{html}");
 }
+
+/// After three lookups from one address that matched nothing, its lookups need the bot check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn misses_bring_the_bot_check() {
+    let (verify_url, verifier) = crate::abuse::fake_verifier().await;
+    let captcha = kassa::config::Captcha { verify_url, secret: "captcha-secret".into() };
+    let opts = Opts {
+        protection: kassa::config::Protection { captcha: Some(captcha), ..crate::common::test_protection() },
+        ..Opts::default()
+    };
+    let t = TestApp::spawn_with(Backend::Sqlite, opts).await;
+    t.create_sku("MUG", "Mug", 100, 5).await;
+    let (_, order_no, _) = t.pending_order(&[("MUG", 1)]).await;
+    let ask = |from: &'static str, token: Option<&'static str>| {
+        let mut body = json!({"order_no": order_no, "password": "guess 123"});
+        if let Some(tk) = token {
+            body["captcha_token"] = json!(tk);
+        }
+        t.http.post(t.url("/api/v1/lookup")).header("x-forwarded-for", from).json(&body).send()
+    };
+    for _ in 0..3 {
+        assert_eq!(ask("198.51.100.7", None).await.unwrap().status(), StatusCode::ACCEPTED);
+    }
+    let (status, body) = answer(ask("198.51.100.7", None).await.unwrap()).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "captcha_failed".to_string()));
+    assert_eq!(ask("198.51.100.7", Some("good")).await.unwrap().status(), StatusCode::ACCEPTED);
+    assert_eq!(ask("198.51.100.9", None).await.unwrap().status(), StatusCode::ACCEPTED, "another address is not asked");
+    verifier.abort();
+}

@@ -301,6 +301,25 @@ async fn mail_reaches_the_buyer(backend: Backend) {
     t.assert_clean().await;
 }
 
+/// With `keys_inline`, the delivered message carries the keys, and that reveal is logged.
+#[cfg_attr(not(kassa_test_smtp), ignore = "e-mail: KASSA_AIOSMTPD (a Python with aiosmtpd) was not set when the tests were built")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_inline_when_the_shop_says_so() {
+    let smtp = Smtp::start();
+    let email = kassa::workers::mail::EmailSettings { keys_inline: true, ..email_settings(smtp.port) };
+    let t = TestApp::spawn_with(Backend::Sqlite, Opts { email: Some(email), ..Opts::default() }).await;
+    sku(&t).await;
+    let order_no = paid_order(&t, "GAME", "keys@example.com").await;
+    assert_eq!(t.app.mailer.as_ref().unwrap().step().await.unwrap(), 1);
+    let m = decoded(&smtp.messages()[0]);
+    assert!(m.contains("KEY-MAIL-000"), "{m}");
+    let reveals = t.order(&order_no).await["reveals"].clone();
+    let email = reveals.as_array().unwrap().iter().find(|r| r["channel"] == "email").expect("the e-mail's reveal");
+    assert_eq!(email["keys"], 1);
+    assert_eq!(email["user_agent"], "e-mail to k***@example.com");
+    t.assert_clean().await;
+}
+
 /// `serve --check-config` tries the SMTP server of `[email]`.
 #[cfg_attr(
     not(kassa_test_smtp),
