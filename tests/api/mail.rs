@@ -302,7 +302,10 @@ async fn mail_reaches_the_buyer(backend: Backend) {
 }
 
 /// With `keys_inline`, the delivered message carries the keys, and that reveal is logged.
-#[cfg_attr(not(kassa_test_smtp), ignore = "e-mail: KASSA_AIOSMTPD (a Python with aiosmtpd) was not set when the tests were built")]
+#[cfg_attr(
+    not(kassa_test_smtp),
+    ignore = "e-mail: KASSA_AIOSMTPD (a Python with aiosmtpd) was not set when the tests were built"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keys_inline_when_the_shop_says_so() {
     let smtp = Smtp::start();
