@@ -3,6 +3,13 @@
 "use strict";
 (function () {
   var BATCH = 500;
+  // The page's texts in the operator's language (admin.js.* of the catalog), with {placeholders}.
+  var texts = JSON.parse((document.currentScript && document.currentScript.getAttribute("data-t")) || "{}");
+  function say(key, values) {
+    var text = texts["admin.js." + key] || key;
+    Object.keys(values || {}).forEach(function (name) { text = text.split("{" + name + "}").join(values[name]); });
+    return text;
+  }
   document.querySelectorAll("form.keys-import").forEach(function (form) {
     form.addEventListener("submit", function (event) {
       event.preventDefault();
@@ -17,12 +24,12 @@
       bar.hidden = false;
       button.disabled = true;
       function report(extra) {
-        text.textContent = sent + " / " + keys.length + " sent: " + imported + " imported, " +
-          duplicates + " duplicate(s)" + (extra || "");
+        text.textContent = say("progress", { sent: sent, total: keys.length, imported: imported,
+          duplicates: duplicates }) + (extra || "");
       }
       function next() {
         if (sent >= keys.length) {
-          report(". Done.");
+          report(say("done"));
           // The page again, with the SKU's figures as they are now.
           window.location.assign("/admin/skus?done=keys&n=" + imported + "&dup=" + duplicates + "&batches=" + batches);
           return;
@@ -40,7 +47,7 @@
           return r.json().then(function (answer) { return { ok: r.ok, answer: answer }; });
         }).then(function (result) {
           if (!result.ok) {
-            report(". Stopped: " + ((result.answer.error && result.answer.error.message) || "refused"));
+            report(say("stopped", { reason: (result.answer.error && result.answer.error.message) || say("refused") }));
             button.disabled = false;
             return;
           }
@@ -52,7 +59,7 @@
           report("");
           next();
         }).catch(function () {
-          report(". Stopped: the server could not be reached; the keys sent so far are imported.");
+          report(say("unreachable"));
           button.disabled = false;
         });
       }

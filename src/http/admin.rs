@@ -13,6 +13,7 @@ use axum::routing::{MethodRouter, get, post};
 use super::api_lists::{self, ExportQuery, OrderFilterQuery, RangeQuery, read_query};
 use super::console::{ADMIN_COOKIE, Operator, done_message};
 use super::guard::{Bucket, Client};
+use super::i18n::{Lang, Texts};
 use super::{AppState, Content, FormBody, RouteDoc, cookie, render, set_cookie};
 use crate::clock::Millis;
 use crate::domain::ids::{self, OrderNo, RefundNo, Sku};
@@ -90,16 +91,17 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
 #[derive(Template)]
 #[template(path = "admin/login.html")]
 struct LoginPage<'a> {
+    t: &'static Texts,
     error: &'a str,
 }
 
-async fn login_page() -> Response {
-    render(&LoginPage { error: "" })
+async fn login_page(lang: Lang) -> Response {
+    render(&LoginPage { t: lang.texts(), error: "" })
 }
 
 /// The sign-in page answered with `status` and `error`.
-fn login_refused(status: StatusCode, error: &str) -> Response {
-    let mut r = render(&LoginPage { error });
+fn login_refused(t: &'static Texts, status: StatusCode, error: &str) -> Response {
+    let mut r = render(&LoginPage { t, error });
     *r.status_mut() = status;
     r
 }
@@ -152,8 +154,10 @@ pub(super) async fn wrong_admin_token(state: &AppState, client: Option<&Client>)
 async fn login(
     State(state): State<AppState>,
     axum::Extension(client): axum::Extension<Client>,
+    lang: Lang,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
+    let t = lang.texts();
     let now = state.now_ms();
     let address = client.addr.to_string();
     let lockout = state
@@ -162,10 +166,8 @@ async fn login(
         .map(|r| LockoutPolicy { max_failures: r.signin_lockout_failures, lockout_ms: r.signin_lockout_ms });
     let locked = |until: Millis| {
         let seconds = until.saturating_sub(now).max(1000) / 1000;
-        let mut r = login_refused(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!("Too many failed sign-ins. Try again in {} minutes.", (seconds + 59) / 60),
-        );
+        let mut r =
+            login_refused(t, StatusCode::TOO_MANY_REQUESTS, &t.f("admin.login.locked", "minutes", (seconds + 59) / 60));
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         r
     };
@@ -196,14 +198,14 @@ async fn login(
             Verdict::Refuse => {
                 return match admin::record_signin_failure(&state.db, &address, now, policy).await {
                     Ok(Some(until)) => locked(until),
-                    Ok(None) => login_refused(StatusCode::UNAUTHORIZED, "That token is not valid."),
+                    Ok(None) => login_refused(t, StatusCode::UNAUTHORIZED, t.t("admin.login.invalid")),
                     Err(e) => e.into_response(),
                 };
             }
         }
     } else if !correct {
         tracing::warn!(client = %address, "admin sign-in refused");
-        return login_refused(StatusCode::UNAUTHORIZED, "That token is not valid.");
+        return login_refused(t, StatusCode::UNAUTHORIZED, t.t("admin.login.invalid"));
     }
     match admin::create_session(&state.db, now, state.protection.admin_idle_ms).await {
         Ok((session, _)) => {
@@ -246,18 +248,20 @@ async fn logout(
 #[derive(Template)]
 #[template(path = "admin/dashboard.html")]
 struct DashboardPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     d: Dashboard,
 }
 
-async fn dashboard(State(state): State<AppState>, op: Operator) -> Result<Response> {
+async fn dashboard(State(state): State<AppState>, op: Operator, lang: Lang) -> Result<Response> {
     let d = admin::dashboard(&state.db, state.now_ms()).await?;
-    Ok(render(&DashboardPage { csrf: &op.csrf, d }))
+    Ok(render(&DashboardPage { t: lang.texts(), csrf: &op.csrf, d }))
 }
 
 #[derive(Template)]
 #[template(path = "admin/orders.html")]
 struct OrdersPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     rows: Vec<OrderSummary>,
     status: String,
@@ -270,6 +274,7 @@ struct OrdersPage<'a> {
 async fn orders_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
     let status = query.get("status").and_then(|s| crate::domain::OrderStatus::parse(s));
@@ -280,7 +285,7 @@ async fn orders_page(
     let status = status.map(|s| s.as_str().to_string()).unwrap_or_default();
     let older = older_link("/admin/orders", &[("status", status.as_str()), ("q", q.as_str())], page.next_cursor);
     let statuses = crate::domain::OrderStatus::ALL.iter().map(|s| s.as_str()).collect();
-    Ok(render(&OrdersPage { csrf: &op.csrf, rows: page.items, status, q, statuses, older }))
+    Ok(render(&OrdersPage { t: lang.texts(), csrf: &op.csrf, rows: page.items, status, q, statuses, older }))
 }
 
 /// The orders export behind the console's sign-in (its cookie is sent under `/admin` only).
@@ -306,6 +311,7 @@ async fn refunds_csv(
 #[derive(Template)]
 #[template(path = "admin/order.html")]
 struct OrderPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     order: OrderView,
     total: String,
@@ -329,6 +335,7 @@ struct OrderPage<'a> {
 async fn order_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Path(order_no): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
@@ -337,15 +344,17 @@ async fn order_page(
     let keys = fulfilment::order_keys(&state.db, state.vault.as_deref(), &order_no, state.now_ms()).await?;
     let keys_unreadable = keys.unreadable_total();
     let keys_delivered = keys.keys.len() + usize::try_from(keys_unreadable).unwrap_or(0);
+    let t = lang.texts();
     let message = match query.get("done").map(String::as_str) {
-        Some("accept") => "Late payment accepted.",
-        Some("refund") => "Refund requested.",
-        Some("deliver") => "Marked delivered.",
-        Some("cancel") => "Order cancelled.",
-        Some("resend") => "Webhook message queued to be sent again.",
+        Some("accept") => t.t("admin.order.done_accept"),
+        Some("refund") => t.t("admin.order.done_refund"),
+        Some("deliver") => t.t("admin.order.done_deliver"),
+        Some("cancel") => t.t("admin.order.done_cancel"),
+        Some("resend") => t.t("admin.order.done_resend"),
         _ => "",
     };
     Ok(render(&OrderPage {
+        t,
         csrf: &op.csrf,
         total: order.total_display(),
         notifications: admin::notifications(&state.db, Some(&order_no), false, None).await?.items,
@@ -370,6 +379,7 @@ async fn order_action(
     State(state): State<AppState>,
     op: Operator,
     Path(order_no): Path<String>,
+    lang: Lang,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let result = async {
@@ -419,12 +429,13 @@ async fn order_action(
         Ok(Redirect::to(&format!("/admin/orders/{order_no}?done={action}")).into_response())
     }
     .await;
-    result.unwrap_or_else(|e| super::pages::console_error_page(&e, &format!("/admin/orders/{order_no}")))
+    result.unwrap_or_else(|e| super::pages::console_error_page(lang, &e, &format!("/admin/orders/{order_no}")))
 }
 
 #[derive(Template)]
 #[template(path = "admin/skus.html")]
 struct SkusPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     rows: Vec<SkuRow>,
     message: String,
@@ -435,16 +446,19 @@ struct SkusPage<'a> {
 async fn skus_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
-    let message = done_message(&query);
+    let t = lang.texts();
+    let message = done_message(t, &query);
     let currencies = crate::domain::Currency::known().collect();
-    Ok(render(&SkusPage { csrf: &op.csrf, rows: admin::skus(&state.db).await?, message, currencies }))
+    Ok(render(&SkusPage { t, csrf: &op.csrf, rows: admin::skus(&state.db).await?, message, currencies }))
 }
 
 #[derive(Template)]
 #[template(path = "admin/notifications.html")]
 struct InboxPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     rows: Vec<NotificationRow>,
     only_rejected: bool,
@@ -468,18 +482,20 @@ fn older_link(path: &str, pairs: &[(&str, &str)], next: Option<String>) -> Optio
 async fn inbox_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
     let only_rejected = query.get("rejected").is_some_and(|v| v == "1");
     let page = admin::notifications(&state.db, None, only_rejected, page_cursor(&query)?.as_ref()).await?;
     let older =
         older_link("/admin/notifications", &[("rejected", if only_rejected { "1" } else { "" })], page.next_cursor);
-    Ok(render(&InboxPage { csrf: &op.csrf, rows: page.items, only_rejected, older }))
+    Ok(render(&InboxPage { t: lang.texts(), csrf: &op.csrf, rows: page.items, only_rejected, older }))
 }
 
 #[derive(Template)]
 #[template(path = "admin/alerts.html")]
 struct AlertsPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     rows: Vec<AlertRow>,
     all: bool,
@@ -489,12 +505,13 @@ struct AlertsPage<'a> {
 async fn alerts_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
     let all = query.get("all").is_some_and(|v| v == "1");
     let page = admin::alerts(&state.db, all, page_cursor(&query)?.as_ref()).await?;
     let older = older_link("/admin/alerts", &[("all", if all { "1" } else { "" })], page.next_cursor);
-    Ok(render(&AlertsPage { csrf: &op.csrf, rows: page.items, all, older }))
+    Ok(render(&AlertsPage { t: lang.texts(), csrf: &op.csrf, rows: page.items, all, older }))
 }
 
 /// A limit field of the console's form: empty for none, else a whole number.
@@ -512,6 +529,7 @@ async fn set_sku_limits(
     State(state): State<AppState>,
     op: Operator,
     Path(sku): Path<String>,
+    lang: Lang,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let result = async {
@@ -525,13 +543,14 @@ async fn set_sku_limits(
         Ok(Redirect::to("/admin/skus").into_response())
     }
     .await;
-    result.unwrap_or_else(|e| super::pages::console_error_page(&e, "/admin/skus"))
+    result.unwrap_or_else(|e| super::pages::console_error_page(lang, &e, "/admin/skus"))
 }
 
 async fn ack_alert(
     State(state): State<AppState>,
     op: Operator,
     Path(id): Path<String>,
+    lang: Lang,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let result = async {
@@ -540,5 +559,5 @@ async fn ack_alert(
         Ok(Redirect::to("/admin/alerts").into_response())
     }
     .await;
-    result.unwrap_or_else(|e| super::pages::console_error_page(&e, "/admin/alerts"))
+    result.unwrap_or_else(|e| super::pages::console_error_page(lang, &e, "/admin/alerts"))
 }

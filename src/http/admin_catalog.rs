@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, post};
 
 use super::console::Operator;
+use super::i18n::Lang;
 use super::{AppState, Content, FormBody, RouteDoc};
 use crate::domain::checkout::SkuLimits;
 use crate::domain::ids::Sku;
@@ -54,7 +55,7 @@ fn whole(form: &BTreeMap<String, String>, name: &str) -> Result<i64> {
 
 /// Runs a console form's action, then back to the SKUs page (saying what was done), or the error
 /// page with a way back.
-async fn act<F>(op: Operator, form: &BTreeMap<String, String>, action: F) -> Response
+async fn act<F>(op: Operator, lang: Lang, form: &BTreeMap<String, String>, action: F) -> Response
 where
     F: std::future::Future<Output = Result<String>>,
 {
@@ -65,13 +66,14 @@ where
     .await;
     match result {
         Ok(done) => Redirect::to(&format!("/admin/skus?done={done}")).into_response(),
-        Err(e) => super::pages::console_error_page(&e, "/admin/skus"),
+        Err(e) => super::pages::console_error_page(lang, &e, "/admin/skus"),
     }
 }
 
 async fn create(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let action = async {
@@ -90,12 +92,13 @@ async fn create(
         uc::create_sku(&state.cx, &draft).await?;
         Ok("created".to_string())
     };
-    act(op, &form, action).await
+    act(op, lang, &form, action).await
 }
 
 async fn edit(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Path(sku): Path<String>,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
@@ -108,12 +111,13 @@ async fn edit(
         uc::edit_sku(&state.cx, &sku, name, Some((price.amount_minor(), free)), LimitsPatch::default()).await?;
         Ok("edited".to_string())
     };
-    act(op, &form, action).await
+    act(op, lang, &form, action).await
 }
 
 async fn stock(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Path(sku): Path<String>,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
@@ -131,7 +135,7 @@ async fn stock(
         crate::usecase::catalog::adjust_stock(&state.cx, &sku, delta).await?;
         Ok("stock".to_string())
     };
-    act(op, &form, action).await
+    act(op, lang, &form, action).await
 }
 
 /// Imports the keys of the form's `keys` field, one per line (blank lines skipped). The page's
@@ -139,6 +143,7 @@ async fn stock(
 async fn import_keys(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     headers: HeaderMap,
     Path(sku): Path<String>,
     FormBody(form): FormBody<BTreeMap<String, String>>,
@@ -167,7 +172,7 @@ async fn import_keys(
                 .into_response()
         }
         (Err(e), true) => e.into_response(),
-        (Err(e), false) => super::pages::console_error_page(&e, "/admin/skus"),
+        (Err(e), false) => super::pages::console_error_page(lang, &e, "/admin/skus"),
     }
 }
 

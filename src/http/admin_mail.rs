@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::console::Operator;
+use super::i18n::{Lang, Texts};
 use super::{Admin, ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render};
 use crate::domain::mail::MailStatus;
 use crate::error::{Error, Result};
@@ -161,6 +162,7 @@ async fn test_json(
 #[derive(Template)]
 #[template(path = "admin/mail.html")]
 struct MailConsole<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     rows: Vec<Mail>,
     configured: bool,
@@ -170,20 +172,23 @@ struct MailConsole<'a> {
 async fn mail_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
     let status = query.get("status").cloned().unwrap_or_default();
     let rows = mail::list(&state.db, status_of(Some(&status))?, None, MAIL_PAGE_MAX).await?;
+    let t = lang.texts();
     let message = match query.get("done").map(String::as_str) {
-        Some("test") => "Test message queued; it appears below once the mail worker has tried it.".to_string(),
+        Some("test") => t.t("admin.mail.done_test").to_string(),
         _ => String::new(),
     };
-    Ok(render(&MailConsole { csrf: &op.csrf, rows, configured: state.mail.is_some(), message }))
+    Ok(render(&MailConsole { t, csrf: &op.csrf, rows, configured: state.mail.is_some(), message }))
 }
 
 async fn test_form(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     FormBody(form): FormBody<BTreeMap<String, String>>,
 ) -> Response {
     let result = async {
@@ -193,5 +198,5 @@ async fn test_form(
         Ok(Redirect::to("/admin/mail?done=test").into_response())
     }
     .await;
-    result.unwrap_or_else(|e| super::pages::console_error_page(&e, "/admin/mail"))
+    result.unwrap_or_else(|e| super::pages::console_error_page(lang, &e, "/admin/mail"))
 }

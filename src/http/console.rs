@@ -7,6 +7,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Redirect, Response};
 
+use super::i18n::Texts;
 use super::{AppState, cookie};
 use crate::error::{Error, Result};
 use crate::store::admin;
@@ -39,19 +40,19 @@ impl Operator {
     }
 }
 
-/// What the SKUs page says after an action (`?done=…&n=…&dup=…`).
-pub fn done_message(query: &BTreeMap<String, String>) -> String {
+/// What the SKUs page says after an action (`?done=…&n=…&dup=…`), in the operator's language.
+pub fn done_message(t: &Texts, query: &BTreeMap<String, String>) -> String {
     let number = |name: &str| query.get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     match query.get("done").map(String::as_str) {
-        Some("created") => "SKU created.".into(),
-        Some("edited") => "SKU changed.".into(),
-        Some("stock") => "Stock changed.".into(),
+        Some("created") => t.t("admin.skus.done_created").into(),
+        Some("edited") => t.t("admin.skus.done_edited").into(),
+        Some("stock") => t.t("admin.skus.done_stock").into(),
         Some("keys") => {
             let batches = match number("batches") {
                 0 | 1 => String::new(),
-                n => format!(" in {n} batches"),
+                n => t.f("admin.skus.in_batches", "n", n),
             };
-            format!("{} key(s) imported, {} duplicate(s) skipped{batches}.", number("n"), number("dup"))
+            t.f2("admin.skus.done_keys", "n", number("n"), "dup", number("dup")).replace("{batches}", &batches)
         }
         _ => String::new(),
     }
@@ -60,6 +61,7 @@ pub fn done_message(query: &BTreeMap<String, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::i18n::Lang;
 
     fn form(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
@@ -67,12 +69,15 @@ mod tests {
 
     #[test]
     fn the_page_says_what_was_done() {
+        let (en, zh) = (Lang::En.texts(), Lang::Zh.texts());
         assert_eq!(
-            done_message(&form(&[("done", "keys"), ("n", "3"), ("dup", "1")])),
+            done_message(en, &form(&[("done", "keys"), ("n", "3"), ("dup", "1")])),
             "3 key(s) imported, 1 duplicate(s) skipped."
         );
         let batched = form(&[("done", "keys"), ("n", "1203"), ("dup", "1"), ("batches", "3")]);
-        assert_eq!(done_message(&batched), "1203 key(s) imported, 1 duplicate(s) skipped in 3 batches.");
-        assert_eq!(done_message(&form(&[("done", "<script>")])), "");
+        assert_eq!(done_message(en, &batched), "1203 key(s) imported, 1 duplicate(s) skipped in 3 batches.");
+        assert_eq!(done_message(zh, &batched), "已导入 1203 个卡密，跳过 1 个重复，分 3 批。");
+        assert_eq!(done_message(zh, &form(&[("done", "stock")])), "库存已调整。");
+        assert_eq!(done_message(en, &form(&[("done", "<script>")])), "");
     }
 }

@@ -1,6 +1,7 @@
-//! The buyer pages' languages: one message catalog per language (`locales/*.toml`, compiled in),
-//! the language of a request (`?lang=`, then the `kassa_lang` cookie, then `Accept-Language`),
-//! times in the shop's time zone, and the error page a buyer reaches with its next step.
+//! The languages of the buyer pages and the admin console: one message catalog per language
+//! (`locales/*.toml`, compiled in), the language of a request (`?lang=`, then the `kassa_lang`
+//! cookie, then `Accept-Language`), times in the shop's time zone, and the error page a buyer
+//! reaches with its next step.
 //!
 //! The catalogs are TOML read with the `toml` crate the configuration already uses; their texts
 //! take named `{placeholders}` and nothing else (no plural rules are needed: every count is
@@ -14,14 +15,14 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 
-/// The cookie that keeps a buyer's choice of language.
+/// The cookie that keeps a buyer's (or an operator's) choice of language.
 pub const LANG_COOKIE: &str = "kassa_lang";
 /// How long the choice is kept, in seconds (a year).
 const LANG_COOKIE_MAX_AGE_S: u32 = 365 * 24 * 3600;
 /// Most `Accept-Language` entries looked at; the rest are ignored.
 const ACCEPT_LANGUAGE_ENTRIES_MAX: usize = 32;
 
-/// A language the buyer pages are written in.
+/// A language the buyer pages and the console are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Lang {
     #[default]
@@ -211,10 +212,19 @@ impl Texts {
 
     /// The texts the pages' scripts need (`js.*` and `status.*`), as JSON for a `data-` attribute.
     pub fn for_scripts(&self) -> String {
+        self.scripts_json(&["js.", "status."])
+    }
+
+    /// The texts the console's scripts need (`admin.js.*`), as JSON for a `data-` attribute.
+    pub fn for_console_scripts(&self) -> String {
+        self.scripts_json(&["admin.js."])
+    }
+
+    fn scripts_json(&self, prefixes: &[&str]) -> String {
         let wanted: BTreeMap<&str, &str> = self
             .map
             .iter()
-            .filter(|(k, _)| k.starts_with("js.") || k.starts_with("status."))
+            .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         serde_json::to_string(&wanted).unwrap_or_else(|_| "{}".to_string())
@@ -363,7 +373,7 @@ mod tests {
         let en = Lang::En.texts();
         let mut sources: Vec<(String, String)> = Vec::new();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        for dir in ["templates", "src/http"] {
+        for dir in ["templates", "templates/admin", "templates/mail", "src/http"] {
             for entry in std::fs::read_dir(root.join(dir)).unwrap() {
                 let path = entry.unwrap().path();
                 if path.is_file() {
@@ -371,6 +381,7 @@ mod tests {
                 }
             }
         }
+        assert!(sources.iter().any(|(path, _)| path.ends_with("admin/order.html")), "the console's templates are read");
         let mut used = 0;
         for (path, text) in &sources {
             for call in ["t(\"", "f(\"", "f2(\""] {
@@ -455,5 +466,8 @@ mod tests {
         let js: BTreeMap<String, String> = serde_json::from_str(&zh.for_scripts()).unwrap();
         assert_eq!(js["status.refunded"], "已退款");
         assert!(js.keys().all(|k| k.starts_with("js.") || k.starts_with("status.")));
+        let console: BTreeMap<String, String> = serde_json::from_str(&zh.for_console_scripts()).unwrap();
+        assert_eq!(console["admin.js.refused"], "被拒绝");
+        assert!(console.keys().all(|k| k.starts_with("admin.js.")));
     }
 }

@@ -225,14 +225,15 @@ pub fn refusal_page(lang: Lang, status: StatusCode, code: &str, back: &str) -> R
     )
 }
 
-/// The console's error page: English, what the refusal says, and a way back into the console.
-pub fn console_error_page(e: &Error, link: &str) -> Response {
+/// The console's error page: in the operator's language, what the refusal says (in English, as
+/// the refusal words it), and a way back into the console.
+pub fn console_error_page(lang: Lang, e: &Error, link: &str) -> Response {
     let status = match e {
         Error::Refused(r) => super::status_of(r.kind),
         _ if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    let t = Lang::En.texts();
+    let t = lang.texts();
     let text = match e {
         Error::Refused(_) => e.to_string(),
         _ if e.is_unavailable() => {
@@ -248,7 +249,7 @@ pub fn console_error_page(e: &Error, link: &str) -> Response {
         status,
         &MessagePage {
             t,
-            switch_href: String::new(),
+            switch_href: t.switch_href(link),
             title: t.t("error.title"),
             message: &text,
             link,

@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::api_lists::{ExportQuery, UTF8_BOM, read_query};
 use super::console::Operator;
+use super::i18n::{Lang, Texts};
 use super::schema::NOTE_LEN_MAX;
 use super::{Admin, ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render, schema};
 use crate::domain::money::{decimal_minor, format_minor};
@@ -355,24 +356,28 @@ pub struct TotalsRow {
     pub net: String,
 }
 
-fn totals_rows(day: &StatementDayView) -> Vec<TotalsRow> {
+fn totals_rows(t: &'static Texts, day: &StatementDayView) -> Vec<TotalsRow> {
     let m = |minor: i64| format_minor(minor, &day.currency);
-    [("Gateway", &day.gateway_totals), ("kassa", &day.kassa_totals)]
-        .into_iter()
-        .map(|(side, t)| TotalsRow {
-            side,
-            count: t.count,
-            gross: m(t.gross_minor),
-            refunds: m(t.refunds_minor),
-            fees: m(t.fees_minor),
-            net: m(t.net_minor),
-        })
-        .collect()
+    [
+        (t.t("admin.statements.side_gateway"), &day.gateway_totals),
+        (t.t("admin.statements.side_kassa"), &day.kassa_totals),
+    ]
+    .into_iter()
+    .map(|(side, totals)| TotalsRow {
+        side,
+        count: totals.count,
+        gross: m(totals.gross_minor),
+        refunds: m(totals.refunds_minor),
+        fees: m(totals.fees_minor),
+        net: m(totals.net_minor),
+    })
+    .collect()
 }
 
 #[derive(Template)]
 #[template(path = "admin/statements.html")]
 struct DaysPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     rows: Vec<StatementDaySummary>,
     gateways: Vec<&'static str>,
@@ -383,6 +388,7 @@ struct DaysPage<'a> {
 async fn days_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
     let rows = days::days(&state.db, None, days::DAYS_PAGE_MAX).await?;
@@ -399,12 +405,13 @@ async fn days_page(
     let so_far = gateways.iter().any(|n| state.gateways.get(n).is_some_and(|g| g.statement_so_far()));
     let suggested_day = if so_far { Some(today) } else { today.previous_day() }.map(format_day).unwrap_or_default();
     let message = query.get("error").cloned().unwrap_or_default();
-    Ok(render(&DaysPage { csrf: &op.csrf, rows, gateways, suggested_day, message }))
+    Ok(render(&DaysPage { t: lang.texts(), csrf: &op.csrf, rows, gateways, suggested_day, message }))
 }
 
 #[derive(Template)]
 #[template(path = "admin/statement_day.html")]
 struct DayPage<'a> {
+    t: &'static Texts,
     csrf: &'a str,
     d: StatementDayView,
     totals: Vec<TotalsRow>,
@@ -415,17 +422,19 @@ struct DayPage<'a> {
 async fn day_page(
     State(state): State<AppState>,
     op: Operator,
+    lang: Lang,
     Path((gateway, day)): Path<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Result<Response> {
+    let t = lang.texts();
     let d = stored_day(&state, &gateway, &day).await?;
     let message = match query.get("done").map(String::as_str) {
-        Some("run") => "Reconciled again.".to_string(),
-        Some("resolved") => "Finding resolved.".to_string(),
+        Some("run") => t.t("admin.statements.done_run").to_string(),
+        Some("resolved") => t.t("admin.statements.done_resolved").to_string(),
         _ => query.get("error").cloned().unwrap_or_default(),
     };
     let open = d.findings.iter().filter(|f| f.state == "open").count();
-    Ok(render(&DayPage { csrf: &op.csrf, totals: totals_rows(&d), open, d, message }))
+    Ok(render(&DayPage { t, csrf: &op.csrf, totals: totals_rows(t, &d), open, d, message }))
 }
 
 /// A day's console page; the list of days when `gateway` and `day` name none.

@@ -217,3 +217,86 @@ async fn error_pages(backend: Backend) {
     assert!(html.contains("This form has expired") && html.contains(">Start again</a>"), "{html}");
     t.assert_clean().await;
 }
+
+/// The `kassa_lang` cookie a response sets, as the next request sends it back.
+fn lang_cookie(r: &reqwest::Response) -> String {
+    r.headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+        .find(|c| c.starts_with("kassa_lang="))
+        .unwrap()
+}
+
+on_both!(the_console_speaks_chinese_and_english, console_languages);
+async fn console_languages(backend: Backend) {
+    let t = TestApp::spawn(backend).await;
+    t.create_sku("MUG", "青瓷杯", 8900, 5).await;
+    let (_, order_no, attempt_ref) = t.pending_order(&[("MUG", 1)]).await;
+    t.complete(&attempt_ref, "succeeded", 1).await;
+    t.settle().await;
+
+    // The sign-in page in the language asked for, with the switch to the other.
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let html = http.get(t.url("/admin/login?lang=zh")).send().await.unwrap().text().await.unwrap();
+    assert!(
+        html.contains("<html lang=\"zh-CN\"") && html.contains("管理员令牌") && html.contains(">登录</button>"),
+        "{html}"
+    );
+    assert!(html.contains("href=\"?lang=en\"") && html.contains(">English</a>"), "the switch: {html}");
+    let r = http.post(t.url("/admin/login")).header("cookie", "kassa_lang=zh").form(&[("token", "nope")]).send().await;
+    let html = r.unwrap().text().await.unwrap();
+    assert!(html.contains("令牌无效。"), "{html}");
+
+    let (browser, session, csrf) = crate::pages::console(&t).await;
+    let get = |path: String, cookies: String| {
+        let (browser, url) = (browser.clone(), t.url(&path));
+        async move { browser.get(url).header("cookie", cookies).send().await.unwrap() }
+    };
+    // ?lang=zh: Chinese headings, the switch back to English, statuses kept as their codes; the
+    // choice is kept in the cookie.
+    let r = get("/admin/orders?lang=zh".to_string(), session.clone()).await;
+    let kept = lang_cookie(&r);
+    assert_eq!(kept, "kassa_lang=zh");
+    let html = r.text().await.unwrap();
+    for want in
+        ["<html lang=\"zh-CN\"", "<h1>订单</h1>", "<th>商户参考号</th>", "下载订单（CSV）", ">退出登录</button>"]
+    {
+        assert!(html.contains(want), "{want}: {html}");
+    }
+    assert!(html.contains("<span class=\"pill paid\">paid</span>") && html.contains(&order_no), "{html}");
+    assert!(html.contains("href=\"?lang=en\"") && html.contains(">English</a>"), "the switch: {html}");
+    let zh = format!("{session}; {kept}");
+    let html = get(format!("/admin/orders/{order_no}"), zh.clone()).await.text().await.unwrap();
+    for want in [format!("<h1>订单 {order_no} "), "<h2>支付记录</h2>".into(), ">标记为已交付</button>".into()]
+    {
+        assert!(html.contains(&want), "the kept choice: {want}: {html}");
+    }
+    // What an action says, and its error page, in the kept language.
+    let action = t.url(&format!("/admin/orders/{order_no}/action"));
+    let post = |form: Vec<(&'static str, String)>| {
+        let (browser, action, zh) = (browser.clone(), action.clone(), zh.clone());
+        async move { browser.post(action).header("cookie", zh).form(&form).send().await.unwrap() }
+    };
+    let r = post(vec![("action", "deliver".into()), ("csrf", "stale".into())]).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let html = r.text().await.unwrap();
+    assert!(html.contains("<h1>抱歉</h1>") && next_step(&html) == format!("/admin/orders/{order_no}"), "{html}");
+    let r = post(vec![("action", "deliver".into()), ("csrf", csrf.clone())]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let done = r.headers()["location"].to_str().unwrap().to_string();
+    let html = get(done, zh.clone()).await.text().await.unwrap();
+    assert!(html.contains("已标记为已交付。"), "{html}");
+
+    // ?lang=en: the English console again, and the cookie says so.
+    let r = get(format!("/admin/orders/{order_no}?lang=en"), zh.clone()).await;
+    assert_eq!(lang_cookie(&r), "kassa_lang=en");
+    let html = r.text().await.unwrap();
+    for want in [format!("<h1>Order {order_no} "), "<h2>Payment attempts</h2>".into(), ">中文</a>".into()] {
+        assert!(html.contains(&want), "{want}: {html}");
+    }
+    let html = get("/admin/orders".to_string(), format!("{session}; kassa_lang=en")).await.text().await.unwrap();
+    assert!(html.contains("<html lang=\"en\"") && html.contains("<h1>Orders</h1>"), "{html}");
+    assert!(html.contains("Download orders (CSV)") && html.contains("href=\"?lang=zh\""), "{html}");
+    t.assert_clean().await;
+}
