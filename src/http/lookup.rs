@@ -205,6 +205,9 @@ struct OpenPage<'a> {
     sent_to: String,
     /// Awaiting payment: the page refreshes itself.
     pending: bool,
+    /// Its last payment failed or was cancelled: *Try again* is on the pages of the browser it
+    /// was ordered in.
+    attempt_failed: bool,
 }
 
 fn checked_token(token: &str) -> Result<&str> {
@@ -235,6 +238,9 @@ async fn open_page(State(state): State<AppState>, lang: Lang, Path(token): Path<
             keys_unavailable: 0,
             action: format!("/lookup/open/{token}"),
             pending: order.status == crate::domain::OrderStatus::PendingPayment,
+            attempt_failed: order.attempts.last().is_some_and(|a| {
+                matches!(a.status, crate::domain::AttemptStatus::Failed | crate::domain::AttemptStatus::Cancelled)
+            }),
             link_until: t.time(&rfc3339(opened.expires_at), &state.time_zone),
             sent_to: masked(order.contact.email.as_deref()),
         }))
@@ -271,6 +277,7 @@ async fn reveal_page(
             keys_unavailable: keys.unreadable_total(),
             action: String::new(),
             pending: false,
+            attempt_failed: false,
             link_until: String::new(),
             sent_to: masked(order.contact.email.as_deref()),
         });

@@ -240,9 +240,13 @@ pub(super) fn add_order_event_with(
     now: Millis,
 ) {
     // The buyer's e-mail and mini-program message, when the order asked for them, in this same
-    // transaction.
-    super::mail::add_change_mail(batch, order_no, from, status, now);
-    super::subscribe::add_message(batch, order_no, from, status, now);
+    // transaction (an order without an address, or not paid with WeChat Pay, needs no statement).
+    if facts.context.contact_email.is_some() {
+        super::mail::add_change_mail(batch, order_no, from, status, now);
+    }
+    if facts.context.gateway == Some(crate::domain::shipping::GATEWAY) {
+        super::subscribe::add_message(batch, order_no, from, status, now);
+    }
     let messages = refund::status_messages(from, status);
     if messages.status {
         add_status_message(batch, order_no, status, facts, now);
