@@ -58,9 +58,8 @@ pub struct Composed {
     pub html: String,
 }
 
-#[derive(Template)]
-#[template(path = "mail/order.html")]
-struct MailHtml<'a> {
+/// What one message says, for both of its parts.
+struct Body<'a> {
     lang: &'a str,
     w: &'a Words,
     heading: String,
@@ -74,17 +73,29 @@ struct MailHtml<'a> {
 }
 
 #[derive(Template)]
+#[template(path = "mail/order.html")]
+struct MailHtml<'a> {
+    b: &'a Body<'a>,
+}
+
+#[derive(Template)]
 #[template(path = "mail/order.txt")]
 struct MailText<'a> {
-    w: &'a Words,
-    heading: String,
-    lead: &'a str,
-    order_no: &'a str,
-    lines: &'a [(String, i64, String)],
-    total: &'a str,
-    link: &'a str,
-    link_until: &'a str,
-    keys: &'a [String],
+    b: &'a Body<'a>,
+}
+
+impl Body<'_> {
+    /// The message to `to` with the subject `subject`: its text and HTML parts.
+    fn composed(&self, message_id: String, to: &str, subject: String) -> Result<Composed> {
+        let render = |e: askama::Error| Error::internal(e.to_string());
+        Ok(Composed {
+            message_id,
+            to: to.to_string(),
+            subject,
+            text: MailText { b: self }.render().map_err(render)?,
+            html: MailHtml { b: self }.render().map_err(render)?,
+        })
+    }
 }
 
 /// The words of a message in one language.
@@ -170,18 +181,7 @@ pub async fn compose(cx: &Context, m: &Mail) -> Result<Composed> {
     let w = words(&m.lang);
     let message_id = format!("<{}@kassa>", m.id);
     let Some(order_no) = m.order_no.as_deref().filter(|_| kind.has_link()).map(OrderNo::stored) else {
-        let text = MailText {
-            w,
-            heading: w.subject_test.to_string(),
-            lead: w.lead_test,
-            order_no: "",
-            lines: &[],
-            total: "",
-            link: "",
-            link_until: "",
-            keys: &[],
-        };
-        let html = MailHtml {
+        let body = Body {
             lang: &m.lang,
             w,
             heading: w.subject_test.to_string(),
@@ -193,13 +193,7 @@ pub async fn compose(cx: &Context, m: &Mail) -> Result<Composed> {
             link_until: "",
             keys: &[],
         };
-        return Ok(Composed {
-            message_id,
-            to: m.recipient.clone(),
-            subject: w.subject_test.to_string(),
-            text: text.render().map_err(|e| Error::internal(e.to_string()))?,
-            html: html.render().map_err(|e| Error::internal(e.to_string()))?,
-        });
+        return body.composed(message_id, &m.recipient, w.subject_test.to_string());
     };
     let now = cx.now_ms();
     let (link_id, expires_at) =
@@ -239,18 +233,7 @@ pub async fn compose(cx: &Context, m: &Mail) -> Result<Composed> {
     let subject = subject.replace("{no}", order_no.as_str());
     let total = format_minor(order.total_minor, &order.currency);
     let until = mail_time(expires_at);
-    let text = MailText {
-        w,
-        heading: subject.clone(),
-        lead,
-        order_no: order_no.as_str(),
-        lines: &lines,
-        total: &total,
-        link: &link,
-        link_until: &until,
-        keys: &keys,
-    };
-    let html = MailHtml {
+    let body = Body {
         lang: &m.lang,
         w,
         heading: subject.clone(),
@@ -262,11 +245,5 @@ pub async fn compose(cx: &Context, m: &Mail) -> Result<Composed> {
         link_until: &until,
         keys: &keys,
     };
-    Ok(Composed {
-        message_id,
-        to: m.recipient.clone(),
-        subject,
-        text: text.render().map_err(|e| Error::internal(e.to_string()))?,
-        html: html.render().map_err(|e| Error::internal(e.to_string()))?,
-    })
+    body.composed(message_id, &m.recipient, subject)
 }
