@@ -114,15 +114,7 @@ pub async fn since_last_clean(db: &Db) -> Result<Scope> {
 /// Records that every row up to status-log id `through` was found consistent, for the next
 /// run [`since_last_clean`].
 pub async fn record_clean(db: &Db, through: i64) -> Result<()> {
-    db.write_one(|| {
-        sql::query(
-            "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-        )
-        .bind(CHECKED_THROUGH)
-        .bind(through.to_string())
-    })
-    .await?;
-    Ok(())
+    super::settings::set(db, CHECKED_THROUGH, Some(&through.to_string())).await
 }
 
 /// Runs the checks on `scope`; returns the violations and the last status-log id the snapshot

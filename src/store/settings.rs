@@ -19,3 +19,24 @@ pub async fn get_or_init(db: &Db, name: &str, make: impl FnOnce() -> String) -> 
         Ok(value)
     })
 }
+
+/// Sets `name` to `value`, or removes it (`None`).
+pub async fn set(db: &Db, name: &str, value: Option<&str>) -> Result<()> {
+    crate::write_tx!(db, |tx| {
+        match value {
+            Some(value) => {
+                sql::query(
+                    "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                )
+                .bind(name)
+                .bind(value)
+                .execute(&mut **tx)
+                .await?;
+            }
+            None => {
+                sql::query("DELETE FROM settings WHERE name = $1").bind(name).execute(&mut **tx).await?;
+            }
+        }
+        Ok(())
+    })
+}

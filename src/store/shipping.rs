@@ -21,23 +21,7 @@ const REPORTING_APPID: &str = "wechatpay.shipping_reports_appid";
 /// Turns reports on for payments under `appid` (the configured mini program's), or off; set at
 /// start from the configuration, so the delivering transaction knows without being told.
 pub async fn set_reporting(db: &Db, appid: Option<&str>) -> Result<()> {
-    crate::write_tx!(db, |tx| {
-        match appid {
-            Some(appid) => {
-                sql::query(
-                    "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                )
-                .bind(REPORTING_APPID)
-                .bind(appid)
-                .execute(&mut **tx)
-                .await?;
-            }
-            None => {
-                sql::query("DELETE FROM settings WHERE name = $1").bind(REPORTING_APPID).execute(&mut **tx).await?;
-            }
-        }
-        Ok(())
-    })
+    super::settings::set(db, REPORTING_APPID, appid).await
 }
 
 /// Queues the report of `order_no`'s shipment when the order was paid by a reported payment

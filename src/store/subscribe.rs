@@ -27,25 +27,10 @@ fn setting(kind: SubscribeKind) -> &'static str {
 /// Turns each kind of message on for payments under `appid`, or off; set at start from the
 /// configuration, so the paying and delivering transactions know without being told.
 pub async fn set_subscribing(db: &Db, appid: Option<&str>, kinds: &[SubscribeKind]) -> Result<()> {
-    crate::write_tx!(db, |tx| {
-        for kind in [SubscribeKind::Paid, SubscribeKind::Delivered] {
-            match appid.filter(|_| kinds.contains(&kind)) {
-                Some(appid) => {
-                    sql::query(
-                        "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                    )
-                    .bind(setting(kind))
-                    .bind(appid)
-                    .execute(&mut **tx)
-                    .await?;
-                }
-                None => {
-                    sql::query("DELETE FROM settings WHERE name = $1").bind(setting(kind)).execute(&mut **tx).await?;
-                }
-            }
-        }
-        Ok(())
-    })
+    for kind in [SubscribeKind::Paid, SubscribeKind::Delivered] {
+        super::settings::set(db, setting(kind), appid.filter(|_| kinds.contains(&kind))).await?;
+    }
+    Ok(())
 }
 
 /// Queues the message an order's change `from -> to` sends its mini-program buyer, when it has
