@@ -37,6 +37,8 @@ pub struct PricedLine {
     pub quantity: i64,
     pub unit: Money,
     pub line_total: Money,
+    /// The line's share of the order's discount (minor units).
+    pub discount_minor: i64,
 }
 
 /// What confirm places: the lines at today's prices, the total, and who takes the payment.
@@ -44,6 +46,8 @@ pub struct PricedLine {
 pub struct Pricing {
     pub lines: Vec<PricedLine>,
     pub total: Money,
+    /// What a promotion took off the lines (minor units).
+    pub discount_minor: i64,
     /// A zero total: paid at once, with [`FREE_GATEWAY`] as the attempt's gateway and channel.
     pub free: bool,
 }
@@ -52,6 +56,24 @@ impl Pricing {
     /// The attempt's gateway and channel: the buyer's choice, or [`FREE_GATEWAY`] for a zero total.
     pub fn payer<'a>(&self, gateway: &'a str, channel: &'a str) -> (&'a str, &'a str) {
         if self.free { (FREE_GATEWAY, FREE_GATEWAY) } else { (gateway, channel) }
+    }
+
+    /// Takes a discount of `total_minor` off, `per_line` its share of each line: each line keeps
+    /// its share, the total is the lines less the discount, and a total of zero is paid at once.
+    pub fn apply_discount(&mut self, total_minor: i64, per_line: &[i64]) -> Result<(), Refusal> {
+        if per_line.len() != self.lines.len()
+            || total_minor > self.total.amount_minor()
+            || per_line.iter().sum::<i64>() != total_minor
+        {
+            return Err(Refusal::unprocessable("promotion_not_applicable", "the discount does not fit the order"));
+        }
+        for (line, share) in self.lines.iter_mut().zip(per_line) {
+            line.discount_minor = *share;
+        }
+        self.discount_minor = total_minor;
+        self.total = Money::new(self.total.amount_minor() - total_minor, self.total.currency())?;
+        self.free = self.total.amount_minor() == 0;
+        Ok(())
     }
 
     /// What the gateway shows the buyer: the first line's name, and how many more.
@@ -98,13 +120,14 @@ pub fn price(
             quantity: l.quantity,
             unit,
             line_total,
+            discount_minor: 0,
         });
     }
     let free = total.amount_minor() == 0;
     if !free {
         check_currency(gateway, total.currency(), accepted)?;
     }
-    Ok(Pricing { lines: priced, total, free })
+    Ok(Pricing { lines: priced, total, discount_minor: 0, free })
 }
 
 /// Whether the gateway takes an amount in `currency` (`accepted`: `None` for any).

@@ -11,6 +11,7 @@ pub mod event;
 pub mod ids;
 pub mod mail;
 pub mod money;
+pub mod promotion;
 pub mod refund;
 pub mod refusal;
 pub mod retry;

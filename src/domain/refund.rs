@@ -120,6 +120,66 @@ pub fn nothing_captured() -> Refusal {
     Refusal::conflict("not_refundable", "the order has no captured payment")
 }
 
+/// Most lines one refund names.
+pub const REFUND_LINES_MAX: usize = 100;
+
+/// An order line as a refund by line reads it: its units, what was paid for them (the line less
+/// its share of the discount), and how many were refunded by line already (refunds not failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PaidLine {
+    pub line_no: i64,
+    pub quantity: i64,
+    pub paid_minor: i64,
+    pub refunded_units: i64,
+}
+
+/// What `k` of a line's units were paid for: the line's payment shared by unit, rounded down, so
+/// that refunds of its units one by one or all at once add up to exactly what was paid for it.
+fn paid_for(line: &PaidLine, k: i64) -> i64 {
+    let share = i128::from(line.paid_minor) * i128::from(k) / i128::from(line.quantity.max(1));
+    i64::try_from(share).unwrap_or(line.paid_minor)
+}
+
+/// A refund of units of named lines (`asked`: line number and units): each line's part, what was
+/// paid for those units. Refused for a line the order does not have (`unknown_line`), a line
+/// named twice or no units (`invalid_quantity`), units beyond those not yet refunded
+/// (`refund_exceeds_line`), or nothing to pay back (`invalid_amount`).
+pub fn line_refund(lines: &[PaidLine], asked: &[(i64, i64)]) -> Result<Vec<(i64, i64, i64)>, Refusal> {
+    if asked.is_empty() || asked.len() > REFUND_LINES_MAX {
+        return Err(Refusal::unprocessable(
+            "invalid_quantity",
+            format!("a refund names 1 to {REFUND_LINES_MAX} lines"),
+        ));
+    }
+    let mut parts = Vec::with_capacity(asked.len());
+    for (i, (line_no, units)) in asked.iter().enumerate() {
+        if asked.iter().take(i).any(|(other, _)| other == line_no) || *units <= 0 {
+            return Err(Refusal::unprocessable(
+                "invalid_quantity",
+                format!("line {line_no}: each line once, with a positive quantity"),
+            ));
+        }
+        let line = lines
+            .iter()
+            .find(|l| l.line_no == *line_no)
+            .ok_or_else(|| Refusal::unprocessable("unknown_line", format!("the order has no line {line_no}")))?;
+        let left = line.quantity - line.refunded_units;
+        if *units > left {
+            return Err(Refusal::conflict(
+                "refund_exceeds_line",
+                format!("line {line_no} has {left} units not refunded yet"),
+            )
+            .with_details(serde_json::json!({"line_no": line_no, "units_left": left})));
+        }
+        let amount = paid_for(line, line.refunded_units + units) - paid_for(line, line.refunded_units);
+        parts.push((*line_no, *units, amount));
+    }
+    if parts.iter().map(|p| p.2).sum::<i64>() <= 0 {
+        return Err(Refusal::unprocessable("invalid_amount", "nothing was paid for those units"));
+    }
+    Ok(parts)
+}
+
 /// Who asked for a refund.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefundKind {
@@ -257,6 +317,32 @@ mod tests {
     }
 
     /// "Refunds only within 90 days of payment": off by default; on, the 90th day is the last.
+    #[test]
+    fn a_refund_by_line_pays_back_what_was_paid_for_its_units() {
+        // 3 units at 1000 with 100 off the line: 2900 paid, 966 + 967 + 967 by unit.
+        let lines = [
+            PaidLine { line_no: 1, quantity: 3, paid_minor: 2_900, refunded_units: 0 },
+            PaidLine { line_no: 2, quantity: 1, paid_minor: 500, refunded_units: 0 },
+        ];
+        assert_eq!(line_refund(&lines, &[(1, 1)]).unwrap(), vec![(1, 1, 966)]);
+        assert_eq!(line_refund(&lines, &[(1, 3), (2, 1)]).unwrap(), vec![(1, 3, 2_900), (2, 1, 500)]);
+        // Unit by unit adds up to the line exactly.
+        let mut line = lines[0];
+        let mut paid_back = 0;
+        for _ in 0..3 {
+            paid_back += line_refund(&[line], &[(1, 1)]).unwrap()[0].2;
+            line.refunded_units += 1;
+        }
+        assert_eq!(paid_back, 2_900);
+        assert_eq!(line_refund(&[line], &[(1, 1)]).unwrap_err().code, "refund_exceeds_line");
+        assert_eq!(line_refund(&lines, &[(9, 1)]).unwrap_err().code, "unknown_line");
+        assert_eq!(line_refund(&lines, &[(1, 1), (1, 1)]).unwrap_err().code, "invalid_quantity");
+        assert_eq!(line_refund(&lines, &[(1, 0)]).unwrap_err().code, "invalid_quantity");
+        assert_eq!(line_refund(&lines, &[]).unwrap_err().code, "invalid_quantity");
+        let free = [PaidLine { line_no: 1, quantity: 1, paid_minor: 0, refunded_units: 0 }];
+        assert_eq!(line_refund(&free, &[(1, 1)]).unwrap_err().code, "invalid_amount");
+    }
+
     #[test]
     fn the_refund_window_closes_after_its_days() {
         let policy = RefundPolicy { window_days: Some(90) };

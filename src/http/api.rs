@@ -145,7 +145,7 @@ pub(super) async fn get_basket(
     Path(basket_id): Path<String>,
 ) -> Result<Response> {
     let basket_id = BasketId::parse(&basket_id)?;
-    Ok(axum::Json(catalog::get_basket(&state.db, &session.id, &basket_id).await?).into_response())
+    Ok(axum::Json(crate::usecase::promotion::basket(&state.cx, &session.id, &basket_id).await?).into_response())
 }
 
 pub(super) async fn retry_payment(
@@ -197,17 +197,34 @@ pub(super) async fn cancel_order(
     Ok(axum::Json(answer).into_response())
 }
 
-/// A refund: the shop's number for it (its idempotency key) and the amount.
+/// A refund: the shop's number for it (its idempotency key) and either the amount or units of
+/// named lines (what was paid for them: a discounted line pays back its share of the discount).
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefundBody {
     #[schema(schema_with = schema::refund_no)]
     refund_no: String,
+    #[serde(default)]
     #[schema(schema_with = schema::refund_amount)]
-    amount_minor: i64,
+    amount_minor: Option<i64>,
+    /// Units of the order's lines to pay back, instead of an amount.
+    #[serde(default)]
+    #[schema(schema_with = schema::refund_lines)]
+    lines: Vec<RefundLineBody>,
     #[serde(default)]
     #[schema(schema_with = schema::refund_reason)]
     reason: String,
+    /// When the refunds leave nothing captured, give the order's promotion use back.
+    #[serde(default)]
+    return_promotion: bool,
+}
+
+/// Units of one order line to refund.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefundLineBody {
+    line_no: i64,
+    quantity: i64,
 }
 
 pub(super) async fn request_refund(
@@ -218,7 +235,13 @@ pub(super) async fn request_refund(
 ) -> Result<Response> {
     let order_no = OrderNo::parse(&order_no)?;
     let refund_no = RefundNo::parse(&body.refund_no)?;
-    let (refund, created) = refund::request(&state.cx, &order_no, &refund_no, body.amount_minor, &body.reason).await?;
+    let ask = crate::store::refunds::RefundAsk {
+        amount_minor: body.amount_minor,
+        lines: body.lines.iter().map(|l| (l.line_no, l.quantity)).collect(),
+        reason: body.reason,
+        return_promotion: body.return_promotion,
+    };
+    let (refund, created) = refund::request_asked(&state.cx, &order_no, &refund_no, &ask).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, axum::Json(refund)).into_response())
 }

@@ -145,6 +145,12 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     "invalid_contact",
                     "invalid_lookup_password",
                     "open_in_browser",
+                    "promotion_unknown",
+                    "promotion_expired",
+                    "promotion_used_up",
+                    "promotion_not_applicable",
+                    "promotion_minimum_not_met",
+                    "promotion_limit_per_buyer",
                 ],
             )
             .errors(429, &["too_many_open_orders"])
@@ -347,7 +353,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             op(
                 "post",
                 "/api/v1/admin/orders/{order_no}/refunds",
-                "Refund (full or partial) with a caller-supplied refund number; the same number and terms return the same refund, other terms are refund_no_reused; a partial refund keeps the order's status",
+                "Refund (full or partial, an amount or units of named lines) with a caller-supplied refund number; the same number and terms return the same refund, other terms are refund_no_reused; a partial refund keeps the order's status",
                 "admin",
                 Admin,
             )
@@ -355,8 +361,11 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             .ok::<RefundView>(201, "the refund")
             .ok::<RefundView>(200, "the refund made before with this number")
             .errors(404, &["not_found"])
-            .errors(409, &["refund_exceeds_captured", "not_refundable", "refund_no_reused", "refund_window_closed"])
-            .errors(422, &["invalid_refund_no", "invalid_amount", "invalid_reason"]),
+            .errors(
+                409,
+                &["refund_exceeds_captured", "not_refundable", "refund_no_reused", "refund_window_closed", "refund_exceeds_line"],
+            )
+            .errors(422, &["invalid_refund_no", "invalid_amount", "invalid_reason", "unknown_line", "invalid_quantity"]),
             post(request_refund),
         ),
         (

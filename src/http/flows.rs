@@ -57,6 +57,10 @@ pub struct CheckoutBody {
     #[serde(default)]
     #[schema(schema_with = super::schema::lookup_password)]
     pub lookup_password: Option<String>,
+    /// A promotion code, used instead of the one put on the basket.
+    #[serde(default)]
+    #[schema(schema_with = super::schema::promotion_code)]
+    pub promotion_code: Option<String>,
 }
 
 /// The buyer's contact at checkout: either or both (an empty string is a field left out).
@@ -100,6 +104,7 @@ impl CheckoutBody {
             email: contact.and_then(|c| c.email.as_deref()),
             phone: contact.and_then(|c| c.phone.as_deref()),
             lookup_password: self.lookup_password.as_deref(),
+            promotion_code: self.promotion_code.as_deref(),
             lang,
             gateway: self.gateway.as_deref(),
             channel: self.channel.as_deref(),

@@ -16,6 +16,7 @@ pub mod negotiate;
 pub mod openapi;
 pub mod order_pages;
 pub mod pages;
+pub mod promotions;
 pub mod protection;
 pub mod qr;
 pub mod sandbox;
@@ -425,6 +426,7 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     all.extend(admin_catalog::routes());
     all.extend(admin_mail::routes());
     all.extend(statements::routes());
+    all.extend(promotions::routes());
     if with_sandbox {
         all.extend(sandbox::routes());
     }

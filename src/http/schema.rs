@@ -140,7 +140,24 @@ pub fn hold_seconds() -> RefOr<Schema> {
 }
 
 pub fn refund_amount() -> RefOr<Schema> {
-    schema_of(json!({"type": "integer", "format": "int64", "minimum": 1, "maximum": i64::MAX}))
+    schema_of(json!({
+        "type": ["integer", "null"], "format": "int64", "minimum": 1, "maximum": i64::MAX,
+        "description": "the amount to pay back; or name lines instead"
+    }))
+}
+
+pub fn refund_lines() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": "array", "maxItems": refund::REFUND_LINES_MAX,
+        "items": {
+            "type": "object", "additionalProperties": false, "required": ["line_no", "quantity"],
+            "properties": {
+                "line_no": {"type": "integer", "format": "int64", "minimum": 1, "maximum": i64::MAX},
+                "quantity": {"type": "integer", "format": "int64", "minimum": 1, "maximum": i64::MAX}
+            }
+        },
+        "description": "units of the order's lines (line_no from 1, in the order's line order) to pay back, instead of amount_minor"
+    }))
 }
 
 pub fn refund_reason() -> RefOr<Schema> {
@@ -227,6 +244,13 @@ pub fn lookup_password_given() -> RefOr<Schema> {
     schema_of(json!({
         "type": ["string", "null"], "maxLength": contact::LOOKUP_PASSWORD_LEN_MAX,
         "description": "the lookup password chosen at checkout (else invalid_lookup_password)"
+    }))
+}
+
+pub fn promotion_code() -> RefOr<Schema> {
+    schema_of(json!({
+        "type": ["string", "null"], "maxLength": crate::domain::promotion::CODE_LEN_MAX,
+        "description": "a promotion code (any case; one that is no code is promotion_unknown)"
     }))
 }
 

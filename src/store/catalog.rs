@@ -421,7 +421,7 @@ pub async fn set_basket_line(
             // representable total, a bounded size; their names and today's prices for the answer),
             // in one read: a row per other line, or one row with null line columns.
             let rows = sql::query(
-                "SELECT b.status, s.name, s.price_minor, s.currency, s.max_per_order, l.sku AS line_sku, ls.name AS line_name, \
+                "SELECT b.status, b.promotion_code, s.name, s.price_minor, s.currency, s.max_per_order, l.sku AS line_sku, ls.name AS line_name, \
                  ls.price_minor AS line_price_minor, l.quoted_unit_minor, l.quantity, l.currency AS line_currency \
                  FROM baskets b LEFT JOIN skus s ON s.sku = $3 LEFT JOIN basket_lines l ON l.basket_id = b.id AND l.sku <> $3 \
                  LEFT JOIN skus ls ON ls.sku = l.sku \
@@ -434,6 +434,7 @@ pub async fn set_basket_line(
             .await?;
             let Some(row) = rows.first() else { return Err(Error::not_found("basket")) };
             basket::may_change(col::<BasketStatus>(row, "status")?)?;
+            let code: Option<String> = col(row, "promotion_code")?;
             let mut others = Vec::with_capacity(rows.len());
             for r in &rows {
                 if let Some(line_sku) = col::<Option<String>>(r, "line_sku")? {
@@ -453,7 +454,7 @@ pub async fn set_basket_line(
                     .bind(sku)
                     .execute(&mut **tx)
                     .await?;
-                return basket_view(basket_id, BasketStatus::Open, None, others);
+                return basket_view(basket_id, BasketStatus::Open, None, others).map(|v| v.with_code(code));
             }
             let (Some(name), Some(price), Some(currency)) = (
                 col::<Option<String>>(row, "name")?,
@@ -478,7 +479,7 @@ pub async fn set_basket_line(
             batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
             batch.run_checked(tx).await?;
             others.push(LineRow { sku: sku.to_string(), name, quantity, quoted: price, current: price, currency });
-            basket_view(basket_id, BasketStatus::Open, None, others)
+            basket_view(basket_id, BasketStatus::Open, None, others).map(|v| v.with_code(code))
         })
     })
     .await
@@ -520,7 +521,15 @@ fn basket_view(
             price_changed: r.quoted != r.current,
         });
     }
-    Ok(BasketView { basket_id: basket_id.to_string(), status, lines, total_minor: total, currency, order_no })
+    Ok(BasketView {
+        basket_id: basket_id.to_string(),
+        status,
+        lines,
+        total_minor: total,
+        currency,
+        order_no,
+        promotion: None,
+    })
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -545,9 +554,39 @@ pub struct BasketView {
     pub total_minor: i64,
     pub currency: Option<String>,
     pub order_no: Option<String>,
+    /// The promotion code put on the basket and what it takes off now (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<BasketPromotion>,
+}
+
+/// A basket's promotion code, priced against its lines as they are now.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BasketPromotion {
+    pub code: String,
+    /// What the code takes off the lines now (0 while it does not apply).
+    pub discount_minor: i64,
+    /// What the order would cost: the lines less the discount.
+    pub total_minor: i64,
+    /// Why the code does not apply now (`promotion_minimum_not_met`, …), if it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<PromotionRefusal>,
+}
+
+/// Why a basket's code does not apply now: the code and message confirm would refuse with.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PromotionRefusal {
+    pub code: String,
+    pub message: String,
 }
 
 impl BasketView {
+    /// The view with the basket's promotion code, not yet priced.
+    pub fn with_code(mut self, code: Option<String>) -> BasketView {
+        self.promotion =
+            code.map(|code| BasketPromotion { code, discount_minor: 0, total_minor: self.total_minor, refusal: None });
+        self
+    }
+
     pub fn total_display(&self) -> String {
         self.money(&self.total_minor)
     }
@@ -562,7 +601,7 @@ impl BasketView {
 /// the second join is left only to keep a basket without lines. (A parenthesised `lines JOIN skus`
 /// made SQLite materialise every basket's lines on each view: a scan that grew with the shop's
 /// history. `tests/api/plans.rs` checks the plan.)
-pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
+pub const BASKET_VIEW_SQL: &str = "SELECT b.status, b.order_no, b.promotion_code, l.sku, s.name, l.quantity, l.quoted_unit_minor, l.currency, s.price_minor \
      FROM baskets b LEFT JOIN basket_lines l ON l.basket_id = b.id LEFT JOIN skus s ON s.sku = l.sku \
      WHERE b.id = $1 AND b.session_id = $2 ORDER BY l.sku";
 
@@ -572,6 +611,7 @@ pub async fn get_basket(db: &Db, session_id: &SessionId, basket_id: &BasketId) -
     let rows = sql::query(BASKET_VIEW_SQL).bind(basket_id).bind(session_id).fetch_all(db.read_pool()).await?;
     let basket = rows.first().ok_or_else(|| Error::not_found("basket"))?;
     let (status, order_no): (BasketStatus, Option<String>) = (col(basket, "status")?, col(basket, "order_no")?);
+    let code: Option<String> = col(basket, "promotion_code")?;
     let mut lines = Vec::with_capacity(rows.len());
     for r in &rows {
         if let Some(sku) = col::<Option<String>>(r, "sku")? {
@@ -585,7 +625,44 @@ pub async fn get_basket(db: &Db, session_id: &SessionId, basket_id: &BasketId) -
             });
         }
     }
-    basket_view(basket_id, status, order_no, lines)
+    basket_view(basket_id, status, order_no, lines).map(|v| v.with_code(code))
+}
+
+/// Puts a promotion code on the buyer's open basket (`None` takes it off). The code is checked
+/// by the caller; confirm applies it.
+pub async fn set_basket_code(
+    db: &Db,
+    session_id: &SessionId,
+    basket_id: &BasketId,
+    code: Option<&str>,
+    now: Millis,
+) -> Result<()> {
+    let done = db
+        .write_one(|| {
+            sql::query(
+                "UPDATE baskets SET promotion_code = $1, updated_at = $2 WHERE id = $3 AND session_id = $4 AND status = 'open'",
+            )
+            .bind(code)
+            .bind(now)
+            .bind(basket_id)
+            .bind(session_id)
+        })
+        .await?;
+    if done == 1 {
+        return Ok(());
+    }
+    let status: Option<BasketStatus> =
+        sql::query_scalar("SELECT status FROM baskets WHERE id = $1 AND session_id = $2")
+            .bind(basket_id)
+            .bind(session_id)
+            .fetch_optional(db.read_pool())
+            .await?;
+    match status {
+        None => Err(Error::not_found("basket")),
+        Some(status) => {
+            Err(basket::may_change(status).err().map(Error::from).unwrap_or_else(|| Error::internal("basket changed")))
+        }
+    }
 }
 
 /// After a `price_changed` refusal: quote today's prices so the buyer can review and confirm again.

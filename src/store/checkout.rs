@@ -8,12 +8,14 @@ use crate::domain::basket::BasketStatus;
 use crate::domain::checkout::{self, OrderLimits, PricedLine, QuotedLine};
 use crate::domain::contact::{Contact, Email, Phone};
 use crate::domain::ids::{self, AttemptRef, BasketId, IdempotencyKey, OrderNo, SessionId};
+use crate::domain::promotion::{self, Discount, Offer};
 use crate::domain::shop::{self, MerchantReference, Metadata, ShopData};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Batch, Named};
 use crate::store::events::{self, Cause};
 use crate::store::lines::OrderLine;
+use crate::store::promotion_uses::{self, Reservation, Short};
 use crate::store::{Db, Tx, col};
 
 /// A confirm, as the use case asks for it. [`ConfirmRequest::new`] gives one with nothing but
@@ -39,6 +41,8 @@ pub struct ConfirmRequest {
     pub payer: Option<AttemptPayer>,
     /// The buyer's contact, lookup password hash and language, kept on the order.
     pub buyer: BuyerData,
+    /// The promotion code the checkout named (normalised), used instead of the basket's.
+    pub promotion_code: Option<String>,
 }
 
 /// What the buyer left on an order for the way back to it.
@@ -78,6 +82,7 @@ impl ConfirmRequest {
             shop: ShopData::default(),
             payer: None,
             buyer: BuyerData::default(),
+            promotion_code: None,
         }
     }
 }
@@ -132,11 +137,17 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest) -> Result<Placed> {
         let result = crate::write_tx!(db, |tx| {
             match read_basket(tx, req, lock).await? {
                 Found::Order(order_no) => load_placed(tx, &order_no, false).await,
-                Found::Lines(quoted) => place(tx, req, &quoted).await,
+                Found::Lines(quoted, basket_code) => {
+                    let code = req.promotion_code.clone().or(basket_code);
+                    place(tx, req, &quoted, code.as_deref()).await
+                }
             }
         });
         match &result {
             Ok(p) if p.created => metrics::counter!("kassa_confirms_total", "result" => "created").increment(1),
+            Err(e) if e.code().starts_with("promotion_") => {
+                metrics::counter!("kassa_confirms_total", "result" => "promotion_refused").increment(1);
+            }
             Ok(_) => metrics::counter!("kassa_confirms_total", "result" => "replayed").increment(1),
             Err(e) => metrics::counter!("kassa_confirms_total", "result" => e.code()).increment(1),
         }
@@ -150,8 +161,36 @@ enum Found {
     /// The order this confirm repeats (its idempotency key's, the shop's reference's, or the one
     /// the basket is frozen with); the request's key is remembered for it.
     Order(OrderNo),
-    /// The basket's lines as quoted, beside today's catalog: an order to place.
-    Lines(Vec<QuotedLine>),
+    /// The basket's lines as quoted, beside today's catalog, and the promotion code put on the
+    /// basket: an order to place.
+    Lines(Vec<QuotedLine>, Option<String>),
+}
+
+/// The offer of `code` (normalised by the caller, or refused as unknown) applied to the order's
+/// lines: the discount taken off `pricing`, or the promotion's refusal.
+async fn priced_offer(
+    tx: &mut Tx<'_>,
+    req: &ConfirmRequest,
+    pricing: &mut checkout::Pricing,
+    code: &str,
+) -> Result<(Offer, Discount)> {
+    let offer = promotion_uses::read_offer(tx, code).await?;
+    let earlier = match offer.rules.first_order_only {
+        false => false,
+        true => {
+            let contact = &req.buyer.contact;
+            promotion_uses::has_earlier_orders(
+                tx,
+                req.session_id.as_str(),
+                contact.email.as_ref().map(Email::as_str),
+                contact.phone.as_ref().map(Phone::as_str),
+            )
+            .await?
+        }
+    };
+    let discount = promotion::apply(&offer, &pricing.lines, pricing.total.currency().code(), req.now, earlier)?;
+    pricing.apply_discount(discount.total_minor, &discount.per_line)?;
+    Ok((offer, discount))
 }
 
 /// Reads, in one round trip on PostgreSQL: the order of the request's idempotency key, the order
@@ -160,7 +199,8 @@ enum Found {
 /// moves an order out of pending_payment follows too), and its lines at today's prices, read under
 /// the lock.
 async fn read_basket(tx: &mut Tx<'_>, req: &ConfirmRequest, lock: &str) -> Result<Found> {
-    let basket_sql = format!("SELECT status, order_no FROM baskets WHERE id = $1 AND session_id = $2{lock}");
+    let basket_sql =
+        format!("SELECT status, order_no, promotion_code FROM baskets WHERE id = $1 AND session_id = $2{lock}");
     let mut reads = Vec::with_capacity(4);
     if let Some(key) = &req.idempotency_key {
         reads.push((IDEMPOTENCY_KEY_SQL, args![&req.session_id, key]));
@@ -192,7 +232,8 @@ async fn read_basket(tx: &mut Tx<'_>, req: &ConfirmRequest, lock: &str) -> Resul
         remember_key(tx, req, &order_no).await?;
         return Ok(Found::Order(order_no));
     }
-    Ok(Found::Lines(quoted_lines(&read.next().map(Iterator::collect::<Vec<_>>).unwrap_or_default())?))
+    let code = col::<Option<String>>(&basket, "promotion_code")?;
+    Ok(Found::Lines(quoted_lines(&read.next().map(Iterator::collect::<Vec<_>>).unwrap_or_default())?, code))
 }
 
 /// A statement of the confirm's batch whose rows changed decide it.
@@ -202,6 +243,8 @@ enum Step {
     Hold(usize),
     /// The order counted on the buyer's session: no row changed when it is at its limit.
     CountOpen,
+    /// A use of the promotion counted: no row changed when its limit is reached.
+    Promotion(Short),
 }
 
 /// Places the order: re-priced from today's catalog (the preview's total is never trusted), in one
@@ -214,8 +257,23 @@ enum Step {
 /// A hold that finds too little stock, or a session at its limit, changes no row; the confirm is
 /// then refused and rolls back. A zero total is completed here, without a gateway (none takes a
 /// zero amount).
-async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> Result<Placed> {
-    let pricing = checkout::price(quoted, &req.limits, &req.gateway, req.currencies.as_deref())?;
+async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], code: Option<&str>) -> Result<Placed> {
+    let mut pricing = checkout::price(quoted, &req.limits, &req.gateway, req.currencies.as_deref())?;
+    let promotion = match code {
+        None => None,
+        Some(code) => Some(priced_offer(tx, req, &mut pricing, code).await?),
+    };
+    let buyer = promotion::buyer_key(
+        req.buyer.contact.email.as_ref().map(Email::as_str),
+        req.buyer.contact.phone.as_ref().map(Phone::as_str),
+        req.session_id.as_str(),
+    );
+    let reservation = promotion.as_ref().map(|(offer, discount)| Reservation {
+        offer,
+        discount,
+        buyer: &buyer,
+        currency: pricing.total.currency().code(),
+    });
     let (gateway, channel) = pricing.payer(&req.gateway, &req.channel);
     let order_no = ids::new_order_no(req.now);
     let attempt_ref = ids::attempt_ref(&order_no, 1);
@@ -236,10 +294,14 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
         0 => steps.add(&mut batch, COUNT_OPEN_SQL, args![&req.session_id], 1, Step::CountOpen),
         max => steps.add(&mut batch, COUNT_OPEN_UNDER_SQL, args![&req.session_id, i64::from(max)], 1, Step::CountOpen),
     }
+    if let Some(r) = &reservation {
+        promotion_uses::add_reserve(&mut batch, &mut steps, r, req.now, Step::Promotion);
+    }
     batch.expect(
         "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at, \
-         merchant_reference, metadata, return_url, cancel_url, open_counted, contact_email, contact_phone, lookup_hash, lang, mail_enabled) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, 1, $14, $15, $16, $17, $18)",
+         merchant_reference, metadata, return_url, cancel_url, open_counted, contact_email, contact_phone, lookup_hash, lang, mail_enabled, \
+         discount_minor, promotion_code) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, 1, $14, $15, $16, $17, $18, $19, $20)",
         args![
             &order_no,
             &req.session_id,
@@ -258,15 +320,20 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
             req.buyer.contact.phone.as_ref().map(Phone::as_str),
             req.buyer.lookup_hash.as_deref(),
             req.buyer.lang.as_deref(),
-            i64::from(req.buyer.mail_enabled && req.buyer.contact.email.is_some())
+            i64::from(req.buyer.mail_enabled && req.buyer.contact.email.is_some()),
+            pricing.discount_minor,
+            reservation.as_ref().map(|r| r.offer.code.as_str())
         ],
         1,
         "order insert",
     );
+    if let Some(r) = &reservation {
+        promotion_uses::add_use_row(&mut batch, r, &order_no, req.now);
+    }
     for (line_no, line) in (1_i64..).zip(&pricing.lines) {
         batch.expect(
-            "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO order_lines (order_no, line_no, sku, name, kind, unit_price_minor, quantity, line_total_minor, discount_minor) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             args![
                 &order_no,
                 line_no,
@@ -275,7 +342,8 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
                 &line.kind,
                 line.unit.amount_minor(),
                 line.quantity,
-                line.line_total.amount_minor()
+                line.line_total.amount_minor(),
+                line.discount_minor
             ],
             1,
             "order line insert",
@@ -319,6 +387,9 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
     // Last, unchecked: a key recorded already stays.
     add_remember_key(&mut batch, req, &order_no);
     if let Some(step) = batch.run_named(tx, &steps).await? {
+        if let (Step::Promotion(short), Some((offer, _))) = (step, &promotion) {
+            return Err(promotion_uses::refusal(tx, offer, short).await?);
+        }
         return Err(refusal(tx, req, &pricing.lines, step).await?);
     }
     if pricing.free {
@@ -330,9 +401,13 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine]) -> 
             contact_email: req.buyer.contact.email.as_ref().map(Email::as_str),
             contact_phone: req.buyer.contact.phone.as_ref().map(Phone::as_str),
             gateway: Some(gateway),
+            promotion_code: reservation.as_ref().map(|r| r.offer.code.as_str()),
+            discount_minor: pricing.discount_minor,
             ..Default::default()
         };
-        crate::store::paid::complete_free(tx, &order_no, &attempt_ref, total, lines, context, req.now).await?;
+        let promoted = promotion.is_some();
+        crate::store::paid::complete_free(tx, &order_no, &attempt_ref, total, lines, promoted, context, req.now)
+            .await?;
         return load_placed(tx, &order_no, true).await;
     }
     Ok(Placed {
@@ -360,6 +435,7 @@ async fn refusal(tx: &mut Tx<'_>, req: &ConfirmRequest, lines: &[PricedLine], st
                 .await?;
             checkout::out_of_stock(&line.sku, line.quantity, available).into()
         }
+        Step::Promotion(_) => Error::internal("a promotion's refusal read without its offer"),
         Step::CountOpen => {
             let open: i64 = sql::query_scalar("SELECT open_orders FROM sessions WHERE id = $1")
                 .bind(&req.session_id)

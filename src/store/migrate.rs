@@ -42,6 +42,7 @@ const SQLITE: &[Migration] = &[
     (18, "0018_history_retention", include_str!("../../migrations/sqlite/0018_history_retention.sql")),
     (19, "0019_buyer_lookup", include_str!("../../migrations/sqlite/0019_buyer_lookup.sql")),
     (20, "0020_subscribe_messages", include_str!("../../migrations/sqlite/0020_subscribe_messages.sql")),
+    (21, "0021_promotions", include_str!("../../migrations/sqlite/0021_promotions.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -65,6 +66,7 @@ const POSTGRES: &[Migration] = &[
     (18, "0018_history_retention", include_str!("../../migrations/postgres/0018_history_retention.sql")),
     (19, "0019_buyer_lookup", include_str!("../../migrations/postgres/0019_buyer_lookup.sql")),
     (20, "0020_subscribe_messages", include_str!("../../migrations/postgres/0020_subscribe_messages.sql")),
+    (21, "0021_promotions", include_str!("../../migrations/postgres/0021_promotions.sql")),
 ];
 
 impl Db {

@@ -161,11 +161,13 @@ pub async fn cancel(
             .await?;
         let basket_id = new_id();
         sql::query(
-            "INSERT INTO baskets (id, session_id, status, created_at, updated_at) VALUES ($1, $2, 'open', $3, $3)",
+            "INSERT INTO baskets (id, session_id, status, created_at, updated_at, promotion_code) \
+             VALUES ($1, $2, 'open', $3, $3, (SELECT promotion_code FROM orders WHERE order_no = $4))",
         )
         .bind(&basket_id)
         .bind(&session)
         .bind(now)
+        .bind(order_no)
         .execute(&mut **tx)
         .await?;
         sql::query(

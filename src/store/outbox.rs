@@ -39,7 +39,7 @@ pub(super) async fn add_order_event(
     // The attempt concerned: the one that captured, else the newest.
     let row = sql::query(
         "SELECT o.total_minor, o.currency, o.captured_minor, o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, \
-         a.attempt_ref, a.gateway, a.gateway_txn_id, \
+         o.promotion_code, o.discount_minor, a.attempt_ref, a.gateway, a.gateway_txn_id, \
          CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = o.order_no \
          AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
          FROM orders o LEFT JOIN payment_attempts a ON a.attempt_ref = COALESCE(o.captured_attempt_ref, \
@@ -54,6 +54,7 @@ pub(super) async fn add_order_event(
     let (merchant_reference, metadata) = (text("merchant_reference")?, text("metadata")?);
     let (contact_email, contact_phone) = (text("contact_email")?, text("contact_phone")?);
     let (attempt_ref, gateway, gateway_txn_id) = (text("attempt_ref")?, text("gateway")?, text("gateway_txn_id")?);
+    let promotion_code = text("promotion_code")?;
     let facts = OrderFacts {
         total_minor: col(&row, "total_minor")?,
         currency: &col::<String>(&row, "currency")?,
@@ -68,6 +69,8 @@ pub(super) async fn add_order_event(
             attempt_ref: attempt_ref.as_deref(),
             gateway: gateway.as_deref(),
             gateway_txn_id: gateway_txn_id.as_deref(),
+            promotion_code: promotion_code.as_deref(),
+            discount_minor: col(&row, "discount_minor")?,
         },
     };
     add_order_event_with(batch, order_no, from, status, &facts, now);
@@ -87,6 +90,9 @@ pub struct OrderContext<'a> {
     pub attempt_ref: Option<&'a str>,
     pub gateway: Option<&'a str>,
     pub gateway_txn_id: Option<&'a str>,
+    /// The promotion code the order used, and what it took off.
+    pub promotion_code: Option<&'a str>,
+    pub discount_minor: i64,
 }
 
 impl OrderContext<'_> {
@@ -102,8 +108,17 @@ impl OrderContext<'_> {
             attempt_ref: self.attempt_ref,
             gateway: self.gateway,
             gateway_txn_id: self.gateway_txn_id,
+            promotion: self.promotion_code.map(|code| MessagePromotion { code, discount_minor: self.discount_minor }),
         }
     }
+}
+
+/// The promotion an order used, as its messages carry it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MessagePromotion<'a> {
+    pub code: &'a str,
+    /// What it took off the order's lines (the order's total is after it).
+    pub discount_minor: i64,
 }
 
 /// Every webhook message: its id (`Kassa-Event-Id`, kept on retries and resends), its topic, the
@@ -133,6 +148,9 @@ pub struct MessageContext<'a> {
     pub attempt_ref: Option<&'a str>,
     pub gateway: Option<&'a str>,
     pub gateway_txn_id: Option<&'a str>,
+    /// The promotion the order used (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<MessagePromotion<'a>>,
 }
 
 /// `order.<status>`: the order reached `status`.
@@ -297,7 +315,8 @@ pub struct RefundFacts<'a> {
 /// returns (read here: a second capture's refund names that capture's transaction).
 pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &RefundFacts<'_>, now: Millis) -> Result<()> {
     let row = sql::query(
-        "SELECT o.captured_minor, o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, a.attempt_ref, a.gateway, \
+        "SELECT o.captured_minor, o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, o.promotion_code, \
+         o.discount_minor, a.attempt_ref, a.gateway, \
          COALESCE(r.gateway_txn_id, a.gateway_txn_id) AS gateway_txn_id \
          FROM refunds r JOIN orders o ON o.order_no = r.order_no JOIN payment_attempts a ON a.attempt_ref = r.attempt_ref \
          WHERE r.refund_no = $1",
@@ -309,6 +328,7 @@ pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &Refund
     let (merchant_reference, metadata) = (text("merchant_reference")?, text("metadata")?);
     let (contact_email, contact_phone) = (text("contact_email")?, text("contact_phone")?);
     let (attempt_ref, gateway, gateway_txn_id) = (text("attempt_ref")?, text("gateway")?, text("gateway_txn_id")?);
+    let promotion_code = text("promotion_code")?;
     let context = OrderContext {
         merchant_reference: merchant_reference.as_deref(),
         metadata: metadata.as_deref(),
@@ -317,6 +337,8 @@ pub async fn add_refund_event(conn: &mut Conn, batch: &mut Batch, facts: &Refund
         attempt_ref: attempt_ref.as_deref(),
         gateway: gateway.as_deref(),
         gateway_txn_id: gateway_txn_id.as_deref(),
+        promotion_code: promotion_code.as_deref(),
+        discount_minor: col(&row, "discount_minor")?,
     };
     let data = RefundChanged {
         refund_no: facts.refund_no,

@@ -58,14 +58,17 @@ pub(super) struct OrderParts {
     pub(super) reservations: Vec<(String, i64)>,
     /// The lines, in line order.
     pub(super) lines: Vec<OrderLine>,
+    /// Whether the order holds a reserved use of a promotion.
+    pub(super) promotion: bool,
 }
 
 /// [`OrderParts`] of order `$1`: a row per attempt (`part` 'a'), active reservation ('r') and
-/// line ('l'), each read by key.
+/// line ('l'), and its reserved promotion use ('p'), each read by key.
 pub const ORDER_PARTS_SQL: &str = "SELECT 'a' AS part, attempt_ref AS k, status AS v, CAST(NULL AS TEXT) AS name, CAST(0 AS BIGINT) AS n, \
          CAST(0 AS BIGINT) AS line_no FROM payment_attempts WHERE order_no = $1 \
          UNION ALL SELECT 'r', sku, status, NULL, quantity, 0 FROM reservations WHERE order_no = $1 AND status = 'active' \
          UNION ALL SELECT 'l', sku, kind, name, quantity, line_no FROM order_lines WHERE order_no = $1 \
+         UNION ALL SELECT 'p', code, status, NULL, 0, 0 FROM promotion_uses WHERE order_no = $1 AND status = 'reserved' \
          ORDER BY part, line_no, k";
 
 /// [`ORDER_PARTS_SQL`] for the order of attempt `$1`.
@@ -79,11 +82,12 @@ pub fn order_parts_of_attempt_sql() -> &'static str {
 
 /// [`OrderParts`] from the rows of [`ORDER_PARTS_SQL`].
 pub(super) fn order_parts(rows: &[sql::Row]) -> Result<OrderParts> {
-    let mut parts = OrderParts { attempts: Vec::new(), reservations: Vec::new(), lines: Vec::new() };
+    let mut parts = OrderParts { attempts: Vec::new(), reservations: Vec::new(), lines: Vec::new(), promotion: false };
     for r in rows {
         match col::<String>(r, "part")?.as_str() {
             "a" => parts.attempts.push((col(r, "k")?, col(r, "v")?)),
             "r" => parts.reservations.push((col(r, "k")?, col(r, "n")?)),
+            "p" => parts.promotion = true,
             _ => parts.lines.push(OrderLine {
                 line_no: col(r, "line_no")?,
                 sku: col(r, "k")?,
@@ -145,6 +149,9 @@ pub(super) async fn apply_success(
                 )?;
             }
             add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
+            if s.parts.promotion {
+                crate::store::promotion_uses::add_consume(&mut batch, order_no, cause.at);
+            }
             // `-> paid` in the same batch, with the order's capture in the same statement: what
             // its outbox messages carry is known here, and the lines serve the fulfilment after.
             let lines = &s.parts.lines;
@@ -295,12 +302,14 @@ async fn record_second_capture(tx: &mut Tx<'_>, s: &Success<'_>, cause: Cause<'_
 /// Completes a zero-total order just confirmed in `tx` (pending, its one attempt `created`):
 /// paid with nothing captured, its reservations consumed, its keys delivered and its messages
 /// sent, as a payment would, without a gateway (which would refuse a zero amount).
+#[allow(clippy::too_many_arguments)]
 pub async fn complete_free(
     tx: &mut Tx<'_>,
     order_no: &str,
     attempt_ref: &str,
     total: Money,
     lines: Vec<OrderLine>,
+    promotion: bool,
     context: OrderContext<'_>,
     now: Millis,
 ) -> Result<()> {
@@ -313,6 +322,7 @@ pub async fn complete_free(
         attempts: vec![(attempt_ref.to_string(), AttemptStatus::Created.as_str().into())],
         reservations,
         lines,
+        promotion,
     };
     let success = Success {
         order_no,

@@ -149,6 +149,8 @@ struct Target {
     metadata: Option<String>,
     contact_email: Option<String>,
     contact_phone: Option<String>,
+    promotion_code: Option<String>,
+    discount_minor: i64,
     /// The order's other active attempts.
     others: Vec<(String, AttemptStatus)>,
     parts: OrderParts,
@@ -164,7 +166,7 @@ async fn read_target(tx: &mut Tx<'_>, ev: &VerifiedEvent, lock_order: &str) -> R
     let attempt_sql = format!(
         "SELECT t.order_no, t.amount_minor, t.currency, t.gateway, t.gateway_txn_id AS recorded_txn, \
          o.status AS order_status, o.total_minor AS order_total_minor, o.currency AS order_currency, \
-         o.merchant_reference, o.metadata, o.contact_email, o.contact_phone \
+         o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, o.promotion_code, o.discount_minor \
          FROM payment_attempts t JOIN orders o ON o.order_no = t.order_no WHERE t.attempt_ref = $1{lock_order}"
     );
     let reads =
@@ -197,6 +199,8 @@ async fn read_target(tx: &mut Tx<'_>, ev: &VerifiedEvent, lock_order: &str) -> R
         metadata: col(&attempt, "metadata")?,
         contact_email: col(&attempt, "contact_email")?,
         contact_phone: col(&attempt, "contact_phone")?,
+        promotion_code: col(&attempt, "promotion_code")?,
+        discount_minor: col(&attempt, "discount_minor")?,
         others,
         parts,
     }))
@@ -233,6 +237,8 @@ async fn apply_payment(
             attempt_ref: Some(&ev.attempt_ref),
             gateway: t.gateway.as_deref(),
             gateway_txn_id: Some(gateway_txn_id),
+            promotion_code: t.promotion_code.as_deref(),
+            discount_minor: t.discount_minor,
         },
     };
     Ok(Verdict::Effect(apply_success(tx, &success, t.order_status, t.attempt_status, policy, cause).await?))

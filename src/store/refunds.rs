@@ -14,7 +14,9 @@ use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::events::{self, Cause, Severity};
 use crate::store::outbox::{self, RefundFacts};
+use crate::store::promotion_uses;
 use crate::store::{Db, Tx, col};
+use crate::{args, domain::promotion::UseStatus};
 
 use crate::domain::refund::RefundKind;
 /// Send tries before a refund is given up as failed (and alerted).
@@ -91,7 +93,6 @@ pub async fn get(db: &Db, refund_no: &RefundNo) -> Result<RefundView> {
 /// captured; checked under the order lock, so concurrent requests cannot together exceed it.
 /// The order keeps its status unless the refunds in flight now cover the whole capture. The
 /// shop's [`RefundPolicy`] decides, with the other rules, whether it may go ahead.
-#[allow(clippy::too_many_arguments)]
 pub async fn request(
     db: &Db,
     policy: RefundPolicy,
@@ -101,8 +102,40 @@ pub async fn request(
     reason: &str,
     now: Millis,
 ) -> Result<(RefundView, bool)> {
-    refund::check_amount(amount_minor)?;
-    let reason = refund::clean_reason(reason);
+    let ask = RefundAsk { amount_minor: Some(amount_minor), reason: reason.to_string(), ..RefundAsk::default() };
+    request_asked(db, policy, order_no, refund_no, &ask, now).await
+}
+
+/// What a merchant's refund asks for: an amount, or units of named lines (line number, units:
+/// what was paid for them, the discount shared out); and whether the refund, once it leaves
+/// nothing captured, gives the order's promotion use back.
+#[derive(Debug, Clone, Default)]
+pub struct RefundAsk {
+    pub amount_minor: Option<i64>,
+    pub lines: Vec<(i64, i64)>,
+    pub reason: String,
+    pub return_promotion: bool,
+}
+
+/// [`request`] of an amount or of lines ([`RefundAsk`]).
+pub async fn request_asked(
+    db: &Db,
+    policy: RefundPolicy,
+    order_no: &OrderNo,
+    refund_no: &RefundNo,
+    ask: &RefundAsk,
+    now: Millis,
+) -> Result<(RefundView, bool)> {
+    match (ask.amount_minor, ask.lines.is_empty()) {
+        (Some(amount), true) => refund::check_amount(amount)?,
+        (None, false) => {}
+        _ => {
+            return Err(Error::unprocessable("invalid_amount", "give either amount_minor or lines"));
+        }
+    }
+    let reason = refund::clean_reason(&ask.reason);
+    let mut asked_lines = ask.lines.clone();
+    asked_lines.sort_unstable();
     let lock = db.for_update();
     let created = crate::write_tx!(db, |tx| {
         let order = sql::query(&format!("SELECT status FROM orders WHERE order_no = $1{lock}"))
@@ -115,8 +148,20 @@ pub async fn request(
             .fetch_optional(&mut **tx)
             .await?;
         if let Some(r) = existing {
+            let stored_lines: Vec<(i64, i64)> =
+                sql::query("SELECT line_no, quantity FROM refund_lines WHERE refund_no = $1 ORDER BY line_no")
+                    .bind(refund_no)
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .iter()
+                    .map(|l| Ok((col(l, "line_no")?, col(l, "quantity")?)))
+                    .collect::<Result<_>>()?;
+            let same_ask = match ask.amount_minor {
+                Some(amount) => stored_lines.is_empty() && col::<i64>(&r, "amount_minor")? == amount,
+                None => stored_lines == asked_lines,
+            };
             let same = col::<String>(&r, "order_no")? == order_no.as_str()
-                && col::<i64>(&r, "amount_minor")? == amount_minor
+                && same_ask
                 && col::<String>(&r, "reason")? == reason
                 && col::<String>(&r, "kind")? == RefundKind::Merchant.as_str();
             refund::may_repeat_refund_no(same)?;
@@ -125,6 +170,11 @@ pub async fn request(
         let status =
             OrderStatus::parse(&col::<String>(&order, "status")?).ok_or_else(|| Error::internal("bad status"))?;
         let totals = order_totals(tx, order_no).await?;
+        let parts = match ask.amount_minor {
+            Some(_) => Vec::new(),
+            None => refund::line_refund(&paid_lines(tx, order_no).await?, &ask.lines)?,
+        };
+        let amount_minor = ask.amount_minor.unwrap_or_else(|| parts.iter().map(|p| p.2).sum());
         // When the payment was captured: only the window needs it, so only then is it read.
         let paid_at = match policy.window_days {
             Some(_) => paid_at(tx, order_no).await?,
@@ -134,6 +184,7 @@ pub async fn request(
         let to = refund::decide_request(policy, asked)?;
         let attempt = paid_attempt(tx, order_no).await?;
         insert(tx, order_no, &attempt, refund_no, amount_minor, &reason, RefundKind::Merchant, now).await?;
+        add_lines(tx, refund_no, &parts, ask.return_promotion).await?;
         if let Some(to) = to {
             let cause = Cause { trigger: "refund_requested", notification_id: None, at: now };
             start_refunding(tx, order_no, status, to, cause).await?;
@@ -141,6 +192,52 @@ pub async fn request(
         Ok(true)
     })?;
     Ok((get(db, refund_no).await?, created))
+}
+
+/// The order's lines as a refund by line reads them: units, what was paid for them, and the units
+/// refunded by line already (refunds not failed).
+async fn paid_lines(tx: &mut Tx<'_>, order_no: &str) -> Result<Vec<refund::PaidLine>> {
+    let rows = sql::query(
+        "SELECT l.line_no, l.quantity, l.line_total_minor - l.discount_minor AS paid, \
+         CAST(COALESCE((SELECT SUM(rl.quantity) FROM refund_lines rl JOIN refunds r ON r.refund_no = rl.refund_no \
+         WHERE r.order_no = $1 AND r.status <> 'failed' AND rl.line_no = l.line_no), 0) AS BIGINT) AS refunded \
+         FROM order_lines l WHERE l.order_no = $1 ORDER BY l.line_no",
+    )
+    .bind(order_no)
+    .fetch_all(&mut **tx)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(refund::PaidLine {
+                line_no: col(r, "line_no")?,
+                quantity: col(r, "quantity")?,
+                paid_minor: col(r, "paid")?,
+                refunded_units: col(r, "refunded")?,
+            })
+        })
+        .collect()
+}
+
+/// A refund's lines (line, units, amount), and whether it gives the promotion use back.
+async fn add_lines(tx: &mut Tx<'_>, refund_no: &str, parts: &[(i64, i64, i64)], return_promotion: bool) -> Result<()> {
+    let mut batch = Batch::new();
+    for (line_no, units, amount) in parts {
+        batch.expect(
+            "INSERT INTO refund_lines (refund_no, line_no, quantity, amount_minor) VALUES ($1, $2, $3, $4)",
+            args![refund_no, *line_no, *units, *amount],
+            1,
+            "refund line insert",
+        );
+    }
+    if return_promotion {
+        batch.expect(
+            "UPDATE refunds SET return_promotion = 1 WHERE refund_no = $1",
+            args![refund_no],
+            1,
+            "refund promotion flag",
+        );
+    }
+    batch.run_checked(tx).await
 }
 
 /// When the order's payment was captured: its capturing attempt's `succeeded` event.
@@ -506,6 +603,20 @@ pub(super) async fn settle_locked(
     if let Some(next) = refund::decide_settled(status, back, totals) {
         let cause = Cause { trigger: "refunds_settled", notification_id: None, at: now };
         events::set_order_status(tx, order_no, status, next, cause).await?;
+        if next == OrderStatus::Refunded && returns_promotion(tx, order_no).await? {
+            promotion_uses::release(tx, order_no, UseStatus::Consumed, now).await?;
+        }
     }
     Ok(true)
+}
+
+/// Whether a refund of the order that went through asked to give its promotion use back.
+async fn returns_promotion(tx: &mut Tx<'_>, order_no: &str) -> Result<bool> {
+    let found: Option<i64> = sql::query_scalar(
+        "SELECT 1 FROM refunds WHERE order_no = $1 AND return_promotion = 1 AND status = 'succeeded' LIMIT 1",
+    )
+    .bind(order_no)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(found.is_some())
 }

@@ -42,6 +42,17 @@ pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> 
         }
         taken.push((sku, quantity));
     }
+    if !crate::store::promotion_uses::retake(tx, order_no, now).await? {
+        // The promotion's uses are all taken now: the stock goes back too.
+        for (sku, quantity) in &taken {
+            sql::query("UPDATE skus SET on_hand = on_hand + $1, sold = sold - $1 WHERE sku = $2")
+                .bind(quantity)
+                .bind(sku)
+                .execute(&mut **tx)
+                .await?;
+        }
+        return Ok(false);
+    }
     sql::query(
         "UPDATE reservations SET status = 'consumed', updated_at = $1 WHERE order_no = $2 AND status = 'released'",
     )
@@ -52,9 +63,12 @@ pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> 
     Ok(true)
 }
 
-/// Active reservations go back on the shelf.
+/// Active reservations go back on the shelf, and a reserved promotion use to its promotion.
 pub(super) async fn release_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
-    move_reservations(tx, order_no, ReservationStatus::Released, now).await
+    move_reservations(tx, order_no, ReservationStatus::Released, now).await?;
+    crate::store::promotion_uses::release(tx, order_no, crate::domain::promotion::UseStatus::Reserved, now)
+        .await
+        .map(drop)
 }
 
 async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {

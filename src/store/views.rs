@@ -49,6 +49,8 @@ pub struct OrderLineView {
     pub quantity: i64,
     pub unit_price_minor: i64,
     pub line_total_minor: i64,
+    /// The line's share of the order's promotion discount (0 without one).
+    pub discount_minor: i64,
     /// The card keys delivered for this line (a digital SKU's, to its buyer and admins).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<String>,
@@ -134,8 +136,14 @@ pub struct OrderView {
     pub order_no: OrderNo,
     #[schema(schema_with = order_status_schema)]
     pub status: OrderStatus,
+    /// What the buyer pays: the lines less `discount_minor`.
     pub total_minor: i64,
     pub currency: String,
+    /// What a promotion took off the lines (0 without one).
+    pub discount_minor: i64,
+    /// The promotion code the order used, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion_code: Option<String>,
     pub captured_minor: Option<i64>,
     /// What the order's refunds that went through add up to (a duplicate payment's refund aside).
     pub refunded_minor: i64,
@@ -192,7 +200,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
     let pool = db.read_pool();
     let o = sql::query(
         "SELECT order_no, session_id, status, total_minor, currency, captured_minor, hold_expires_at, created_at, \
-         merchant_reference, metadata, contact_email, contact_phone, lang, \
+         merchant_reference, metadata, contact_email, contact_phone, lang, discount_minor, promotion_code, \
          CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = orders.order_no \
          AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor \
          FROM orders WHERE order_no = $1",
@@ -201,7 +209,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
     .fetch_optional(pool)
     .await?
     .ok_or_else(|| Error::not_found("order"))?;
-    let lines = sql::query("SELECT sku, name, quantity, unit_price_minor, line_total_minor FROM order_lines WHERE order_no = $1 ORDER BY line_no")
+    let lines = sql::query("SELECT sku, name, quantity, unit_price_minor, line_total_minor, discount_minor FROM order_lines WHERE order_no = $1 ORDER BY line_no")
         .bind(order_no)
         .fetch_all(pool)
         .await?
@@ -213,6 +221,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
                 quantity: col(r, "quantity")?,
                 unit_price_minor: col(r, "unit_price_minor")?,
                 line_total_minor: col(r, "line_total_minor")?,
+                discount_minor: col(r, "discount_minor")?,
                 keys: Vec::new(),
                 keys_unavailable: None,
             })
@@ -271,6 +280,8 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
         status: col(&o, "status")?,
         total_minor: col(&o, "total_minor")?,
         currency: col(&o, "currency")?,
+        discount_minor: col(&o, "discount_minor")?,
+        promotion_code: col(&o, "promotion_code")?,
         captured_minor: col(&o, "captured_minor")?,
         refunded_minor: col(&o, "refunded_minor")?,
         expires_at: rfc3339(col(&o, "hold_expires_at")?),

@@ -23,5 +23,6 @@ pub async fn set_line(
     sku: &Sku,
     quantity: i64,
 ) -> Result<BasketView> {
-    catalog::set_basket_line(&cx.db, session_id, basket, sku, quantity, cx.now_ms()).await
+    let view = catalog::set_basket_line(&cx.db, session_id, basket, sku, quantity, cx.now_ms()).await?;
+    super::promotion::priced(cx, view).await
 }

@@ -36,6 +36,8 @@ pub struct Checkout<'a> {
     pub lookup_password: Option<&'a str>,
     /// The language of the checkout's request (`en`, `zh-CN`).
     pub lang: Option<&'a str>,
+    /// A promotion code, as typed (used instead of the basket's).
+    pub promotion_code: Option<&'a str>,
 }
 
 /// Lookup passwords hashed at once (each hash holds 19 MiB for its time): more wait their turn.
@@ -64,6 +66,16 @@ async fn buyer_data(cx: &Context, asked: &Checkout<'_>) -> Result<BuyerData> {
         }
     };
     Ok(BuyerData { contact, lookup_hash, lang: asked.lang.map(str::to_string), mail_enabled: cx.mail.is_some() })
+}
+
+/// A promotion code as the buyer typed it, normalised; one that cannot be a code is unknown.
+pub(super) fn promotion_code(typed: &str) -> Result<String> {
+    crate::domain::promotion::normalize_code(typed).ok_or_else(|| {
+        crate::domain::promotion::unknown(
+            &typed.trim().chars().take(crate::domain::promotion::CODE_LEN_MAX).collect::<String>(),
+        )
+        .into()
+    })
 }
 
 /// The shop's data a checkout named, checked ([`crate::domain::shop`]).
@@ -125,6 +137,7 @@ pub async fn place_order(
         hold_ms: cx.hold_ms,
         max_open_orders: cx.max_open_orders_per_session,
         limits: cx.order_limits,
+        promotion_code: asked.promotion_code.map(promotion_code).transpose()?,
         ..ConfirmRequest::new(session_id.clone(), basket_id.clone(), gateway.name(), channel, cx.now_ms())
     };
     let placed = match checkout::confirm(&cx.db, &request).await {

@@ -12,6 +12,7 @@ pub mod fulfilment;
 pub mod lookup;
 pub mod mail;
 pub mod payment;
+pub mod promotion;
 pub mod reconcile;
 pub mod refund;
 pub mod statements;

@@ -7,7 +7,7 @@ use crate::domain::ids::{OrderNo, RefundNo};
 use crate::domain::retry::retry_backoff_ms;
 use crate::error::Result;
 use crate::gateway::{RefundAnswer, RefundRequest};
-use crate::store::refunds::{self, Outgoing, RefundView};
+use crate::store::refunds::{self, Outgoing, RefundAsk, RefundView};
 
 /// Refunds sent per pass of the worker.
 pub const REFUND_BATCH_MAX: i64 = 50;
@@ -27,6 +27,22 @@ pub async fn request(
 ) -> Result<(RefundView, bool)> {
     let (refund, created) =
         refunds::request(&cx.db, cx.refund_policy, order_no, refund_no, amount_minor, reason, cx.now_ms()).await?;
+    if created && let Err(e) = send_now(cx, refund_no).await {
+        tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
+    }
+    Ok((refunds::get(&cx.db, refund_no).await?, created))
+}
+
+/// [`request`] of an amount or of units of lines, and whether a full refund gives the order's
+/// promotion use back ([`RefundAsk`]).
+pub async fn request_asked(
+    cx: &Context,
+    order_no: &OrderNo,
+    refund_no: &RefundNo,
+    ask: &RefundAsk,
+) -> Result<(RefundView, bool)> {
+    let (refund, created) =
+        refunds::request_asked(&cx.db, cx.refund_policy, order_no, refund_no, ask, cx.now_ms()).await?;
     if created && let Err(e) = send_now(cx, refund_no).await {
         tracing::warn!(refund_no = %refund.refund_no, error = %e, "refund send deferred to the worker");
     }

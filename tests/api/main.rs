@@ -32,6 +32,7 @@ mod ops;
 mod pages;
 mod plans;
 mod postgres;
+mod promotions;
 mod proxy;
 mod reconcile;
 mod rolling;
