@@ -294,6 +294,8 @@ const ORDERS_CSV_HEADER: &[&str] = &[
     "fee",
     "contact_email",
     "contact_phone",
+    "discount",
+    "promotion_code",
 ];
 
 pub(super) async fn orders_csv(
@@ -336,6 +338,8 @@ pub(super) fn orders_export(state: &AppState, query: &OrderFilterQuery, export: 
                         o.fee_minor.map(|f| major(f, &s.currency)).unwrap_or_default(),
                         cell(s.contact.email.as_deref().unwrap_or_default()),
                         cell(s.contact.phone.as_deref().unwrap_or_default()),
+                        major(s.discount_minor, &s.currency),
+                        cell(s.promotion_code.as_deref().unwrap_or_default()),
                     ]
                 })
                 .collect();

@@ -97,6 +97,10 @@ pub struct OrderSummary {
     pub metadata: Metadata,
     /// How the buyer may be reached.
     pub contact: crate::store::views::ContactView,
+    /// What a promotion took off the lines (0 without one), and its code.
+    pub discount_minor: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion_code: Option<String>,
     pub created_at: String,
     #[serde(skip)]
     pub created_at_ms: Millis,
@@ -111,7 +115,7 @@ impl OrderSummary {
 /// What the order lists and the export read of an order: its row, what its refunds returned.
 const ORDER_COLUMNS: &str = "o.order_no, o.status, o.total_minor, o.currency, o.captured_minor, o.gateway, \
      o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, o.created_at, o.captured_attempt_ref, \
-     CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = o.order_no \
+     o.discount_minor, o.promotion_code, CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = o.order_no \
      AND r.kind <> 'duplicate_payment' AND r.status = 'succeeded'), 0) AS BIGINT) AS refunded_minor";
 
 /// The filter's conditions on `o` (only those it sets) and the keyset (rows before the cursor),
@@ -209,6 +213,8 @@ fn order_summary(r: &sql::Row) -> Result<OrderSummary> {
         merchant_reference: col(r, "merchant_reference")?,
         metadata: Metadata::from_stored(col::<Option<String>>(r, "metadata")?.as_deref()),
         contact: crate::store::views::ContactView::of_row(r)?,
+        discount_minor: col(r, "discount_minor")?,
+        promotion_code: col(r, "promotion_code")?,
         created_at: rfc3339(created_at_ms),
         created_at_ms,
     })

@@ -2,7 +2,9 @@
 //! runs beside the real store; random schedules of confirm, double confirm, pay (with duplicated
 //! notifications), pay an old attempt, failed and cancelled attempts, clock ticks, sweeps, retry,
 //! cancel, partial, failed and repeated refunds, the operator's moves (stock changes on both kinds
-//! of SKU, key imports with duplicates, price changes down to zero) and engine restarts are applied
+//! of SKU, key imports with duplicates, price changes down to zero), confirms with a promotion code
+//! limited in all and per buyer (its uses given back by expiry, cancel and a full refund that asks,
+//! the promotion paused, resumed and ended) and engine restarts are applied
 //! to both, and after every step the real system must agree with the model, each order's outbox
 //! must be a legal sequence, and `kassa check` (with the keys secret) must find nothing. Failing schedules shrink to a minimal one; the seed is
 //! printed so `KASSA_MODEL_SEED=<seed>` replays the run. `KASSA_MODEL_CASES` and
@@ -25,6 +27,7 @@ use kassa::store::{Db, catalog, checkout, fulfilment, orders, payments, refunds}
 use kassa::vault::Vault;
 
 mod checks;
+mod promotions;
 
 use checks::compare;
 
@@ -38,6 +41,8 @@ enum Op {
         buyer: usize,
         sku: usize,
         qty: i64,
+        /// With the promotion's code.
+        code: bool,
     },
     Reconfirm {
         order: usize,
@@ -89,11 +94,21 @@ enum Op {
         price: i64,
     },
     Restart,
+    /// The operator pauses, resumes or ends the promotion.
+    Promotion {
+        to: promotions::To,
+    },
+    /// Everything still captured refunded at once, giving the promotion's use back when asked.
+    RefundRest {
+        order: usize,
+        give_back: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3_usize, 0..2_usize, 1..3_i64).prop_map(|(buyer, sku, qty)| Op::Confirm { buyer, sku, qty }),
+        4 => (0..3_usize, 0..2_usize, 1..3_i64, any::<bool>())
+            .prop_map(|(buyer, sku, qty, code)| Op::Confirm { buyer, sku, qty, code }),
         1 => (0..8_usize).prop_map(|order| Op::Reconfirm { order }),
         4 => (0..8_usize, 1..4_u8).prop_map(|(order, copies)| Op::Pay { order, copies }),
         1 => (0..8_usize).prop_map(|order| Op::PayOld { order }),
@@ -109,6 +124,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3_i64, any::<bool>()).prop_map(|(new, dup)| Op::ImportKeys { new, dup }),
         1 => (0..2_usize, prop_oneof![Just(0_i64), Just(300), Just(1000)]).prop_map(|(sku, price)| Op::Price { sku, price }),
         1 => Just(Op::Restart),
+        1 => promotions::to().prop_map(|to| Op::Promotion { to }),
+        1 => (0..8_usize, any::<bool>()).prop_map(|(order, give_back)| Op::RefundRest { order, give_back }),
     ]
 }
 
@@ -116,6 +133,8 @@ fn op() -> impl Strategy<Value = Op> {
 struct MOrder {
     order_no: OrderNo,
     session: kassa::domain::ids::SessionId,
+    /// Which of the model's buyers placed it.
+    buyer: usize,
     basket: BasketId,
     sku: usize,
     qty: i64,
@@ -131,6 +150,8 @@ struct MOrder {
     refunds: Vec<(RefundNo, i64, bool)>,
     /// Automatic refunds of a second capture.
     duplicate_refunds: usize,
+    /// Its use of the promotion: what it took off, and where the use is.
+    promotion: Option<(i64, promotions::Use)>,
 }
 
 #[derive(Debug, Default)]
@@ -144,6 +165,7 @@ struct Model {
     prices: Vec<i64>,
     /// Keys imported into the digital SKU so far.
     keys_imported: i64,
+    promotion: promotions::MPromotion,
 }
 
 struct Real {
@@ -211,6 +233,7 @@ async fn setup(backend: &Backend, dir: &std::path::Path) -> (Real, Model) {
             model.keys_imported = stock;
         }
     }
+    model.promotion = promotions::create(&db, clock.now_ms()).await;
     (Real { db, url, _database: database, clock, vault }, model)
 }
 
@@ -222,7 +245,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
     let now = real.clock.now_ms();
     let db = &real.db;
     match *op {
-        Op::Confirm { buyer, sku, qty } => {
+        Op::Confirm { buyer, sku, qty, code } => {
             let session = match &model.sessions[buyer] {
                 Some(s) => s.clone(),
                 None => {
@@ -235,16 +258,26 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             catalog::set_basket_line(db, &session, &basket, &Sku::parse(SKUS[sku].0).unwrap(), qty, now).await.unwrap();
             let req = checkout::ConfirmRequest {
                 hold_ms: HOLD_MS,
+                promotion_code: code.then(|| promotions::CODE.to_string()),
                 ..checkout::ConfirmRequest::new(session.clone(), basket.clone(), "sandbox", "form", now)
             };
             let result = checkout::confirm(db, &req).await;
             let (on_hand, reserved, _) = model.stock[sku];
-            if on_hand - reserved >= qty {
+            let lines_total = model.prices[sku] * qty;
+            let refused = promotions::refusal(model, code, buyer, lines_total, on_hand - reserved >= qty);
+            if let Some(expected) = refused {
+                match result {
+                    Err(e) if e.code() == expected => {}
+                    other => return Err(fail(format!("expected {expected}, got {other:?}"))),
+                }
+            } else if on_hand - reserved >= qty {
                 let placed = result.map_err(|e| fail(format!("confirm refused: {e}")))?;
-                let total = model.prices[sku] * qty;
+                let discount = if code { promotions::discount(lines_total) } else { 0 };
+                let total = lines_total - discount;
                 let mut o = MOrder {
                     order_no: placed.order_no,
                     session,
+                    buyer,
                     basket,
                     sku,
                     qty,
@@ -257,7 +290,12 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                     ever_paid: false,
                     refunds: Vec::new(),
                     duplicate_refunds: 0,
+                    promotion: None,
                 };
+                if code {
+                    o.promotion = Some((discount, promotions::Use::Reserved));
+                    model.promotion.take(buyer);
+                }
                 if total == 0 {
                     // A zero total completes at once, without a gateway.
                     o.status = if SKUS[sku].3 { "delivered" } else { "paid" };
@@ -345,6 +383,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                             a.1 = "expired";
                         }
                     }
+                    model.promotion.release(&mut o.promotion, o.buyer, promotions::Use::Reserved);
                     model.stock[o.sku].1 -= o.qty;
                 }
             }
@@ -379,6 +418,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                         a.1 = "cancelled";
                     }
                 }
+                model.promotion.release(&mut o.promotion, o.buyer, promotions::Use::Reserved);
                 model.stock[o.sku].1 -= o.qty;
             } else if result.is_ok() {
                 return Err(fail(format!("cancel allowed on a {} order", o.status)));
@@ -488,6 +528,11 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             .map_err(|e| fail(e.to_string()))?;
             model.prices[sku] = price;
         }
+        Op::Promotion { to } => promotions::operate(real, model, to).await?,
+        Op::RefundRest { order, give_back } => {
+            let Some(i) = pick(model, order) else { return Ok(()) };
+            promotions::refund_rest(real, model, i, give_back).await?;
+        }
         Op::Restart => {
             real.db.close().await;
             real.db = Db::connect(&real.url, 8).await.map_err(|e| fail(e.to_string()))?;
@@ -521,6 +566,9 @@ async fn pay(real: &mut Real, model: &mut Model, i: usize, attempt_ref: &str, co
         "pending_payment" => {
             o.status = if digital { "delivered" } else { "paid" };
             o.captured = o.total;
+            if let Some((_, used)) = &mut o.promotion {
+                *used = promotions::Use::Consumed;
+            }
             o.ever_paid = true;
             let s = &mut model.stock[o.sku];
             s.1 -= o.qty;
