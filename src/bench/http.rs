@@ -164,12 +164,23 @@ fn code_of(body: &Value, status: reqwest::StatusCode) -> String {
 }
 
 /// What each simulated buyer does.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Plan {
     /// Pay every n-th order (0: never).
     pay_every: usize,
     /// Add the line with a request of its own after creating an empty basket.
     line_request: bool,
+    /// The promotion code every checkout names, if any.
+    code: Option<Arc<str>>,
+}
+
+impl Plan {
+    fn checkout_body(&self) -> Value {
+        match &self.code {
+            Some(code) => json!({"gateway": "sandbox", "promotion_code": code.as_ref()}),
+            None => json!({"gateway": "sandbox"}),
+        }
+    }
 }
 
 pub(super) fn flow(line_request: bool) -> String {
@@ -218,7 +229,7 @@ async fn buyer(
     stop: Arc<AtomicBool>,
     tally: Arc<Mutex<Tally>>,
 ) {
-    let Plan { pay_every, line_request } = plan;
+    let (pay_every, line_request, checkout_body) = (plan.pay_every, plan.line_request, plan.checkout_body());
     let mut person: Option<Person> = None;
     let mut n = 0_usize;
     while !stop.load(Ordering::Relaxed) {
@@ -260,7 +271,7 @@ async fn buyer(
                 .post(format!("{base}/api/v1/baskets/{id}/checkout"))
                 .bearer_auth(token)
                 .header("x-forwarded-for", addr)
-                .json(&json!({"gateway": "sandbox"}))
+                .json(&checkout_body)
                 .send()
                 .await?;
             let elapsed = started.elapsed();
@@ -332,7 +343,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let mut set = tokio::task::JoinSet::new();
         let skus = Arc::new(skus.clone());
         for i in 0..args.buyers {
-            let plan = Plan { pay_every: 0, line_request: args.line_request };
+            let plan = Plan { pay_every: 0, line_request: args.line_request, code: None };
             set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, plan, stop.clone(), tally.clone()));
         }
         tokio::time::sleep(Duration::from_secs(args.seconds.max(2) / 2)).await;
@@ -419,17 +430,9 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         "checkout" => 0,
         _ => 1,
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut set = tokio::task::JoinSet::new();
-    let skus = Arc::new(skus);
+    let plan = Plan { pay_every, line_request: args.line_request, code: None };
     let cpu = CpuMark::now(&server);
-    for i in 0..args.buyers {
-        let plan = Plan { pay_every, line_request: args.line_request };
-        set.spawn(buyer(http.clone(), server.base.clone(), skus.clone(), i, plan, stop.clone(), tally.clone()));
-    }
-    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    while set.join_next().await.is_some() {}
+    run_buyers(args, &http, &server, Arc::new(skus), &plan, &tally).await;
     let secs = started.elapsed().as_secs_f64();
     // Let in-flight notifications land (bounded), then count what was applied in the run.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -443,7 +446,12 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let taken = v["reserved"].as_i64().unwrap_or(0) + v["sold"].as_i64().unwrap_or(0);
         oversold = (taken - stock).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - stock).max(0);
     }
+    let promotion = match args.promotion {
+        true => Some(promotion_sale(args, &http, &server, plan, t.confirms as f64 / selling_secs(&t, hot_stock, started, secs)).await?),
+        false => None,
+    };
     let report = Report {
+        promotion,
         scenario: scenario.into(),
         seconds: secs,
         confirms: t.confirms,
@@ -460,6 +468,79 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     };
     drop(t);
     finish(args, &server, report).await
+}
+
+/// Runs `args.buyers` simulated buyers on `skus` for `args.seconds`.
+async fn run_buyers(
+    args: &BenchArgs,
+    http: &reqwest::Client,
+    server: &Server,
+    skus: Arc<Vec<String>>,
+    plan: &Plan,
+    tally: &Arc<Mutex<Tally>>,
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..args.buyers {
+        let (http, base) = (http.clone(), server.base.clone());
+        set.spawn(buyer(http, base, skus.clone(), i, plan.clone(), stop.clone(), tally.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    while set.join_next().await.is_some() {}
+}
+
+/// The promotion's code in `hot --promotion`.
+const SALE_CODE: &str = "FLASH-SALE";
+
+/// `hot --promotion`: the flash sale again on a SKU of its own, every checkout naming a code of
+/// 10 % off with as many uses as units; its rate beside `without`'s, and whether the code's and
+/// the stock's limits held.
+async fn promotion_sale(
+    args: &BenchArgs,
+    http: &reqwest::Client,
+    server: &Server,
+    plan: Plan,
+    without: f64,
+) -> anyhow::Result<super::PromotionFigures> {
+    const SKU: &str = "HOT-PROMO";
+    let stock = args.hot_stock;
+    create_sku(http, server, SKU, stock).await?;
+    let r = http
+        .post(format!("{}/api/v1/admin/promotions", server.base))
+        .bearer_auth(&server.admin)
+        .json(&json!({"name": "Flash sale", "code": SALE_CODE, "percent_off": 10, "max_uses": stock, "skus": [SKU]}))
+        .send()
+        .await?;
+    let created: Value = r.json().await?;
+    let id = created["id"].as_str().context("the promotion was not created")?.to_string();
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let plan = Plan { code: Some(Arc::from(SALE_CODE)), ..plan };
+    let started = Instant::now();
+    run_buyers(args, http, server, Arc::new(vec![SKU.to_string()]), &plan, &tally).await;
+    let secs = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = tally.lock().await;
+    let with = t.confirms as f64 / selling_secs(&t, Some(stock), started, secs);
+    let get = |path: String| async move {
+        let r = http.get(format!("{}{path}", server.base)).bearer_auth(&server.admin).send().await?;
+        anyhow::Ok(r.json::<Value>().await?)
+    };
+    let p = get(format!("/api/v1/admin/promotions/{id}")).await?;
+    let sku = get(format!("/api/v1/admin/skus/{SKU}")).await?;
+    let uses = p["uses"].as_i64().unwrap_or(0);
+    let orders = i64::try_from(t.confirms).unwrap_or(i64::MAX);
+    let taken = sku["reserved"].as_i64().unwrap_or(0) + sku["sold"].as_i64().unwrap_or(0);
+    Ok(super::PromotionFigures {
+        confirms_per_s_without: without,
+        confirms_per_s_with: with,
+        ratio: if without > 0.0 { with / without } else { 0.0 },
+        orders_with_code: t.confirms,
+        uses,
+        max_uses: stock,
+        over_used: (uses - stock).max(0) + (uses - orders).abs(),
+        oversold: (taken - stock).max(0) + (orders - stock).max(0),
+    })
 }
 
 pub(super) async fn finish(args: &BenchArgs, server: &Server, mut report: Report) -> anyhow::Result<Report> {

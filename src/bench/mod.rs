@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// sells out within two seconds; more units measure a longer sale
     #[arg(long, default_value_t = HOT_STOCK)]
     pub hot_stock: i64,
+    /// `hot` only: the flash sale twice in one run, on a SKU of its own each time — without a
+    /// promotion code, then with one (10 % off, as many uses as units) — reporting both rates
+    #[arg(long)]
+    pub promotion: bool,
     /// Write the JSON report here as well
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -132,12 +136,32 @@ pub struct Report {
     /// How long the closing `kassa check` took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check_seconds: Option<f64>,
+    /// `hot --promotion`: the sale with a code beside the sale without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<PromotionFigures>,
     /// Orders in the database when the run started (`reads`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history_orders: Option<i64>,
     /// What an operator waits on, by read (`reads`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub reads: BTreeMap<String, reads::ReadFigures>,
+}
+
+/// The flash sale with a promotion code against the one without, in the same run.
+#[derive(Debug, Default, Serialize)]
+pub struct PromotionFigures {
+    pub confirms_per_s_without: f64,
+    pub confirms_per_s_with: f64,
+    /// With over without.
+    pub ratio: f64,
+    /// Orders placed with the code, the code's uses as the promotion counts them, and its limit.
+    pub orders_with_code: u64,
+    pub uses: i64,
+    pub max_uses: i64,
+    /// Uses beyond the limit, or counted differently from the orders that hold one (must be 0).
+    pub over_used: i64,
+    /// Units sold beyond the promotion sale's stock (must be 0).
+    pub oversold: i64,
 }
 
 #[derive(Default)]
@@ -287,6 +311,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     if args.scenario == "confirm" && !args.engine {
         anyhow::bail!("--scenario confirm is an engine scenario: add --engine");
     }
+    if args.promotion && (args.scenario != "hot" || args.engine) {
+        anyhow::bail!("--promotion goes with the HTTP scenario hot");
+    }
     if args.scenario == "checkout" && args.engine {
         anyhow::bail!("--scenario checkout is an HTTP scenario: the engine's spread is the same flow");
     }
@@ -351,6 +378,22 @@ pub fn table(r: &Report) -> String {
     row("oversold units", r.oversold.to_string());
     if let Some(stock) = r.stock {
         row("stock (one SKU)", stock.to_string());
+    }
+    if let Some(p) = &r.promotion {
+        row(
+            "with a promotion code",
+            format!(
+                "{:.0}/s against {:.0}/s without: {:.3}",
+                p.confirms_per_s_with, p.confirms_per_s_without, p.ratio
+            ),
+        );
+        row(
+            "code uses",
+            format!(
+                "{} of {} ({} orders), over-used {}, oversold {}",
+                p.uses, p.max_uses, p.orders_with_code, p.over_used, p.oversold
+            ),
+        );
     }
     if !r.cpu_ms_per_op.is_empty() {
         let parts: Vec<String> = r.cpu_ms_per_op.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
