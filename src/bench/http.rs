@@ -447,7 +447,10 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         oversold = (taken - stock).max(0) + (i64::try_from(t.confirms).unwrap_or(0) - stock).max(0);
     }
     let promotion = match args.promotion {
-        true => Some(promotion_sale(args, &http, &server, plan, t.confirms as f64 / selling_secs(&t, hot_stock, started, secs)).await?),
+        true => Some(
+            promotion_sale(args, &http, &server, plan, t.confirms as f64 / selling_secs(&t, hot_stock, started, secs))
+                .await?,
+        ),
         false => None,
     };
     let report = Report {

@@ -382,10 +382,7 @@ pub fn table(r: &Report) -> String {
     if let Some(p) = &r.promotion {
         row(
             "with a promotion code",
-            format!(
-                "{:.0}/s against {:.0}/s without: {:.3}",
-                p.confirms_per_s_with, p.confirms_per_s_without, p.ratio
-            ),
+            format!("{:.0}/s against {:.0}/s without: {:.3}", p.confirms_per_s_with, p.confirms_per_s_without, p.ratio),
         );
         row(
             "code uses",

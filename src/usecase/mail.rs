@@ -66,6 +66,8 @@ struct Body<'a> {
     lead: &'a str,
     order_no: &'a str,
     lines: &'a [(String, i64, String)],
+    /// What a promotion code took off (its code and the amount), if the order used one.
+    discount: Option<(&'a str, String)>,
     total: &'a str,
     link: &'a str,
     link_until: &'a str,
@@ -113,6 +115,7 @@ pub struct Words {
     lead_test: &'static str,
     pub order: &'static str,
     pub total: &'static str,
+    pub discount: &'static str,
     pub view: &'static str,
     pub valid_until: &'static str,
     pub keys: &'static str,
@@ -134,6 +137,7 @@ const EN: Words = Words {
     lead_test: "This is a test message: e-mail from the shop reaches this address.",
     order: "Order",
     total: "Total",
+    discount: "Discount",
     view: "View your order",
     valid_until: "The link works once, until",
     keys: "Your keys",
@@ -155,6 +159,7 @@ const ZH: Words = Words {
     lead_test: "这是一封测试邮件：商店的邮件可以送达此地址。",
     order: "订单",
     total: "合计",
+    discount: "优惠",
     view: "查看订单",
     valid_until: "链接仅可使用一次，有效期至",
     keys: "您的卡密",
@@ -188,6 +193,7 @@ pub async fn compose(cx: &Context, m: &Mail) -> Result<Composed> {
             lead: w.lead_test,
             order_no: "",
             lines: &[],
+            discount: None,
             total: "",
             link: "",
             link_until: "",
@@ -240,6 +246,10 @@ pub async fn compose(cx: &Context, m: &Mail) -> Result<Composed> {
         lead,
         order_no: order_no.as_str(),
         lines: &lines,
+        discount: order
+            .promotion_code
+            .as_deref()
+            .map(|code| (code, format!("-{}", format_minor(order.discount_minor, &order.currency)))),
         total: &total,
         link: &link,
         link_until: &until,

@@ -323,6 +323,32 @@ async fn keys_inline_when_the_shop_says_so() {
     t.assert_clean().await;
 }
 
+/// An order placed with a promotion code says what the code took off, before the total.
+#[cfg_attr(
+    not(kassa_test_smtp),
+    ignore = "e-mail: KASSA_AIOSMTPD (a Python with aiosmtpd) was not set when the tests were built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_discounted_order_says_what_its_code_took_off() {
+    let smtp = Smtp::start();
+    let t =
+        TestApp::spawn_with(Backend::Sqlite, Opts { email: Some(email_settings(smtp.port)), ..Opts::default() }).await;
+    sku(&t).await;
+    let code = json!({"name": "Mugs", "code": "MUG-20", "percent_off": 20, "skus": ["MUG"]});
+    assert_eq!(t.admin_post("/api/v1/admin/promotions", code).await.0, StatusCode::CREATED);
+    let buyer = t.buyer().await;
+    let basket = t.basket(&buyer, &[("MUG", 3)]).await;
+    let body = json!({"gateway": "sandbox", "contact": {"email": "deal@example.com"}, "promotion_code": "mug-20"});
+    let (status, order) = t.checkout_with(&buyer, &basket, &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    assert_eq!(t.complete(&s(&order["attempt_ref"]), "succeeded", 1).await.0, StatusCode::OK);
+    t.settle().await;
+    assert_eq!(t.app.mailer.as_ref().unwrap().step().await.unwrap(), 1);
+    let m = decoded(&smtp.messages()[0]);
+    assert!(m.contains("Discount (MUG-20)") && m.contains("-0.60 CNY") && m.contains("2.40 CNY"), "{m}");
+    t.assert_clean().await;
+}
+
 /// `serve --check-config` tries the SMTP server of `[email]`.
 #[cfg_attr(
     not(kassa_test_smtp),
