@@ -58,17 +58,17 @@ pub(super) struct OrderParts {
     pub(super) reservations: Vec<(String, i64)>,
     /// The lines, in line order.
     pub(super) lines: Vec<OrderLine>,
-    /// Whether the order holds a reserved use of a promotion.
+    /// Whether the order used a promotion code (a pending order's use is reserved: P4). Not
+    /// read by [`ORDER_PARTS_SQL`]: the caller knows it from the order's row.
     pub(super) promotion: bool,
 }
 
 /// [`OrderParts`] of order `$1`: a row per attempt (`part` 'a'), active reservation ('r') and
-/// line ('l'), and its reserved promotion use ('p'), each read by key.
+/// line ('l'), each read by key.
 pub const ORDER_PARTS_SQL: &str = "SELECT 'a' AS part, attempt_ref AS k, status AS v, CAST(NULL AS TEXT) AS name, CAST(0 AS BIGINT) AS n, \
          CAST(0 AS BIGINT) AS line_no FROM payment_attempts WHERE order_no = $1 \
          UNION ALL SELECT 'r', sku, status, NULL, quantity, 0 FROM reservations WHERE order_no = $1 AND status = 'active' \
          UNION ALL SELECT 'l', sku, kind, name, quantity, line_no FROM order_lines WHERE order_no = $1 \
-         UNION ALL SELECT 'p', code, status, NULL, 0, 0 FROM promotion_uses WHERE order_no = $1 AND status = 'reserved' \
          ORDER BY part, line_no, k";
 
 /// [`ORDER_PARTS_SQL`] for the order of attempt `$1`.
@@ -87,7 +87,6 @@ pub(super) fn order_parts(rows: &[sql::Row]) -> Result<OrderParts> {
         match col::<String>(r, "part")?.as_str() {
             "a" => parts.attempts.push((col(r, "k")?, col(r, "v")?)),
             "r" => parts.reservations.push((col(r, "k")?, col(r, "n")?)),
-            "p" => parts.promotion = true,
             _ => parts.lines.push(OrderLine {
                 line_no: col(r, "line_no")?,
                 sku: col(r, "k")?,
