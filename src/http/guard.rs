@@ -87,7 +87,14 @@ pub fn bucket_of(method: &Method, path: &str) -> Option<Bucket> {
     let get = method == Method::GET;
     match path {
         "/api/v1/sessions" if post => Some(Bucket::Sessions),
-        "/api/v1/baskets" | "/shop/basket" if post => Some(Bucket::BasketWrites),
+        "/api/v1/baskets"
+        | "/shop/basket"
+        | "/shop/basket/{basket_id}/promotion"
+        | "/shop/basket/{basket_id}/promotion/remove"
+            if post =>
+        {
+            Some(Bucket::BasketWrites)
+        }
         "/api/v1/baskets/{basket_id}/lines/{sku}" if method == Method::PUT => Some(Bucket::BasketWrites),
         "/api/v1/baskets/{basket_id}/checkout"
         | "/shop/basket/{basket_id}/confirm"

@@ -323,6 +323,7 @@ pub fn explain(code: &str, status: StatusCode) -> (&'static str, &'static str, N
         }
         "mail_off" => ("error.mail_off", "error.back", Back),
         "open_in_browser" => ("error.open_in_browser", "error.back", Back),
+        promotion if promotion.starts_with("promotion_") => ("error.promotion", "error.review_basket", Back),
         _ => match status {
             StatusCode::NOT_FOUND => ("error.not_found", "common.back_to_shop", Shop),
             StatusCode::UNAUTHORIZED => ("error.unauthorized", "error.reload", Shop),
@@ -335,6 +336,20 @@ pub fn explain(code: &str, status: StatusCode) -> (&'static str, &'static str, N
             StatusCode::UNPROCESSABLE_ENTITY => ("error.refused", "error.back", Back),
             _ => ("error.unreadable", "error.back", Back),
         },
+    }
+}
+
+/// What a buyer is told about a promotion code that takes nothing off (the text's key), by the
+/// refusal's code.
+pub fn promotion_refusal(code: &str) -> &'static str {
+    match code {
+        "promotion_unknown" => "basket.promotion_unknown",
+        "promotion_expired" => "basket.promotion_expired",
+        "promotion_used_up" => "basket.promotion_used_up",
+        "promotion_minimum_not_met" => "basket.promotion_minimum_plain",
+        "promotion_not_applicable" => "basket.promotion_not_applicable",
+        "promotion_limit_per_buyer" => "basket.promotion_limit_per_buyer",
+        _ => "basket.promotion_refused",
     }
 }
 
@@ -396,6 +411,17 @@ mod tests {
             }
         }
         assert!(used > 40, "{used}");
+        for code in [
+            "promotion_unknown",
+            "promotion_expired",
+            "promotion_used_up",
+            "promotion_minimum_not_met",
+            "promotion_not_applicable",
+            "promotion_limit_per_buyer",
+            "whatever",
+        ] {
+            assert!(en.map.contains_key(promotion_refusal(code)), "{code}");
+        }
         for code in ["not_found", "price_changed", "order_expired", "out_of_stock", "payment_closed", "whatever"] {
             for status in [
                 StatusCode::NOT_FOUND,

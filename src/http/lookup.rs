@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use super::guard::Client;
 use super::i18n::{Lang, Texts};
-use super::pages::{error_page, order_lines};
+use super::pages::{OrderLines, error_page, order_lines};
 use super::{ApiJson, AppState, Auth, Content, FormBody, RouteDoc, render};
 use crate::clock::rfc3339;
 use crate::domain::contact::{Email, LinkState, Proof};
@@ -194,7 +194,7 @@ struct OpenPage<'a> {
     t: &'static Texts,
     order_no: &'a str,
     status: &'a str,
-    lines: Vec<(String, i64, String)>,
+    lines: OrderLines,
     total: String,
     revealed: bool,
     keys: Vec<String>,

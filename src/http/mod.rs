@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod admin_catalog;
 pub mod admin_mail;
+pub mod admin_promotions;
 pub mod api;
 pub mod api_lists;
 pub mod api_routes;
@@ -425,6 +426,7 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     all.extend(admin::routes());
     all.extend(admin_catalog::routes());
     all.extend(admin_mail::routes());
+    all.extend(admin_promotions::routes());
     all.extend(statements::routes());
     all.extend(promotions::routes());
     if with_sandbox {

@@ -9,7 +9,7 @@ use axum::routing::{MethodRouter, get, post};
 use std::collections::BTreeMap;
 
 use super::i18n::{Lang, Texts};
-use super::pages::{error_page, form_session, handoff_page, order_lines, page_payer};
+use super::pages::{OrderLines, error_page, form_session, handoff_page, order_lines, page_payer};
 use super::{AppState, Caller, Content, FormBody, RouteDoc, render};
 use crate::domain::decide;
 use crate::domain::ids::{self, AttemptRef, OrderNo};
@@ -36,7 +36,7 @@ struct ReturnPage<'a> {
     csrf: &'a str,
     keys: Vec<String>,
     keys_unavailable: i64,
-    lines: Vec<(String, i64, String)>,
+    lines: OrderLines,
     placed_at: String,
     pay_by: String,
     /// Where the order's e-mail goes, masked (empty: none).
@@ -165,8 +165,7 @@ struct H5Order<'a> {
     csrf: &'a str,
     keys: Vec<String>,
     keys_unavailable: i64,
-    /// The order's lines: name, quantity, line total as money.
-    lines: Vec<(String, i64, String)>,
+    lines: OrderLines,
     placed_at: String,
     pay_by: String,
     sent_to: String,

@@ -1,8 +1,9 @@
-//! Server-rendered pages: the demo storefront, the gateway hand-off page and the return page.
+//! Server-rendered pages: the demo storefront, the basket (with its promotion code), the gateway
+//! hand-off page and the return page.
 //! askama escapes every value, attributes included.
 
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
@@ -34,6 +35,22 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (
             doc(
                 "post",
+                "/shop/basket/{basket_id}/promotion",
+                "Storefront: put a promotion code on the basket (HTML form); a refused code is said on the basket page",
+            ),
+            post(shop_code),
+        ),
+        (
+            doc(
+                "post",
+                "/shop/basket/{basket_id}/promotion/remove",
+                "Storefront: take the promotion code off the basket (HTML form)",
+            ),
+            post(shop_code_remove),
+        ),
+        (
+            doc(
+                "post",
                 "/shop/basket/{basket_id}/confirm",
                 "Storefront: confirm and hand off to the gateway (HTML form)",
             ),
@@ -42,9 +59,28 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     ]
 }
 
-/// An order's lines as a page shows them: name, quantity, line total as money.
-pub(super) fn order_lines(order: &views::OrderView) -> Vec<(String, i64, String)> {
-    order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect()
+/// An order's lines as a page shows them, with what its promotion took off.
+#[derive(Default)]
+pub(super) struct OrderLines {
+    /// Name, quantity, line total as money.
+    pub rows: Vec<(String, i64, String)>,
+    /// The promotion's code and what it took off, as money; `None` without a discount.
+    pub discount: Option<(String, String)>,
+}
+
+impl OrderLines {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// The lines of `order`, and its discount, as its pages show them.
+pub(super) fn order_lines(order: &views::OrderView) -> OrderLines {
+    OrderLines {
+        rows: order.lines.iter().map(|l| (l.name.clone(), l.quantity, order.money(&l.line_total_minor))).collect(),
+        discount: (order.discount_minor > 0)
+            .then(|| (order.promotion_code.clone().unwrap_or_default(), order.money(&order.discount_minor))),
+    }
 }
 
 #[derive(Template)]
@@ -52,8 +88,7 @@ pub(super) fn order_lines(order: &views::OrderView) -> Vec<(String, i64, String)
 struct HandoffPage<'a> {
     t: &'static Texts,
     order_no: &'a str,
-    /// The order's lines: name, quantity, line total as money.
-    lines: Vec<(String, i64, String)>,
+    lines: OrderLines,
     /// The shop's cancel URL when its checkout named one, else the storefront.
     back_url: String,
     total: String,
@@ -74,7 +109,7 @@ struct QrPage<'a> {
     total: String,
     /// Inline SVG made by [`super::qr::svg`]: shapes only, no text of the buyer's or the gateway's.
     svg: String,
-    lines: Vec<(String, i64, String)>,
+    lines: OrderLines,
     expires_at: &'a str,
     /// `expires_at` in the shop's time zone, as the buyer reads it.
     expires_local: String,
@@ -110,11 +145,11 @@ pub async fn handoff_page(state: &AppState, lang: Lang, placed: &Placed, handoff
                 Err(e) => {
                     // The hand-off matters more than the list: the page goes on without it.
                     tracing::warn!(order_no = %placed.order_no, error = %e, "hand-off page without its lines");
-                    Vec::new()
+                    OrderLines::default()
                 }
             }
         }
-        _ => Vec::new(),
+        _ => OrderLines::default(),
     };
     let back_url = placed.shop.cancel_url.clone().unwrap_or_else(|| "/".to_string());
     match handoff {
@@ -381,6 +416,10 @@ struct BasketPage<'a> {
     idempotency_key: String,
     /// Gateways a web page can hand off to, the default first.
     gateways: Vec<&'static str>,
+    /// Why the basket's code takes nothing off now, in the buyer's words (empty: it applies).
+    code_note: String,
+    /// Why the code just typed was refused, in the buyer's words (empty: none was).
+    code_refused: String,
 }
 
 impl BasketPage<'_> {
@@ -411,31 +450,111 @@ fn web_gateways(state: &AppState) -> Vec<&'static str> {
     names
 }
 
+/// Why the basket's code takes nothing off now, in the buyer's words: a minimum spend names its
+/// amount in the basket's currency.
+async fn code_note(state: &AppState, t: &Texts, basket: &BasketView) -> Result<String> {
+    let Some((code, refusal)) = basket.promotion.as_ref().and_then(|p| Some((&p.code, p.refusal.as_ref()?))) else {
+        return Ok(String::new());
+    };
+    if refusal.code == "promotion_minimum_not_met"
+        && let Some(currency) = basket.currency.as_deref()
+        && let Some(offer) = crate::store::promotion_uses::find_offer(&state.db, code).await?
+        && let Some(least) = offer.rules.min_spend.get(currency)
+    {
+        let amount = crate::domain::money::format_minor(*least, currency);
+        return Ok(t.f("basket.promotion_minimum", "amount", amount));
+    }
+    Ok(t.t(super::i18n::promotion_refusal(&refusal.code)).to_string())
+}
+
 async fn shop_review(
     State(state): State<AppState>,
     lang: Lang,
     headers: HeaderMap,
     Path(basket_id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
     let result = async {
         let basket_id = BasketId::parse(&basket_id)?;
         let token = cookie(&headers, SESSION_COOKIE).ok_or_else(Error::unauthorized)?;
         let session =
             catalog::session_by_token(&state.db, token, state.now_ms()).await?.ok_or_else(Error::unauthorized)?;
-        let basket = catalog::get_basket(&state.db, &session.id, &basket_id).await?;
-        // One key per rendered page: a double-clicked confirm sends the same key twice.
+        let basket = crate::usecase::promotion::basket(&state.cx, &session.id, &basket_id).await?;
         let t = lang.texts();
+        let code_refused = match query.get("code_refused") {
+            Some(code) if code.starts_with("promotion_") => t.t(super::i18n::promotion_refusal(code)).to_string(),
+            _ => String::new(),
+        };
+        // One key per rendered page: a double-clicked confirm sends the same key twice.
         Ok(render(&BasketPage {
             t,
             switch_href: t.switch_href(&format!("/shop/basket/{basket_id}")),
+            code_note: code_note(&state, t, &basket).await?,
             basket: &basket,
             csrf: &session.csrf_token,
             idempotency_key: ids::new_secret_token(),
             gateways: web_gateways(&state),
+            code_refused,
         }))
     }
     .await;
     result.unwrap_or_else(|e| error_page(lang, &e, "/"))
+}
+
+/// Puts the form's code on the basket (an empty field changes nothing), then back to the basket
+/// page; a code refused (no such code, ended, used up) is said on that page.
+async fn shop_code(
+    State(state): State<AppState>,
+    lang: Lang,
+    headers: HeaderMap,
+    Path(basket_id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    match form.get("code").map(|c| c.trim()).filter(|c| !c.is_empty()) {
+        Some(code) => basket_code(&state, lang, &headers, &basket_id, &form, Some(code)).await,
+        None => Redirect::to(&basket_page(&basket_id)).into_response(),
+    }
+}
+
+async fn shop_code_remove(
+    State(state): State<AppState>,
+    lang: Lang,
+    headers: HeaderMap,
+    Path(basket_id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Response {
+    basket_code(&state, lang, &headers, &basket_id, &form, None).await
+}
+
+/// Puts `code` on the basket, or takes it off (`None`), for the form's buyer.
+async fn basket_code(
+    state: &AppState,
+    lang: Lang,
+    headers: &HeaderMap,
+    basket_id: &str,
+    form: &BTreeMap<String, String>,
+    code: Option<&str>,
+) -> Response {
+    let result = async {
+        let session = form_session(state, headers, form).await?;
+        let id = BasketId::parse(basket_id)?;
+        crate::usecase::promotion::set_basket_code(&state.cx, &session.id, &id, code).await?;
+        Ok(Redirect::to(&format!("/shop/basket/{id}")).into_response())
+    }
+    .await;
+    let back = basket_page(basket_id);
+    match result {
+        Ok(r) => r,
+        Err(Error::Refused(r)) if r.code.starts_with("promotion_") && back != "/" => {
+            Redirect::to(&format!("{back}?code_refused={}", r.code)).into_response()
+        }
+        Err(e) => error_page(lang, &e, &back),
+    }
+}
+
+/// The basket's page, or the storefront for an id that cannot be a basket's.
+fn basket_page(basket_id: &str) -> String {
+    if ids::is_plain_id(basket_id) { format!("/shop/basket/{basket_id}") } else { "/".to_string() }
 }
 
 /// What a page knows of its payer for the gateway: on a phone's browser, the buyer's address,

@@ -298,7 +298,13 @@ async fn codes_csv(
     q: std::result::Result<Query<CodesQuery>, QueryRejection>,
 ) -> Result<Response> {
     let q = super::api_lists::read_query(q)?;
-    let rows = crate::store::promotions::batch_codes(&state.db, &id, q.batch.as_deref()).await?;
+    codes_file(&state, &id, q.batch.as_deref()).await
+}
+
+/// A promotion's batch codes (one batch, or all) as a CSV file: code, batch, used. The admin API
+/// and the console serve the same file.
+pub(super) async fn codes_file(state: &AppState, id: &str, batch: Option<&str>) -> Result<Response> {
+    let rows = crate::store::promotions::batch_codes(&state.db, id, batch).await?;
     let mut out = csv::Writer::from_writer(Vec::new());
     let fail = |_| Error::internal("CSV writing failed");
     out.write_record(["code", "batch", "used"]).map_err(fail)?;
@@ -306,7 +312,7 @@ async fn codes_csv(
         out.write_record([r.code.as_str(), r.batch.as_str(), if r.used { "yes" } else { "no" }]).map_err(fail)?;
     }
     let body = out.into_inner().map_err(|_| Error::internal("CSV writing failed"))?;
-    let disposition = format!("attachment; filename=\"promotion-codes-{}.csv\"", sanitize(&id));
+    let disposition = format!("attachment; filename=\"promotion-codes-{}.csv\"", sanitize(id));
     Ok((
         [(header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (header::CONTENT_DISPOSITION, disposition)],
         body,

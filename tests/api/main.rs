@@ -32,6 +32,7 @@ mod ops;
 mod pages;
 mod plans;
 mod postgres;
+mod promotion_pages;
 mod promotions;
 mod proxy;
 mod reconcile;
