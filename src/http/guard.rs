@@ -96,6 +96,10 @@ pub fn bucket_of(method: &Method, path: &str) -> Option<Bucket> {
             Some(Bucket::BasketWrites)
         }
         "/api/v1/baskets/{basket_id}/lines/{sku}" if method == Method::PUT => Some(Bucket::BasketWrites),
+        // A code tried on a basket is a basket write: guessing codes is limited per address.
+        "/api/v1/baskets/{basket_id}/promotion" if method == Method::PUT || method == Method::DELETE => {
+            Some(Bucket::BasketWrites)
+        }
         "/api/v1/baskets/{basket_id}/checkout"
         | "/shop/basket/{basket_id}/confirm"
         | "/api/v1/orders/{order_no}/attempts"
@@ -663,6 +667,7 @@ mod tests {
     fn routes_draw_from_their_buckets() {
         assert_eq!(bucket_of(&Method::POST, "/api/v1/sessions"), Some(Bucket::Sessions));
         assert_eq!(bucket_of(&Method::PUT, "/api/v1/baskets/{basket_id}/lines/{sku}"), Some(Bucket::BasketWrites));
+        assert_eq!(bucket_of(&Method::PUT, "/api/v1/baskets/{basket_id}/promotion"), Some(Bucket::BasketWrites));
         assert_eq!(bucket_of(&Method::POST, "/api/v1/baskets/{basket_id}/checkout"), Some(Bucket::Confirms));
         assert_eq!(bucket_of(&Method::GET, "/api/v1/orders/{order_no}"), Some(Bucket::Polls));
         assert_eq!(bucket_of(&Method::POST, "/admin/login"), Some(Bucket::Signins));

@@ -112,14 +112,16 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             .ok::<BasketView>(200, "the basket, priced with the code")
             .errors(404, &["not_found"])
             .errors(409, &["basket_frozen"])
-            .errors(422, &["promotion_unknown", "promotion_expired", "promotion_used_up"]),
+            .errors(422, &["promotion_unknown", "promotion_expired", "promotion_used_up"])
+            .errors(429, &["rate_limited"]),
             put(set_code),
         ),
         (
             op("delete", "/api/v1/baskets/{basket_id}/promotion", "Take the promotion code off the basket", "buyer", Buyer)
                 .ok::<BasketView>(200, "the basket")
                 .errors(404, &["not_found"])
-                .errors(409, &["basket_frozen"]),
+                .errors(409, &["basket_frozen"])
+                .errors(429, &["rate_limited"]),
             axum::routing::delete(remove_code),
         ),
     ]
