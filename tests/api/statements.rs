@@ -152,8 +152,8 @@ async fn every_kind(backend: Backend) {
     assert!(!buyer_view.to_string().contains("fee_minor"), "the buyer never sees fees: {buyer_view}");
     let csv =
         t.http.get(t.url("/api/v1/admin/orders.csv")).bearer_auth(ADMIN).send().await.unwrap().text().await.unwrap();
-    assert!(csv.lines().next().unwrap().ends_with(",fee,contact_email,contact_phone"), "{csv}");
-    assert!(csv.lines().any(|l| l.starts_with(&a) && l.ends_with(",0.06,,")), "{csv}");
+    assert!(csv.lines().next().unwrap().ends_with(",fee,contact_email,contact_phone,discount,promotion_code"), "{csv}");
+    assert!(csv.lines().any(|l| l.starts_with(&a) && l.ends_with(",0.06,,,0.00,")), "{csv}");
     let csv =
         t.http.get(t.url("/api/v1/admin/refunds.csv")).bearer_auth(ADMIN).send().await.unwrap().text().await.unwrap();
     assert!(csv.lines().any(|l| l.starts_with("R1,") && l.ends_with(",-0.02")), "{csv}");
