@@ -82,3 +82,35 @@ CREATE TABLE refund_lines (
     PRIMARY KEY (refund_no, line_no)
 );
 ALTER TABLE refunds ADD COLUMN return_promotion BIGINT NOT NULL DEFAULT 0;
+
+-- A use follows its order, whichever binary moves the order (as the open-orders count does): an
+-- order that leaves pending_payment for expired or cancelled gives its reserved use back (the
+-- promotion's count, a batch code's, the buyer's), and one that is paid keeps it. Confirm reserves
+-- the use itself, by conditional updates in its own batch. Named to fire after the open-orders
+-- count's trigger, so an order's session is locked before its promotion, as confirm locks them.
+CREATE FUNCTION orders_promotion_use() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    u promotion_uses%ROWTYPE;
+BEGIN
+    SELECT * INTO u FROM promotion_uses WHERE order_no = NEW.order_no AND status = 'reserved';
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.status = 'expired' OR NEW.status = 'cancelled' THEN
+        UPDATE promotions SET uses = uses - 1, updated_at = NEW.updated_at WHERE id = u.promotion_id;
+        IF u.code_counted = 1 THEN
+            UPDATE promotion_codes SET uses = uses - 1 WHERE code = u.code;
+        END IF;
+        IF u.buyer_counted = 1 THEN
+            UPDATE promotion_buyers SET uses = uses - 1 WHERE promotion_id = u.promotion_id AND buyer = u.buyer;
+        END IF;
+        UPDATE promotion_uses SET status = 'released', updated_at = NEW.updated_at WHERE order_no = NEW.order_no;
+    ELSE
+        UPDATE promotion_uses SET status = 'consumed', updated_at = NEW.updated_at WHERE order_no = NEW.order_no;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER orders_promotion_use AFTER UPDATE OF status ON orders
+    FOR EACH ROW WHEN (OLD.status = 'pending_payment' AND NEW.status <> 'pending_payment' AND NEW.promotion_code IS NOT NULL)
+    EXECUTE FUNCTION orders_promotion_use();

@@ -82,3 +82,30 @@ CREATE TABLE refund_lines (
     PRIMARY KEY (refund_no, line_no)
 );
 ALTER TABLE refunds ADD COLUMN return_promotion INTEGER NOT NULL DEFAULT 0;
+
+-- A use follows its order, whichever binary moves the order (as the open-orders count does): an
+-- order that leaves pending_payment for expired or cancelled gives its reserved use back (the
+-- promotion's count, a batch code's, the buyer's), and one that is paid keeps it. Confirm reserves
+-- the use itself, by conditional updates in its own batch.
+CREATE TRIGGER orders_promotion_release AFTER UPDATE OF status ON orders
+    WHEN OLD.status = 'pending_payment' AND (NEW.status = 'expired' OR NEW.status = 'cancelled')
+        AND NEW.promotion_code IS NOT NULL
+BEGIN
+    UPDATE promotions SET uses = uses - 1, updated_at = NEW.updated_at
+        WHERE id = (SELECT promotion_id FROM promotion_uses WHERE order_no = NEW.order_no AND status = 'reserved');
+    UPDATE promotion_codes SET uses = uses - 1
+        WHERE code = (SELECT code FROM promotion_uses WHERE order_no = NEW.order_no AND status = 'reserved' AND code_counted = 1);
+    UPDATE promotion_buyers SET uses = uses - 1
+        WHERE promotion_id = (SELECT promotion_id FROM promotion_uses WHERE order_no = NEW.order_no AND status = 'reserved' AND buyer_counted = 1)
+            AND buyer = (SELECT buyer FROM promotion_uses WHERE order_no = NEW.order_no AND status = 'reserved' AND buyer_counted = 1);
+    UPDATE promotion_uses SET status = 'released', updated_at = NEW.updated_at
+        WHERE order_no = NEW.order_no AND status = 'reserved';
+END;
+
+CREATE TRIGGER orders_promotion_keep AFTER UPDATE OF status ON orders
+    WHEN OLD.status = 'pending_payment' AND NEW.status <> 'pending_payment' AND NEW.status <> 'expired'
+        AND NEW.status <> 'cancelled' AND NEW.promotion_code IS NOT NULL
+BEGIN
+    UPDATE promotion_uses SET status = 'consumed', updated_at = NEW.updated_at
+        WHERE order_no = NEW.order_no AND status = 'reserved';
+END;

@@ -136,6 +136,14 @@ pub fn late_stock_gone() -> Refusal {
     Refusal::conflict("out_of_stock", "the stock is no longer there; refund the payment instead")
 }
 
+/// A late payment's order whose promotion code has no use left for it (in all, or for its buyer).
+pub fn late_promotion_gone() -> Refusal {
+    Refusal::conflict(
+        "promotion_used_up",
+        "the order's promotion code has no use left for it; refund the payment instead",
+    )
+}
+
 /// Whether an operator may mark an order shipped (`paid -> delivered`).
 pub fn may_mark_shipped(order: OrderStatus) -> Result<(), Refusal> {
     if order == OrderStatus::Paid {

@@ -387,7 +387,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             )
             .ok::<OrderStatusBody>(200, "paid")
             .errors(404, &["not_found"])
-            .errors(409, &["out_of_stock", "not_late_payment"]),
+            .errors(409, &["out_of_stock", "not_late_payment", "promotion_used_up"]),
             post(accept_late),
         ),
         (

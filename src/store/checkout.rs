@@ -405,9 +405,7 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], cod
             discount_minor: pricing.discount_minor,
             ..Default::default()
         };
-        let promoted = promotion.is_some();
-        crate::store::paid::complete_free(tx, &order_no, &attempt_ref, total, lines, promoted, context, req.now)
-            .await?;
+        crate::store::paid::complete_free(tx, &order_no, &attempt_ref, total, lines, context, req.now).await?;
         return load_placed(tx, &order_no, true).await;
     }
     Ok(Placed {

@@ -189,8 +189,8 @@ pub async fn accept_late_payment(db: &Db, order_no: &OrderNo, now: Millis) -> Re
     crate::write_tx!(db, |tx| {
         let (status, _) = lock_order(tx, lock, order_no, None).await?;
         decide::may_accept_late(status)?;
-        if !reallocate(tx, order_no, now).await? {
-            return Err(decide::late_stock_gone().into());
+        if let Some(refused) = reallocate(tx, order_no, now).await? {
+            return Err(refused.into());
         }
         let cause = Cause { trigger: "manual_accept", notification_id: None, at: now };
         events::set_order_status(tx, order_no, status, OrderStatus::Paid, cause).await?;

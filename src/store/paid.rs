@@ -58,9 +58,6 @@ pub(super) struct OrderParts {
     pub(super) reservations: Vec<(String, i64)>,
     /// The lines, in line order.
     pub(super) lines: Vec<OrderLine>,
-    /// Whether the order used a promotion code (a pending order's use is reserved: P4). Not
-    /// read by [`ORDER_PARTS_SQL`]: the caller knows it from the order's row.
-    pub(super) promotion: bool,
 }
 
 /// [`OrderParts`] of order `$1`: a row per attempt (`part` 'a'), active reservation ('r') and
@@ -82,7 +79,7 @@ pub fn order_parts_of_attempt_sql() -> &'static str {
 
 /// [`OrderParts`] from the rows of [`ORDER_PARTS_SQL`].
 pub(super) fn order_parts(rows: &[sql::Row]) -> Result<OrderParts> {
-    let mut parts = OrderParts { attempts: Vec::new(), reservations: Vec::new(), lines: Vec::new(), promotion: false };
+    let mut parts = OrderParts { attempts: Vec::new(), reservations: Vec::new(), lines: Vec::new() };
     for r in rows {
         match col::<String>(r, "part")?.as_str() {
             "a" => parts.attempts.push((col(r, "k")?, col(r, "v")?)),
@@ -148,9 +145,6 @@ pub(super) async fn apply_success(
                 )?;
             }
             add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
-            if s.parts.promotion {
-                crate::store::promotion_uses::add_consume(&mut batch, order_no, cause.at);
-            }
             // `-> paid` in the same batch, with the order's capture in the same statement: what
             // its outbox messages carry is known here, and the lines serve the fulfilment after.
             let lines = &s.parts.lines;
@@ -202,7 +196,7 @@ pub(super) async fn apply_success(
             let follow_up = Cause { notification_id: None, ..cause };
             match policy {
                 LatePolicy::Manual => Ok(Some("paid_after_expiry")),
-                LatePolicy::Reallocate if reallocate(tx, order_no, follow_up.at).await? => {
+                LatePolicy::Reallocate if reallocate(tx, order_no, follow_up.at).await?.is_none() => {
                     let cause = Cause { trigger: "reallocated", ..follow_up };
                     events::set_order_status(tx, order_no, OrderStatus::PaidAfterExpiry, OrderStatus::Paid, cause)
                         .await?;
@@ -301,14 +295,12 @@ async fn record_second_capture(tx: &mut Tx<'_>, s: &Success<'_>, cause: Cause<'_
 /// Completes a zero-total order just confirmed in `tx` (pending, its one attempt `created`):
 /// paid with nothing captured, its reservations consumed, its keys delivered and its messages
 /// sent, as a payment would, without a gateway (which would refuse a zero amount).
-#[allow(clippy::too_many_arguments)]
 pub async fn complete_free(
     tx: &mut Tx<'_>,
     order_no: &str,
     attempt_ref: &str,
     total: Money,
     lines: Vec<OrderLine>,
-    promotion: bool,
     context: OrderContext<'_>,
     now: Millis,
 ) -> Result<()> {
@@ -321,7 +313,6 @@ pub async fn complete_free(
         attempts: vec![(attempt_ref.to_string(), AttemptStatus::Created.as_str().into())],
         reservations,
         lines,
-        promotion,
     };
     let success = Success {
         order_no,

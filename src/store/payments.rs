@@ -173,8 +173,7 @@ async fn read_target(tx: &mut Tx<'_>, ev: &VerifiedEvent, lock_order: &str) -> R
         vec![(attempt_sql.as_str(), args![&ev.attempt_ref]), (order_parts_of_attempt_sql(), args![&ev.attempt_ref])];
     let mut read = batch::together(tx, reads).await?.into_iter();
     let Some(attempt) = read.next().and_then(|o| o.rows.into_iter().next()) else { return Ok(None) };
-    let mut parts = order_parts(&read.next().map(|o| o.rows).unwrap_or_default())?;
-    parts.promotion = col::<Option<String>>(&attempt, "promotion_code")?.is_some();
+    let parts = order_parts(&read.next().map(|o| o.rows).unwrap_or_default())?;
     let mut attempt_status = None;
     let mut others = Vec::new();
     for (attempt_ref, status) in &parts.attempts {

@@ -1,9 +1,14 @@
 //! An order's use of a promotion: reserved in the confirm's own batch by conditional updates of
 //! the promotion's uses (and the code's and the buyer's, where they are limited) — no row changed
-//! is the limit reached, and rows are locked promotion, code, buyer after the stock rows, as every
-//! command that moves a use follows too. The use is consumed with the payment, released with the
-//! stock when the order expires or is cancelled, taken again for a late payment, and given back
-//! by a full refund when the shop says so.
+//! is the limit reached. The use follows its order as the open-orders count does, whichever
+//! binary moves the order: kept when it is paid, given back when it expires or is cancelled, by
+//! the database's trigger on the order's status (migration 21). Here besides: taken again for a
+//! late payment, and given back by a full refund when the shop says so.
+//!
+//! Rows are locked in one order by every command: stock rows, the buyer's session, then the
+//! promotion, its code and the buyer's count (confirm's batch in that order; an order leaving
+//! pending_payment locks its stock rows, then its session and promotion through the triggers,
+//! named so that the session's fires first; a refund or a late payment locks no session).
 
 use crate::args;
 use crate::clock::Millis;
@@ -201,10 +206,10 @@ async fn read_use(tx: &mut Tx<'_>, order_no: &str, status: UseStatus) -> Result<
     .transpose()
 }
 
-/// Gives an order's use back (`from`: reserved for an expiry or a cancel, consumed for a full
-/// refund that returns it): the counts it took go down, the use is released. Nothing when the
-/// order has no such use.
-pub async fn release(tx: &mut Tx<'_>, order_no: &str, from: UseStatus, now: Millis) -> Result<bool> {
+/// Gives a paid order's kept use back (a full refund that returns it): the counts it took go
+/// down, the use is released. Nothing when the order keeps no use.
+pub async fn give_back(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
+    let from = UseStatus::Consumed;
     let Some(held) = read_use(tx, order_no, from).await? else {
         return Ok(false);
     };
@@ -241,18 +246,10 @@ pub async fn release(tx: &mut Tx<'_>, order_no: &str, from: UseStatus, now: Mill
     Ok(true)
 }
 
-/// The use of a paid order kept (added to the payment's batch, for an order known to hold one).
-pub fn add_consume(batch: &mut Batch, order_no: &str, now: Millis) {
-    batch.expect(
-        "UPDATE promotion_uses SET status = 'consumed', updated_at = $1 WHERE order_no = $2 AND status = 'reserved'",
-        args![now, order_no],
-        1,
-        "promotion use consume",
-    );
-}
-
-/// Takes a released use again for a late payment, within every limit as at confirm. Returns
-/// whether it could (or there was none to take); when it could not, nothing changed.
+/// Takes a released use again for a late payment, within the promotion's limits as at confirm (in
+/// all, per code, per buyer; a promotion paused or ended since still honours a payment for an
+/// order placed while it ran). Returns whether it could (or there was none to take); when it could
+/// not, nothing changed.
 pub async fn retake(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
     let Some(held) = read_use(tx, order_no, UseStatus::Released).await? else {
         return Ok(true);

@@ -324,14 +324,28 @@ pub async fn add_batch(
         }
         Some(_) => {}
     }
-    let batch = format!("b{}", now);
+    // The time, and random hex: two batches made in one millisecond stay two.
+    let random = new_id();
+    let batch = format!("b{now}-{}", random.get(random.len().saturating_sub(8)..).unwrap_or_default());
     let mut codes = Vec::with_capacity(count);
     for _ in 0..DRAWS_MAX {
         if codes.len() == count {
             break;
         }
         let drawn = draw(&prefix, count - codes.len());
+        let lock = db.for_update();
         let added: Vec<String> = crate::write_tx!(db, |tx| {
+            // Under the promotion's lock: one ended meanwhile takes no new codes.
+            let status: Option<String> =
+                sql::query_scalar(&format!("SELECT status FROM promotions WHERE id = $1{lock}"))
+                    .bind(id)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            if status.as_deref().and_then(PromotionStatus::parse) != Some(PromotionStatus::Active)
+                && status.as_deref().and_then(PromotionStatus::parse) != Some(PromotionStatus::Paused)
+            {
+                return Err(Error::conflict("promotion_ended", "an ended promotion takes no new codes"));
+            }
             let mut added = Vec::new();
             for chunk in drawn.chunks(CODES_PER_INSERT) {
                 let mut text = String::from(

@@ -5,6 +5,7 @@
 use crate::store::sql;
 use serde::Serialize;
 
+use crate::args;
 use crate::clock::{Millis, rfc3339};
 use crate::domain::ids::{AttemptRef, OrderNo, RefundNo};
 use crate::domain::refund::{self, RefundPolicy, RefundRequest, RefundTotals};
@@ -16,7 +17,6 @@ use crate::store::events::{self, Cause, Severity};
 use crate::store::outbox::{self, RefundFacts};
 use crate::store::promotion_uses;
 use crate::store::{Db, Tx, col};
-use crate::{args, domain::promotion::UseStatus};
 
 use crate::domain::refund::RefundKind;
 /// Send tries before a refund is given up as failed (and alerted).
@@ -143,10 +143,12 @@ pub async fn request_asked(
             .fetch_optional(&mut **tx)
             .await?
             .ok_or_else(|| Error::not_found("order"))?;
-        let existing = sql::query("SELECT order_no, amount_minor, reason, kind FROM refunds WHERE refund_no = $1")
-            .bind(refund_no)
-            .fetch_optional(&mut **tx)
-            .await?;
+        let existing = sql::query(
+            "SELECT order_no, amount_minor, reason, kind, return_promotion FROM refunds WHERE refund_no = $1",
+        )
+        .bind(refund_no)
+        .fetch_optional(&mut **tx)
+        .await?;
         if let Some(r) = existing {
             let stored_lines: Vec<(i64, i64)> =
                 sql::query("SELECT line_no, quantity FROM refund_lines WHERE refund_no = $1 ORDER BY line_no")
@@ -162,6 +164,7 @@ pub async fn request_asked(
             };
             let same = col::<String>(&r, "order_no")? == order_no.as_str()
                 && same_ask
+                && (col::<i64>(&r, "return_promotion")? == 1) == ask.return_promotion
                 && col::<String>(&r, "reason")? == reason
                 && col::<String>(&r, "kind")? == RefundKind::Merchant.as_str();
             refund::may_repeat_refund_no(same)?;
@@ -604,7 +607,7 @@ pub(super) async fn settle_locked(
         let cause = Cause { trigger: "refunds_settled", notification_id: None, at: now };
         events::set_order_status(tx, order_no, status, next, cause).await?;
         if next == OrderStatus::Refunded && returns_promotion(tx, order_no).await? {
-            promotion_uses::release(tx, order_no, UseStatus::Consumed, now).await?;
+            promotion_uses::give_back(tx, order_no, now).await?;
         }
     }
     Ok(true)

@@ -5,14 +5,17 @@
 use crate::args;
 use crate::clock::Millis;
 use crate::domain::ReservationStatus;
+use crate::domain::decide;
+use crate::domain::refusal::Refusal;
 use crate::error::{Error, Result};
 use crate::store::batch::Batch;
 use crate::store::sql;
 use crate::store::{Tx, col};
 
 /// Takes stock again for an order whose reservations were released (a late payment): every line
-/// or none. Returns whether it succeeded; on success the reservations count as consumed.
-pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<bool> {
+/// or none, and its promotion's use within the promotion's limits. Returns why it could not
+/// (nothing changed then), or `None`: the reservations and the use count as consumed.
+pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<Option<Refusal>> {
     let rows =
         sql::query("SELECT sku, quantity FROM reservations WHERE order_no = $1 AND status = 'released' ORDER BY sku")
             .bind(order_no)
@@ -38,7 +41,7 @@ pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> 
                     .execute(&mut **tx)
                     .await?;
             }
-            return Ok(false);
+            return Ok(Some(decide::late_stock_gone()));
         }
         taken.push((sku, quantity));
     }
@@ -51,7 +54,7 @@ pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> 
                 .execute(&mut **tx)
                 .await?;
         }
-        return Ok(false);
+        return Ok(Some(decide::late_promotion_gone()));
     }
     sql::query(
         "UPDATE reservations SET status = 'consumed', updated_at = $1 WHERE order_no = $2 AND status = 'released'",
@@ -60,15 +63,13 @@ pub(super) async fn reallocate(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> 
     .bind(order_no)
     .execute(&mut **tx)
     .await?;
-    Ok(true)
+    Ok(None)
 }
 
-/// Active reservations go back on the shelf, and a reserved promotion use to its promotion.
+/// Active reservations go back on the shelf (a reserved promotion use goes back with the order's
+/// status change: migration 21's trigger).
 pub(super) async fn release_reservations(tx: &mut Tx<'_>, order_no: &str, now: Millis) -> Result<()> {
-    move_reservations(tx, order_no, ReservationStatus::Released, now).await?;
-    crate::store::promotion_uses::release(tx, order_no, crate::domain::promotion::UseStatus::Reserved, now)
-        .await
-        .map(drop)
+    move_reservations(tx, order_no, ReservationStatus::Released, now).await
 }
 
 async fn move_reservations(tx: &mut Tx<'_>, order_no: &str, to: ReservationStatus, now: Millis) -> Result<()> {

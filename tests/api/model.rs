@@ -469,7 +469,14 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let o = model.orders[i].clone();
             let Some((refund_no, amount, _)) = o.refunds.last().cloned() else { return Ok(()) };
             let asked = if same { amount } else { amount + 1 };
-            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, asked, "model", now).await;
+            // The same terms, the promotion's return included.
+            let ask = refunds::RefundAsk {
+                amount_minor: Some(asked),
+                reason: "model".into(),
+                return_promotion: model.promotion.returning.contains(refund_no.as_str()),
+                ..Default::default()
+            };
+            let result = refunds::request_asked(db, Default::default(), &o.order_no, &refund_no, &ask, now).await;
             match (same, result) {
                 (true, Ok((_, false))) => {}
                 (false, Err(e)) if e.code() == "refund_no_reused" => {}

@@ -356,3 +356,43 @@ async fn rules(backend: Backend) {
     assert_eq!(list["promotions"][0]["status"], "ended");
     t.assert_clean().await;
 }
+
+on_both!(a_late_payment_takes_the_use_again_only_within_the_limit, late_payment);
+async fn late_payment(backend: Backend) {
+    let opts = Opts {
+        hold_seconds: 60,
+        manual_clock: true,
+        ignore_close: true,
+        late_policy: kassa::domain::decide::LatePolicy::Manual,
+        ..Default::default()
+    };
+    let t = TestApp::spawn_with(backend, opts).await;
+    t.create_sku("TEA", "Tea", 1_000, 100).await;
+    let p = promotion(&t, json!({"name": "One", "code": "ONE", "percent_off": 10, "max_uses": 1})).await;
+    let id = s(&p["id"]);
+    let (_, late) = buy_with(&t, &[("TEA", 1)], "ONE", json!({})).await;
+    t.clock.as_ref().unwrap().advance_ms(61_000);
+    assert_eq!(t.app.sweeper.step().await.unwrap().expired, 1);
+    assert_eq!(uses(&t, &id).await, (0, 0));
+    let (status, taken) = buy_with(&t, &[("TEA", 1)], "ONE", json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{taken}");
+    // The expired order is paid anyway: held for the operator, whose accept finds the use taken.
+    t.complete(&s(&late["attempt_ref"]), "succeeded", 1).await;
+    t.settle().await;
+    let late_no = s(&late["order_no"]);
+    assert_eq!(t.status(&late_no).await, "paid_after_expiry");
+    let (status, body) = t.admin_post(&format!("/api/v1/admin/orders/{late_no}/accept"), json!({})).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::CONFLICT, "promotion_used_up".into()), "{body}");
+    assert_eq!(t.sku("TEA").await["sold"], 0, "the stock taken for the accept went back");
+    // The other order cancelled, the use is free again: the accept takes it.
+    let r = t
+        .http
+        .post(t.url(&format!("/api/v1/orders/{}/cancel", s(&taken["order_no"]))))
+        .bearer_auth(crate::common::ADMIN);
+    assert!(r.json(&json!({})).send().await.unwrap().status().is_success());
+    let (status, body) = t.admin_post(&format!("/api/v1/admin/orders/{late_no}/accept"), json!({})).await;
+    assert!(status.is_success(), "{body}");
+    assert_eq!(t.status(&late_no).await, "paid");
+    assert_eq!(uses(&t, &id).await, (1, 0));
+    t.assert_clean().await;
+}

@@ -46,11 +46,19 @@ pub(super) struct MPromotion {
     /// Uses held or kept, in all and per buyer.
     pub(super) uses: i64,
     pub(super) by_buyer: [i64; 3],
+    /// Refund numbers that asked to give the use back.
+    pub(super) returning: std::collections::BTreeSet<String>,
 }
 
 impl Default for MPromotion {
     fn default() -> Self {
-        MPromotion { id: String::new(), status: PromotionStatus::Active, uses: 0, by_buyer: [0; 3] }
+        MPromotion {
+            id: String::new(),
+            status: PromotionStatus::Active,
+            uses: 0,
+            by_buyer: [0; 3],
+            returning: Default::default(),
+        }
     }
 }
 
@@ -165,6 +173,9 @@ pub(super) async fn refund_rest(
         .await
         .map_err(|e| fail(format!("refund of the rest: {e}")))?;
     refunds::settle(&real.db, &refund_no, true, "", None, now).await.map_err(|e| fail(e.to_string()))?;
+    if give_back {
+        model.promotion.returning.insert(refund_no.as_str().to_string());
+    }
     let o = &mut model.orders[i];
     o.refunds.push((refund_no, amount, true));
     o.refunded += amount;
