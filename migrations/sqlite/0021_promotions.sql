@@ -49,9 +49,13 @@ CREATE TABLE promotion_buyers (
 
 -- An order's use of a code: reserved at confirm, consumed with its payment, released when the
 -- order expires or is cancelled (or a full refund gives it back). What the counts above count.
+-- Its promotion is its code's (the code's foreign key leads to it); promotion_id is kept beside
+-- for the counts and not checked against the promotion's row a second time: that row is the one
+-- every confirm of a flash sale updates, and each check would take a key-share lock on it
+-- (kassa check's P4 compares the two).
 CREATE TABLE promotion_uses (
     order_no       TEXT PRIMARY KEY REFERENCES orders (order_no),
-    promotion_id   TEXT NOT NULL REFERENCES promotions (id),
+    promotion_id   TEXT NOT NULL,
     code           TEXT NOT NULL REFERENCES promotion_codes (code),
     buyer          TEXT NOT NULL,
     buyer_counted  INTEGER NOT NULL CHECK (buyer_counted = 0 OR buyer_counted = 1),

@@ -67,12 +67,14 @@ pub(super) async fn check(tx: &mut Tx<'_>, since: Option<i64>, changed: &str) ->
             ));
         }
     }
-    // P4: each use follows its order, and names the order's code and discount.
+    // P4: each use follows its order, and names the order's code (of its own promotion) and discount.
     let rows = sql::query(&format!(
         "SELECT o.order_no, o.status AS order_status, u.status AS use_status, o.promotion_code, u.code, o.discount_minor, \
          u.discount_minor AS use_discount FROM orders o LEFT JOIN promotion_uses u ON u.order_no = o.order_no \
+         LEFT JOIN promotion_codes c ON c.code = u.code \
          WHERE (o.promotion_code IS NOT NULL OR u.order_no IS NOT NULL) AND {} \
          AND (u.order_no IS NULL OR o.promotion_code IS NULL OR o.promotion_code <> u.code \
+         OR c.promotion_id IS NULL OR c.promotion_id <> u.promotion_id \
          OR o.discount_minor <> u.discount_minor OR NOT ({USE_FOLLOWS_ORDER})) ORDER BY o.order_no",
         changed.replace("{col}", "o.order_no")
     ))

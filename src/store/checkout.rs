@@ -137,10 +137,7 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest) -> Result<Placed> {
         let result = crate::write_tx!(db, |tx| {
             match read_basket(tx, req, lock).await? {
                 Found::Order(order_no) => load_placed(tx, &order_no, false).await,
-                Found::Lines(quoted, basket_code) => {
-                    let code = req.promotion_code.clone().or(basket_code);
-                    place(tx, req, &quoted, code.as_deref()).await
-                }
+                Found::Lines(quoted, code) => place(tx, req, &quoted, code).await,
             }
         });
         match &result {
@@ -156,14 +153,21 @@ async fn confirm_once(db: &Db, req: &ConfirmRequest) -> Result<Placed> {
     .await
 }
 
+/// The promotion code a confirm applies: the checkout's, read with the basket; or the basket's,
+/// to be read.
+enum Code {
+    Read(Box<Offer>),
+    Named(String),
+}
+
 /// What a confirm finds under the basket's lock.
 enum Found {
     /// The order this confirm repeats (its idempotency key's, the shop's reference's, or the one
     /// the basket is frozen with); the request's key is remembered for it.
     Order(OrderNo),
-    /// The basket's lines as quoted, beside today's catalog, and the promotion code put on the
-    /// basket: an order to place.
-    Lines(Vec<QuotedLine>, Option<String>),
+    /// The basket's lines as quoted, beside today's catalog, and the promotion code to apply: an
+    /// order to place.
+    Lines(Vec<QuotedLine>, Option<Code>),
 }
 
 /// The offer of `code` (normalised by the caller, or refused as unknown) applied to the order's
@@ -172,9 +176,12 @@ async fn priced_offer(
     tx: &mut Tx<'_>,
     req: &ConfirmRequest,
     pricing: &mut checkout::Pricing,
-    code: &str,
+    code: Code,
 ) -> Result<(Offer, Discount)> {
-    let offer = promotion_uses::read_offer(tx, code).await?;
+    let offer = match code {
+        Code::Read(offer) => *offer,
+        Code::Named(code) => promotion_uses::read_offer(tx, &code).await?,
+    };
     let earlier = match offer.rules.first_order_only {
         false => false,
         true => {
@@ -210,6 +217,10 @@ async fn read_basket(tx: &mut Tx<'_>, req: &ConfirmRequest, lock: &str) -> Resul
     }
     reads.push((basket_sql.as_str(), args![&req.basket_id, &req.session_id]));
     reads.push((PRICE_LINES_SQL, args![&req.basket_id]));
+    // The checkout's own code, read with the rest (a code put on the basket is read after it).
+    if let Some(code) = &req.promotion_code {
+        reads.push((promotion_uses::OFFER_SQL, args![code]));
+    }
     let mut read = batch::together(tx, reads).await?.into_iter().map(|o| o.rows.into_iter());
     if req.idempotency_key.is_some()
         && let Some(row) = read.next().and_then(|mut rows| rows.next())
@@ -232,8 +243,15 @@ async fn read_basket(tx: &mut Tx<'_>, req: &ConfirmRequest, lock: &str) -> Resul
         remember_key(tx, req, &order_no).await?;
         return Ok(Found::Order(order_no));
     }
-    let code = col::<Option<String>>(&basket, "promotion_code")?;
-    Ok(Found::Lines(quoted_lines(&read.next().map(Iterator::collect::<Vec<_>>).unwrap_or_default())?, code))
+    let lines = quoted_lines(&read.next().map(Iterator::collect::<Vec<_>>).unwrap_or_default())?;
+    let code = match &req.promotion_code {
+        Some(code) => match read.next().and_then(|mut rows| rows.next()) {
+            Some(row) => Some(Code::Read(Box::new(promotion_uses::offer_of(&row)?))),
+            None => return Err(promotion::unknown(code).into()),
+        },
+        None => col::<Option<String>>(&basket, "promotion_code")?.map(Code::Named),
+    };
+    Ok(Found::Lines(lines, code))
 }
 
 /// A statement of the confirm's batch whose rows changed decide it.
@@ -252,12 +270,14 @@ enum Step {
 /// 1. stock held, conditionally, in SKU order (a consistent lock order, no oversell);
 /// 2. the order counted on the buyer's session, conditionally: under the limit or not at all (the
 ///    row lock makes two confirms of one buyer take turns);
-/// 3. the order, its lines, reservations and first attempt created, the basket frozen.
+/// 3. the promotion's use counted, conditionally (in all, on a batch code, for the buyer);
+/// 4. the order, its lines, reservations, first attempt and promotion use created, the basket
+///    frozen.
 ///
-/// A hold that finds too little stock, or a session at its limit, changes no row; the confirm is
-/// then refused and rolls back. A zero total is completed here, without a gateway (none takes a
+/// A hold that finds too little stock, a session at its limit or a promotion at its limit changes
+/// no row; the confirm is then refused and rolls back. A zero total is completed here, without a gateway (none takes a
 /// zero amount).
-async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], code: Option<&str>) -> Result<Placed> {
+async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], code: Option<Code>) -> Result<Placed> {
     let mut pricing = checkout::price(quoted, &req.limits, &req.gateway, req.currencies.as_deref())?;
     let promotion = match code {
         None => None,
