@@ -451,20 +451,20 @@ fn web_gateways(state: &AppState) -> Vec<&'static str> {
 }
 
 /// Why the basket's code takes nothing off now, in the buyer's words: a minimum spend names its
-/// amount in the basket's currency.
-async fn code_note(state: &AppState, t: &Texts, basket: &BasketView) -> Result<String> {
-    let Some((code, refusal)) = basket.promotion.as_ref().and_then(|p| Some((&p.code, p.refusal.as_ref()?))) else {
-        return Ok(String::new());
+/// amount (the refusal's details) in the basket's currency.
+fn code_note(t: &Texts, basket: &BasketView) -> String {
+    let Some(refusal) = basket.promotion.as_ref().and_then(|p| p.refusal.as_ref()) else {
+        return String::new();
     };
+    let details = refusal.details.as_ref();
     if refusal.code == "promotion_minimum_not_met"
-        && let Some(currency) = basket.currency.as_deref()
-        && let Some(offer) = crate::store::promotion_uses::find_offer(&state.db, code).await?
-        && let Some(least) = offer.rules.min_spend.get(currency)
+        && let Some(least) = details.and_then(|d| d["min_spend_minor"].as_i64())
+        && let Some(currency) = details.and_then(|d| d["currency"].as_str())
     {
-        let amount = crate::domain::money::format_minor(*least, currency);
-        return Ok(t.f("basket.promotion_minimum", "amount", amount));
+        let amount = crate::domain::money::format_minor(least, currency);
+        return t.f("basket.promotion_minimum", "amount", amount);
     }
-    Ok(t.t(super::i18n::promotion_refusal(&refusal.code)).to_string())
+    t.t(super::i18n::promotion_refusal(&refusal.code)).to_string()
 }
 
 async fn shop_review(
@@ -489,7 +489,7 @@ async fn shop_review(
         Ok(render(&BasketPage {
             t,
             switch_href: t.switch_href(&format!("/shop/basket/{basket_id}")),
-            code_note: code_note(&state, t, &basket).await?,
+            code_note: code_note(t, &basket),
             basket: &basket,
             csrf: &session.csrf_token,
             idempotency_key: ids::new_secret_token(),

@@ -572,11 +572,15 @@ pub struct BasketPromotion {
     pub refusal: Option<PromotionRefusal>,
 }
 
-/// Why a basket's code does not apply now: the code and message confirm would refuse with.
+/// Why a basket's code does not apply now: the code, message and details confirm would refuse
+/// with (`promotion_minimum_not_met` names `min_spend_minor` and `currency`).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PromotionRefusal {
     pub code: String,
     pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<serde_json::Value>,
 }
 
 impl BasketView {

@@ -78,7 +78,11 @@ pub async fn priced(cx: &Context, mut view: BasketView) -> Result<BasketView> {
                 p.total_minor = total - discount;
             }
             Err(refused) => {
-                p.refusal = Some(PromotionRefusal { code: refused.code.to_string(), message: refused.message });
+                p.refusal = Some(PromotionRefusal {
+                    code: refused.code.to_string(),
+                    message: refused.message,
+                    details: refused.details,
+                });
             }
         }
     }

@@ -231,6 +231,7 @@ async fn basket_code(backend: Backend) {
     let (status, view) = put("tea-5").await;
     assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["promotion"]["refusal"]["code"], "promotion_minimum_not_met");
+    assert_eq!(view["promotion"]["refusal"]["details"]["min_spend_minor"], 1500, "{view}");
     assert_eq!(view["promotion"]["discount_minor"], 0);
     let (_, view) = t.put_line(&buyer, &basket, "CUP", 1).await;
     assert_eq!(
