@@ -180,6 +180,7 @@ async fn bench_tool_runs_each_mode() {
     let dir = tempfile::tempdir().unwrap();
     for (i, args) in [
         vec!["--scenario", "hot", "--buyers", "4", "--seconds", "1", "--hot-stock", "25"],
+        vec!["--scenario", "hot", "--promotion", "--buyers", "4", "--seconds", "1", "--hot-stock", "25"],
         vec!["--engine", "--scenario", "confirm", "--buyers", "2", "--seconds", "1"],
         vec!["--scenario", "commit-limit", "--seconds", "1"],
         vec!["--scenario", "notify-direct", "--buyers", "4", "--seconds", "2"],
@@ -220,6 +221,17 @@ async fn bench_tool_runs_each_mode() {
                 assert_eq!(report["stock"], 25, "{report}");
                 assert_eq!(report["confirms"], 25, "{report}");
                 assert!(report["errors"]["out_of_stock"].as_u64().unwrap() > 0, "{report}");
+            }
+            if args.contains(&"--promotion") {
+                // The sale with the code sold out too, each order taking one use, none over.
+                let p = &report["promotion"];
+                assert_eq!(p["orders_with_code"], 25, "{report}");
+                assert_eq!(p["uses"], 25, "{report}");
+                assert_eq!((p["over_used"].clone(), p["oversold"].clone()), (0.into(), 0.into()), "{report}");
+                let [before, after] = [0, 1].map(|i| p["confirms_per_s_without_each"][i].as_f64().unwrap());
+                assert!(before > 0.0 && after > 0.0, "{report}");
+                let mean = f64::midpoint(before, after);
+                assert!((p["confirms_per_s_without"].as_f64().unwrap() - mean).abs() < 1e-9, "{report}");
             }
             if args.contains(&"checkout") {
                 // Basket and confirm only: nothing was paid, so no notification was applied.
