@@ -369,6 +369,9 @@ async fn reconcile_statement(args: &ReconcileArgs) -> anyhow::Result<bool> {
                 m(t.net_minor)
             );
         }
+        if v.kassa_totals.discounts_minor != 0 {
+            println!("discounts  {} given off by promotions (kassa's side)", m(v.kassa_totals.discounts_minor));
+        }
         println!("findings   {open} open ({} new, {} closed by this run)", run.changes.opened, run.changes.closed);
         for f in v.findings.iter().filter(|f| f.state == "open") {
             let order = f.order_no.as_deref().map(|o| format!(" (order {o})")).unwrap_or_default();

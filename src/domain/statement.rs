@@ -78,6 +78,9 @@ pub struct OurPayment {
     pub gateway_txn_id: Option<String>,
     pub amount_minor: i64,
     pub currency: String,
+    /// What the order was given off by a promotion (0 on a second capture: its order's first
+    /// payment carries it).
+    pub discount_minor: i64,
 }
 
 /// A refund kassa recorded as succeeded that day.
@@ -229,6 +232,9 @@ pub struct Totals {
     pub fees_minor: i64,
     /// `gross − refunds − fees`.
     pub net_minor: i64,
+    /// Promotion discounts behind the payments (kassa's side; a gateway sees only what it
+    /// charged): not money moved, so not in the net.
+    pub discounts_minor: i64,
 }
 
 impl Totals {
@@ -355,6 +361,7 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
     for p in &day_payments {
         let fee = seen_payments.get(p.attempt_ref.as_str()).map_or(0, |l| l.fee_minor);
         out.kassa.add(LineKind::Payment, p.amount_minor, fee);
+        out.kassa.discounts_minor = out.kassa.discounts_minor.saturating_add(p.discount_minor);
     }
     for r in &day_refunds {
         let fee = seen_refunds.get(r.refund_no.as_str()).map_or(0, |l| l.fee_minor);

@@ -258,6 +258,7 @@ const REPORT_HEADER: &[&str] = &[
     "statement",
     "state",
     "note",
+    "discounts",
 ];
 
 /// A text cell a spreadsheet will not run as a formula.
@@ -288,6 +289,7 @@ fn report(day: &StatementDayView) -> Result<Vec<u8>> {
             "",
             &day.status,
             "",
+            &money(t.discounts_minor),
         ])
         .map_err(failed)?;
     }
@@ -308,6 +310,7 @@ fn report(day: &StatementDayView) -> Result<Vec<u8>> {
             &cell(&f.theirs),
             &f.state,
             &cell(f.note.as_deref().unwrap_or("")),
+            "",
         ])
         .map_err(failed)?;
     }
@@ -354,22 +357,25 @@ pub struct TotalsRow {
     pub refunds: String,
     pub fees: String,
     pub net: String,
+    /// Promotion discounts behind the payments: kassa's side only.
+    pub discounts: Option<String>,
 }
 
 fn totals_rows(t: &'static Texts, day: &StatementDayView) -> Vec<TotalsRow> {
     let m = |minor: i64| format_minor(minor, &day.currency);
     [
-        (t.t("admin.statements.side_gateway"), &day.gateway_totals),
-        (t.t("admin.statements.side_kassa"), &day.kassa_totals),
+        (t.t("admin.statements.side_gateway"), &day.gateway_totals, false),
+        (t.t("admin.statements.side_kassa"), &day.kassa_totals, true),
     ]
     .into_iter()
-    .map(|(side, totals)| TotalsRow {
+    .map(|(side, totals, ours)| TotalsRow {
         side,
         count: totals.count,
         gross: m(totals.gross_minor),
         refunds: m(totals.refunds_minor),
         fees: m(totals.fees_minor),
         net: m(totals.net_minor),
+        discounts: ours.then(|| m(totals.discounts_minor)),
     })
     .collect()
 }

@@ -43,6 +43,7 @@ const SQLITE: &[Migration] = &[
     (19, "0019_buyer_lookup", include_str!("../../migrations/sqlite/0019_buyer_lookup.sql")),
     (20, "0020_subscribe_messages", include_str!("../../migrations/sqlite/0020_subscribe_messages.sql")),
     (21, "0021_promotions", include_str!("../../migrations/sqlite/0021_promotions.sql")),
+    (22, "0022_statement_discounts", include_str!("../../migrations/sqlite/0022_statement_discounts.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -67,6 +68,7 @@ const POSTGRES: &[Migration] = &[
     (19, "0019_buyer_lookup", include_str!("../../migrations/postgres/0019_buyer_lookup.sql")),
     (20, "0020_subscribe_messages", include_str!("../../migrations/postgres/0020_subscribe_messages.sql")),
     (21, "0021_promotions", include_str!("../../migrations/postgres/0021_promotions.sql")),
+    (22, "0022_statement_discounts", include_str!("../../migrations/postgres/0022_statement_discounts.sql")),
 ];
 
 impl Db {

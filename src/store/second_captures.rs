@@ -61,8 +61,7 @@ impl SecondCaptureView {
     }
 }
 
-const SELECT: &str =
-    "SELECT attempt_ref, order_no, gateway_txn_id, amount_minor AS amount, currency FROM second_captures";
+const SELECT: &str = "SELECT attempt_ref, order_no, gateway_txn_id, amount_minor AS amount, currency, 0 AS discount FROM second_captures";
 
 /// The second captures at `gateway` that kassa recorded in the day's `window` (their transaction
 /// ids, the second value) and those the statement's payment lines name.

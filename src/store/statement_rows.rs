@@ -47,5 +47,6 @@ pub(super) fn payment(r: &sql::Row) -> Result<OurPayment> {
         gateway_txn_id: col(r, "gateway_txn_id")?,
         amount_minor: col(r, "amount")?,
         currency: col(r, "currency")?,
+        discount_minor: col::<Option<i64>>(r, "discount")?.unwrap_or(0),
     })
 }

@@ -24,7 +24,8 @@ use crate::store::{Conn, Db, col, sql};
 pub const DAYS_PAGE_MAX: i64 = crate::store::listing::PAGE_MAX;
 
 const PAYMENT_COLUMNS: &str = "a.attempt_ref, a.order_no, a.gateway_txn_id, \
-     COALESCE(a.captured_minor, a.amount_minor) AS amount, a.currency, a.status, a.statement_day";
+     COALESCE(a.captured_minor, a.amount_minor) AS amount, a.currency, a.status, a.statement_day, \
+     (SELECT o.discount_minor FROM orders o WHERE o.order_no = a.order_no) AS discount";
 const REFUND_COLUMNS: &str = "r.refund_no, r.order_no, r.amount_minor, r.currency, r.status, r.statement_day";
 
 /// kassa's side of `gateway`'s `day` (its instants `window`): the payments and refunds that
@@ -315,8 +316,8 @@ async fn upsert_day(
         "INSERT INTO statement_days (gateway, day, status, detail, currency, lines, \
          gateway_count, gateway_gross_minor, gateway_refunds_minor, gateway_fees_minor, gateway_net_minor, \
          kassa_count, kassa_gross_minor, kassa_refunds_minor, kassa_fees_minor, kassa_net_minor, \
-         tries, next_at, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18, 0, $17, $17) \
+         kassa_discounts_minor, tries, next_at, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $19, $18, 0, $17, $17) \
          ON CONFLICT (gateway, day) DO UPDATE SET status = excluded.status, detail = excluded.detail, \
          currency = excluded.currency, lines = excluded.lines, \
          gateway_count = excluded.gateway_count, gateway_gross_minor = excluded.gateway_gross_minor, \
@@ -324,7 +325,7 @@ async fn upsert_day(
          gateway_net_minor = excluded.gateway_net_minor, kassa_count = excluded.kassa_count, \
          kassa_gross_minor = excluded.kassa_gross_minor, kassa_refunds_minor = excluded.kassa_refunds_minor, \
          kassa_fees_minor = excluded.kassa_fees_minor, kassa_net_minor = excluded.kassa_net_minor, \
-         tries = excluded.tries, next_at = 0, updated_at = excluded.updated_at",
+         kassa_discounts_minor = excluded.kassa_discounts_minor, tries = excluded.tries, next_at = 0, updated_at = excluded.updated_at",
     )
     .bind(gateway)
     .bind(day)
@@ -344,6 +345,7 @@ async fn upsert_day(
     .bind(ours.net_minor)
     .bind(now)
     .bind(tries)
+    .bind(ours.discounts_minor)
     .execute(tx)
     .await?;
     Ok(())
@@ -484,6 +486,9 @@ pub struct TotalsView {
     pub refunds_minor: i64,
     pub fees_minor: i64,
     pub net_minor: i64,
+    /// Promotion discounts behind kassa's payments (0 on the gateway's side, which sees only
+    /// what it charged).
+    pub discounts_minor: i64,
 }
 
 /// A stored finding of a statement day.
@@ -561,6 +566,10 @@ fn totals(r: &sql::Row, side: &str) -> Result<TotalsView> {
         refunds_minor: col(r, &format!("{side}_refunds_minor"))?,
         fees_minor: col(r, &format!("{side}_fees_minor"))?,
         net_minor: col(r, &format!("{side}_net_minor"))?,
+        discounts_minor: match side {
+            "kassa" => col(r, "kassa_discounts_minor")?,
+            _ => 0,
+        },
     })
 }
 

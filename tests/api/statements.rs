@@ -411,3 +411,62 @@ async fn cli_and_console(backend: Backend) {
     let html = get(format!("/admin/orders/{a}")).await;
     assert!(html.contains("0.06 CNY"), "{html}");
 }
+
+on_both!(a_days_totals_show_the_promotion_discounts_behind_kassas_payments, discounts);
+
+async fn discounts(backend: Backend) {
+    let t = TestApp::spawn_with(backend, Opts { manual_clock: true, ..Default::default() }).await;
+    let day = to_next_day(&t, 2);
+    t.create_sku("LAMP", "Lamp", 1000, 50).await;
+    let (status, _) = t
+        .admin_post("/api/v1/admin/promotions", json!({"name": "Quarter", "code": "QUARTER", "percent_off": 25}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let buyer = t.buyer().await;
+    let basket = t.basket(&buyer, &[("LAMP", 2)]).await;
+    let (status, placed) =
+        t.checkout_with(&buyer, &basket, &json!({"gateway": "sandbox", "promotion_code": "QUARTER"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let (status, body) = t.complete(&s(&placed["attempt_ref"]), "succeeded", 1).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    t.settle().await;
+    paid(&t, "LAMP").await;
+    t.clock.as_ref().unwrap().advance_ms(DAY_MS);
+    let (status, body) = run(&t, "sandbox", &day).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let view = &body["view"];
+    assert_eq!(findings(view), vec![], "the gateway charged what kassa asked for: {view}");
+    // 2,000 less 500 off, and 1,000: the gateway saw 2,500; kassa knows 500 was given off.
+    let (g, k) = (&view["gateway_totals"], &view["kassa_totals"]);
+    assert_eq!((g["gross_minor"].as_i64(), g["discounts_minor"].as_i64()), (Some(2_500), Some(0)), "{view}");
+    assert_eq!((k["gross_minor"].as_i64(), k["discounts_minor"].as_i64()), (Some(2_500), Some(500)), "{view}");
+    assert_eq!(k["net_minor"], g["net_minor"], "a discount is not money moved: {view}");
+    let report = t
+        .http
+        .get(t.url(&format!("/api/v1/admin/statements/sandbox/{day}/report.csv")))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(report.lines().next().unwrap().ends_with(",note,discounts"), "{report}");
+    assert!(
+        report.lines().any(|l| l.starts_with("totals,sandbox,") && l.contains(",kassa,") && l.ends_with(",5.00")),
+        "{report}"
+    );
+    assert!(
+        report.lines().any(|l| l.starts_with("totals,sandbox,") && l.contains(",gateway,") && l.ends_with(",0.00")),
+        "{report}"
+    );
+    let args = ["reconcile", "--statement", "--gateway", "sandbox", "--date", day.as_str()];
+    let (code, stdout, stderr) = kassa_cli(&t, &args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("discounts  5.00 CNY given off"), "{stdout}");
+    let (browser, cookie, _) = crate::pages::console(&t).await;
+    let url = t.url(&format!("/admin/statements/sandbox/{day}"));
+    let html = browser.get(url).header("cookie", cookie).send().await.unwrap().text().await.unwrap();
+    assert!(html.contains("<th>Discounts</th>") && html.contains("<td>5.00 CNY</td></tr>"), "{html}");
+    t.assert_clean().await;
+}
