@@ -44,6 +44,8 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 const SHIPPING_INTERVAL: Duration = Duration::from_secs(2);
 /// Interval of the sandbox's notification retry worker.
 const SANDBOX_DELIVERY_INTERVAL: Duration = Duration::from_millis(500);
+/// Interval of the look at whether the daily poll of complaints and disputes is due.
+const CASE_POLL_INTERVAL: Duration = Duration::from_secs(600);
 /// Interval of the daily statement job's look at whether a day is due.
 const STATEMENT_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -479,6 +481,15 @@ impl App {
                     }
                 })));
             }
+            let poller = Arc::new(crate::workers::cases::CasePoller { cx: cx.clone() });
+            tasks.push(tokio::spawn(run_every("cases", CASE_POLL_INTERVAL, shutdown_rx.clone(), move || {
+                let poller = poller.clone();
+                async move {
+                    if let Err(e) = poller.step().await {
+                        tracing::error!(error = %e, "case poll failed");
+                    }
+                }
+            })));
             if settings.statement_schedule.is_some() {
                 let job = statements.clone();
                 tasks.push(tokio::spawn(run_every("statements", STATEMENT_INTERVAL, shutdown_rx.clone(), move || {

@@ -2,6 +2,7 @@
 //! decisions the store applies. No I/O and no clock here.
 
 pub mod basket;
+pub mod case;
 pub mod catalog;
 pub mod channel;
 pub mod checkout;

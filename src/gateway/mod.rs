@@ -8,6 +8,7 @@ pub mod config;
 pub mod keys;
 pub mod sandbox;
 pub mod stripe;
+pub mod stripe_cases;
 pub mod timed;
 pub mod wechat_keys;
 pub mod wechat_shipping;
@@ -25,6 +26,7 @@ use axum::http::HeaderMap;
 use serde::Serialize;
 
 use crate::clock::Millis;
+use crate::domain::case::CaseReport;
 use crate::domain::event::VerifiedEvent;
 pub use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::domain::statement::Statement;
@@ -253,6 +255,39 @@ pub trait Gateway: Send + Sync {
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         let _ = day;
         Box::pin(async { Err(StatementError::Unsupported) })
+    }
+    /// A notification about a complaint or dispute, verified as a payment notification is; `None`
+    /// when the body is not one (it is then a payment notification, for [`Gateway::verify`]).
+    /// Pure: no I/O.
+    fn verify_case(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Option<Result<CaseReport, Rejection>> {
+        let _ = (headers, body, now);
+        None
+    }
+    /// Every case the provider lists that was opened since `since` (the backstop poll for lost
+    /// notifications), each as it stands at `now`, within the adapter's named page limits.
+    fn list_cases(&self, since: Millis, now: Millis) -> BoxFuture<'_, Result<Vec<CaseReport>, GatewayError>> {
+        let _ = (since, now);
+        Box::pin(async {
+            Err(GatewayError::invalid("cases_unsupported", "this gateway has no complaints or disputes"))
+        })
+    }
+    /// Submits `evidence` (field, text) for the provider's case `case_id`, or stages it when
+    /// `submit` is false; the case as it stands after.
+    fn submit_evidence<'a>(
+        &'a self,
+        case_id: &'a str,
+        evidence: &'a [(String, String)],
+        submit: bool,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let _ = (case_id, evidence, submit, now);
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway takes no evidence")) })
+    }
+    /// Accepts the loss of the provider's case `case_id` (a Stripe dispute closed); the case as
+    /// it stands after.
+    fn accept_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let _ = (case_id, now);
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway has no case to accept")) })
     }
 }
 

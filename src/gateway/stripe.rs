@@ -7,12 +7,14 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::keys::{Secret, hmac_sha256_verify_hex};
+use super::stripe_cases;
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, IGNORED_EVENT,
     PaymentState, RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, http_client,
     json_error_reply, reject, transport_error, unix_seconds,
 };
 use crate::clock::Millis;
+use crate::domain::case::{CaseKind, CaseReport};
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
 use crate::domain::statement::{LineKind, Statement, StatementLine};
@@ -192,6 +194,20 @@ impl Stripe {
         let body: Value =
             response.json().await.map_err(|_| GatewayError::unavailable("stripe: unreadable response"))?;
         Ok((status, body))
+    }
+
+    /// A write to a dispute (`path` under `/v1/disputes/`): the dispute as it stands after.
+    async fn dispute_call(&self, path: &str, form: &[(&str, String)], now: Millis) -> Result<CaseReport, GatewayError> {
+        let (status, dispute) = self.call("POST", path, form, None).await?;
+        match status {
+            200 => stripe_cases::fetched_report(&dispute, CaseKind::Dispute, &format!("POST {path}"), now)
+                .map_err(|why| GatewayError::unavailable(format!("stripe {path}: {why}"))),
+            400 | 404 => Err(GatewayError::invalid(
+                "case_refused",
+                format!("stripe refused {path}: {}", text(&dispute, &["error", "message"])),
+            )),
+            _ => Err(GatewayError::unavailable(format!("stripe {path} answered {status}"))),
+        }
     }
 
     fn paid_event(&self, attempt_ref: &str, session: &Value) -> Result<VerifiedEvent, GatewayError> {
@@ -450,6 +466,82 @@ impl Gateway for Stripe {
                 "stripe balance transactions: more than {BALANCE_PAGES_MAX} pages in a day"
             )))
         })
+    }
+
+    fn verify_case(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Option<Result<CaseReport, Rejection>> {
+        let event: Value = serde_json::from_slice(body).ok()?;
+        if !stripe_cases::is_case_event(text(&event, &["type"])) {
+            return None;
+        }
+        let claimed = Some(text(&event, &["id"]).to_string()).filter(|id| is_plain_id(id));
+        let header = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if let Err(why) = verify_stripe_signature(&self.webhook_secrets, header, body, now) {
+            return Some(Err(reject("invalid_signature", why, claimed)));
+        }
+        stripe_cases::event_report(&event, body).map(|r| r.map_err(|why| reject("malformed_body", &why, claimed)))
+    }
+
+    /// Disputes and early fraud warnings opened since `since`, page by page: each as it stands.
+    fn list_cases(&self, since: Millis, now: Millis) -> BoxFuture<'_, Result<Vec<CaseReport>, GatewayError>> {
+        Box::pin(async move {
+            let mut reports = Vec::new();
+            for (path, kind) in
+                [("/v1/disputes", CaseKind::Dispute), ("/v1/radar/early_fraud_warnings", CaseKind::FraudWarning)]
+            {
+                let mut after: Option<String> = None;
+                for page_no in 0.. {
+                    if page_no == stripe_cases::CASE_PAGES_MAX {
+                        return Err(GatewayError::unavailable(format!(
+                            "stripe {path}: more than {} pages",
+                            stripe_cases::CASE_PAGES_MAX
+                        )));
+                    }
+                    let mut query = vec![
+                        ("limit", stripe_cases::CASE_PAGE.to_string()),
+                        ("created[gte]", unix_seconds(since).to_string()),
+                    ];
+                    if let Some(id) = &after {
+                        query.push(("starting_after", id.clone()));
+                    }
+                    let query =
+                        serde_urlencoded::to_string(&query).map_err(|e| GatewayError::unavailable(e.to_string()))?;
+                    let (status, page) = self.call("GET", &format!("{path}?{query}"), &[], None).await?;
+                    if status != 200 {
+                        return Err(GatewayError::unavailable(format!("stripe {path} answered {status}")));
+                    }
+                    let items = page.get("data").and_then(Value::as_array).cloned().unwrap_or_default();
+                    for item in &items {
+                        let report = stripe_cases::fetched_report(item, kind, &format!("GET {path}"), now)
+                            .map_err(|why| GatewayError::unavailable(format!("stripe {path}: {why}")))?;
+                        reports.push(report);
+                    }
+                    after = items.last().map(|i| text(i, &["id"]).to_string()).filter(|id| is_plain_id(id));
+                    if page.get("has_more").and_then(Value::as_bool) != Some(true) || after.is_none() {
+                        break;
+                    }
+                }
+            }
+            Ok(reports)
+        })
+    }
+
+    fn submit_evidence<'a>(
+        &'a self,
+        case_id: &'a str,
+        evidence: &'a [(String, String)],
+        submit: bool,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(async move {
+            let form = stripe_cases::evidence_form(evidence, submit)
+                .map_err(|why| GatewayError::invalid("invalid_evidence", why))?;
+            let form: Vec<(&str, String)> = form.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+            self.dispute_call(&format!("/v1/disputes/{case_id}"), &form, now).await
+        })
+    }
+
+    fn accept_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(async move { self.dispute_call(&format!("/v1/disputes/{case_id}/close"), &[], now).await })
     }
 
     fn query_refund<'a>(&'a self, req: &'a RefundQuery) -> BoxFuture<'a, Result<RefundState, GatewayError>> {

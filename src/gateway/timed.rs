@@ -15,6 +15,7 @@ use super::{
 };
 use crate::clock::Millis;
 use crate::domain::Currency;
+use crate::domain::case::CaseReport;
 use crate::domain::event::VerifiedEvent;
 use crate::domain::statement::Statement;
 
@@ -99,5 +100,23 @@ impl Gateway for Timed {
     }
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         timed(self.name(), "statement", self.0.statement(day))
+    }
+    fn verify_case(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Option<Result<CaseReport, Rejection>> {
+        self.0.verify_case(headers, body, now)
+    }
+    fn list_cases(&self, since: Millis, now: Millis) -> BoxFuture<'_, Result<Vec<CaseReport>, GatewayError>> {
+        timed(self.name(), "list_cases", self.0.list_cases(since, now))
+    }
+    fn submit_evidence<'a>(
+        &'a self,
+        case_id: &'a str,
+        evidence: &'a [(String, String)],
+        submit: bool,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        timed(self.name(), "submit_evidence", self.0.submit_evidence(case_id, evidence, submit, now))
+    }
+    fn accept_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        timed(self.name(), "accept_case", self.0.accept_case(case_id, now))
     }
 }

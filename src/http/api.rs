@@ -579,6 +579,25 @@ pub(super) async fn notify(
         }
     };
     let now = state.now_ms();
+    // A complaint or dispute: a case for the desk, not a payment.
+    if let Some(case) = gateway.verify_case(&headers, &body, now) {
+        return match case {
+            Ok(report) => match crate::usecase::cases::on_notification(&state.cx, &report).await {
+                Ok(recorded) => {
+                    tracing::info!(gateway = %name, case = %report.case_id, result = ?recorded, "case notification recorded");
+                    reply(gateway.ack())
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "case notification could not be recorded");
+                    reply(crate::gateway::json_error_reply(500, "internal", "try again later"))
+                }
+            },
+            Err(rejection) => match rejected(&state, gateway.as_ref(), &client, rejection, &body, now).await {
+                Rejected::Limited(limited) => limited,
+                Rejected::Reply(r) => reply(r),
+            },
+        };
+    }
     let mut verified = gateway.verify(&headers, &body, now);
     // Signed under a key not seen yet (a rotated certificate): fetch the keys once and look again.
     if let Err(Rejection { unknown_key: Some(serial), .. }) = &verified
@@ -592,30 +611,10 @@ pub(super) async fn notify(
             tracing::info!(gateway = %name, detail = %rejection.detail, "notification acknowledged and ignored");
             reply(gateway.ack())
         }
-        Err(rejection) => {
-            tracing::warn!(gateway = %name, code = rejection.code, detail = %rejection.detail, client = %client.addr, "notification rejected");
-            // Anyone can send a body that fails verification: past its per-address rate, such a
-            // sender is answered 429 and nothing of it is stored.
-            if let Err(limited) = state.guard.take(super::guard::Bucket::RejectedNotifications, &client) {
-                metrics::counter!("kassa_notifications_total", "gateway" => name.clone(), "result" => "rejected_limited")
-                    .increment(1);
-                return limited.into_response();
-            }
-            let reason = format!("{}: {}", rejection.code, rejection.detail);
-            if let Err(e) = crate::store::rejected::record_rejected(
-                &state.db,
-                gateway.name(),
-                rejection.claimed_event_id.as_deref(),
-                &reason,
-                &body,
-                now,
-            )
-            .await
-            {
-                tracing::error!(error = %e, "could not record a rejected notification");
-            }
-            reply(gateway.nack(rejection.code, &rejection.detail))
-        }
+        Err(rejection) => match rejected(&state, gateway.as_ref(), &client, rejection, &body, now).await {
+            Rejected::Limited(limited) => limited,
+            Rejected::Reply(r) => reply(r),
+        },
         Ok(event) => {
             tracing::Span::current().record("attempt_ref", event.attempt_ref.as_str());
             let span = tracing::info_span!("notification", gateway = %name, event_id = %event.event_id, attempt_ref = %event.attempt_ref);
@@ -638,6 +637,47 @@ pub(super) async fn notify(
             }
         }
     }
+}
+
+/// What a notification that failed verification is answered.
+enum Rejected {
+    /// Past the sender's rate of such bodies: 429, nothing stored.
+    Limited(Response),
+    Reply(crate::gateway::Reply),
+}
+
+/// A notification that failed verification: kept as a bounded digest for the operator (unless
+/// its sender is past its rate) and refused in the gateway's own words.
+async fn rejected(
+    state: &AppState,
+    gateway: &dyn crate::gateway::Gateway,
+    client: &super::guard::Client,
+    rejection: Rejection,
+    body: &[u8],
+    now: i64,
+) -> Rejected {
+    let name = gateway.name();
+    tracing::warn!(gateway = %name, code = rejection.code, detail = %rejection.detail, client = %client.addr, "notification rejected");
+    // Anyone can send a body that fails verification: past its per-address rate, such a
+    // sender is answered 429 and nothing of it is stored.
+    if let Err(limited) = state.guard.take(super::guard::Bucket::RejectedNotifications, client) {
+        metrics::counter!("kassa_notifications_total", "gateway" => name, "result" => "rejected_limited").increment(1);
+        return Rejected::Limited(limited.into_response());
+    }
+    let reason = format!("{}: {}", rejection.code, rejection.detail);
+    if let Err(e) = crate::store::rejected::record_rejected(
+        &state.db,
+        name,
+        rejection.claimed_event_id.as_deref(),
+        &reason,
+        body,
+        now,
+    )
+    .await
+    {
+        tracing::error!(error = %e, "could not record a rejected notification");
+    }
+    Rejected::Reply(gateway.nack(rejection.code, &rejection.detail))
 }
 
 /// Runs every request-body decoder of the API on `data` (JSON bodies and HTML forms). For the fuzz

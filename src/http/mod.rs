@@ -8,6 +8,7 @@ pub mod admin_promotions;
 pub mod api;
 pub mod api_lists;
 pub mod api_routes;
+pub mod cases;
 pub mod console;
 pub mod flows;
 pub mod guard;
@@ -429,6 +430,7 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     all.extend(admin_promotions::routes());
     all.extend(statements::routes());
     all.extend(promotions::routes());
+    all.extend(cases::routes());
     if with_sandbox {
         all.extend(sandbox::routes());
     }

@@ -475,11 +475,17 @@ pub fn document(served: &Served) -> Value {
 /// `webhooks`: every message the outbox sends the shop, with its signature headers.
 fn webhooks(schemas: &mut Collected) -> Value {
     use crate::store::outbox::{
-        DataKind, FulfilmentRequested, MessageContext, OrderChanged, RefundChanged, TOPICS, WebhookMessage,
+        CaseChanged, DataKind, FulfilmentRequested, MessageContext, OrderChanged, RefundChanged, TOPICS, WebhookMessage,
     };
     let envelope = of::<WebhookMessage>();
     (envelope.collect)(schemas);
-    for t in [of::<OrderChanged>(), of::<FulfilmentRequested>(), of::<RefundChanged>(), of::<MessageContext>()] {
+    for t in [
+        of::<OrderChanged>(),
+        of::<FulfilmentRequested>(),
+        of::<RefundChanged>(),
+        of::<CaseChanged>(),
+        of::<MessageContext>(),
+    ] {
         (t.collect)(schemas);
     }
     let header = |name: &str, schema: Value, what: &str| json!({"name": name, "in": "header", "required": true, "schema": schema, "description": what});
@@ -502,6 +508,7 @@ fn webhooks(schemas: &mut Collected) -> Value {
             DataKind::Order => "OrderChanged",
             DataKind::Fulfilment => "FulfilmentRequested",
             DataKind::Refund => "RefundChanged",
+            DataKind::Case => "CaseChanged",
         };
         out.insert(
             (*topic).to_string(),

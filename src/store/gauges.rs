@@ -3,7 +3,7 @@
 
 use crate::domain::OrderStatus;
 use crate::error::Result;
-use crate::store::{Db, check, outbox, shipping, statements};
+use crate::store::{Db, cases, check, outbox, shipping, statements};
 
 /// Sets every database gauge from the database now. Without a webhook URL no message is waiting
 /// to be sent, so the outbox backlog reads 0 (the messages are kept, marked unsent on the order).
@@ -17,6 +17,13 @@ pub async fn refresh(db: &Db, webhook_configured: bool) -> Result<()> {
     metrics::gauge!("kassa_outbox_backlog").set(backlog as f64);
     metrics::gauge!("kassa_shipping_reports_backlog").set(shipping::backlog(db).await? as f64);
     metrics::gauge!("kassa_statement_findings_open").set(statements::open_findings(db).await? as f64);
+    let open_cases = cases::open_counts(db).await?;
+    for provider in ["stripe", "wechatpay", "alipay"] {
+        for state in ["needs_response", "under_review"] {
+            let n = open_cases.iter().find(|(p, s, _)| p == provider && s == state).map_or(0, |c| c.2);
+            metrics::gauge!("kassa_cases_open", "provider" => provider, "state" => state).set(n as f64);
+        }
+    }
     let (open, idle) = db.connections();
     metrics::gauge!("kassa_db_pool_connections", "state" => "open").set(open as f64);
     metrics::gauge!("kassa_db_pool_connections", "state" => "idle").set(idle as f64);

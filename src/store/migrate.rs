@@ -44,6 +44,7 @@ const SQLITE: &[Migration] = &[
     (20, "0020_subscribe_messages", include_str!("../../migrations/sqlite/0020_subscribe_messages.sql")),
     (21, "0021_promotions", include_str!("../../migrations/sqlite/0021_promotions.sql")),
     (22, "0022_statement_discounts", include_str!("../../migrations/sqlite/0022_statement_discounts.sql")),
+    (23, "0023_cases", include_str!("../../migrations/sqlite/0023_cases.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -69,6 +70,7 @@ const POSTGRES: &[Migration] = &[
     (20, "0020_subscribe_messages", include_str!("../../migrations/postgres/0020_subscribe_messages.sql")),
     (21, "0021_promotions", include_str!("../../migrations/postgres/0021_promotions.sql")),
     (22, "0022_statement_discounts", include_str!("../../migrations/postgres/0022_statement_discounts.sql")),
+    (23, "0023_cases", include_str!("../../migrations/postgres/0023_cases.sql")),
 ];
 
 impl Db {

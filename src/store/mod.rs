@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod batch;
+pub mod cases;
 pub mod catalog;
 pub mod check;
 mod check_buyer;

@@ -208,6 +208,38 @@ pub struct RefundChanged<'a> {
     pub context: MessageContext<'a>,
 }
 
+/// `dispute.<opened|updated|closed>` (a Stripe dispute or early fraud warning) and
+/// `complaint.<…>` (a WeChat Pay or Alipay complaint): a case about one of the order's payments
+/// opened, moved, or closed.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CaseChanged<'a> {
+    /// kassa's id of the case (the admin API's `/api/v1/admin/cases/{id}`).
+    pub case_id: &'a str,
+    /// `stripe`, `wechatpay` or `alipay`.
+    pub provider: &'a str,
+    pub provider_case_id: &'a str,
+    /// `dispute`, `fraud_warning` or `complaint`.
+    pub kind: &'a str,
+    pub order_no: &'a str,
+    /// `needs_response`, `under_review` or `closed`.
+    pub state: &'a str,
+    /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`.
+    pub outcome: Option<&'a str>,
+    /// The provider's own status, as it said it.
+    pub provider_status: &'a str,
+    pub reason: Option<&'a str>,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<&'a str>,
+    /// The deadline that matters next (RFC 3339).
+    pub due_at: Option<String>,
+    pub at: String,
+}
+
+/// Adds a case's message (`dispute.*`, `complaint.*`) for the order it is about.
+pub fn add_case_event(batch: &mut Batch, order_no: &str, topic: &str, payload: &str, now: Millis) {
+    add(batch, order_no, topic, payload, now);
+}
+
 /// Every topic the outbox sends, what it means, and which `data` it carries.
 pub const TOPICS: &[(&str, &str, DataKind)] = &[
     ("order.paid", "the order is paid (once, ever)", DataKind::Order),
@@ -221,6 +253,12 @@ pub const TOPICS: &[(&str, &str, DataKind)] = &[
     ("refund.requested", "a refund was asked of the gateway", DataKind::Refund),
     ("refund.succeeded", "a refund went through", DataKind::Refund),
     ("refund.failed", "a refund was refused for good", DataKind::Refund),
+    ("dispute.opened", "Stripe opened a dispute or an early fraud warning on the order's payment", DataKind::Case),
+    ("dispute.updated", "a dispute or early fraud warning changed state or status", DataKind::Case),
+    ("dispute.closed", "a dispute was won, lost or closed; a fraud warning can no longer be acted on", DataKind::Case),
+    ("complaint.opened", "the buyer complained to WeChat Pay or Alipay about the order's payment", DataKind::Case),
+    ("complaint.updated", "a complaint changed state or status", DataKind::Case),
+    ("complaint.closed", "a complaint was settled", DataKind::Case),
 ];
 
 /// Which payload type a topic's `data` is.
@@ -229,6 +267,7 @@ pub enum DataKind {
     Order,
     Fulfilment,
     Refund,
+    Case,
 }
 
 fn payload<T: Serialize>(data: &T) -> String {

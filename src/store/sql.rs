@@ -456,6 +456,11 @@ impl<'q, T: FromValue> QueryScalar<'q, T> {
         self
     }
 
+    pub fn bind_all(mut self, args: Vec<Arg>) -> Self {
+        self.query = self.query.bind_all(args);
+        self
+    }
+
     pub async fn fetch_all(self, ex: impl Executor) -> Result<Vec<T>> {
         self.query.fetch_all(ex).await?.iter().map(|r| r.try_get(0)).collect()
     }

@@ -5,6 +5,7 @@
 //! codes stay in [`crate::http`].
 
 pub mod basket;
+pub mod cases;
 pub mod catalog;
 pub mod checkout;
 pub mod expiry;

@@ -1,6 +1,7 @@
 //! Background workers, each a `step()` function plus a loop that only decides how long to sleep, so
 //! tests drive a step directly.
 
+pub mod cases;
 pub mod keys;
 pub mod mail;
 pub mod monitor;

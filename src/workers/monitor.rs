@@ -28,6 +28,8 @@ pub struct Monitor {
     pub alert_webhook: Option<String>,
     /// Whether the shop's webhook URL is configured (without it the outbox has no backlog).
     pub webhook_configured: bool,
+    /// How long before a case's deadline the operator is warned.
+    pub case_due_margin_ms: Millis,
     http: reqwest::Client,
 }
 
@@ -37,12 +39,15 @@ pub struct MonitorReport {
     pub stuck_orders: usize,
     pub unknown_attempts: usize,
     pub alerts_pushed: usize,
+    /// Deadline alerts raised on complaints and disputes.
+    pub case_alerts: usize,
 }
 
 impl Monitor {
     pub fn new(db: Db, clock: SharedClock, alert_webhook: Option<String>, webhook_configured: bool) -> Monitor {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
-        Monitor { db, clock, alert_webhook, webhook_configured, http }
+        let case_due_margin_ms = crate::domain::case::DUE_MARGIN_MS_DEFAULT;
+        Monitor { db, clock, alert_webhook, webhook_configured, case_due_margin_ms, http }
     }
 
     pub async fn step(&self) -> Result<MonitorReport> {
@@ -62,6 +67,7 @@ impl Monitor {
         if watch.sweeper_behind_ms.is_some() || !watch.stuck.is_empty() || !watch.unknown.is_empty() {
             monitor::raise_watch_alerts(&self.db, &watch, now).await?;
         }
+        report.case_alerts = crate::store::cases::alert_deadlines(&self.db, now, self.case_due_margin_ms).await?;
         if let Some(url) = &self.alert_webhook {
             report.alerts_pushed = self.push_alerts(url).await?;
         }

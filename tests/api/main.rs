@@ -6,6 +6,7 @@ mod common;
 
 mod abuse;
 mod browser;
+mod cases;
 mod checkout;
 mod contract;
 mod crash;

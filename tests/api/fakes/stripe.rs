@@ -10,12 +10,24 @@ pub struct FakeStripe {
     pub url: String,
     pub ledger: Shared,
     pub webhook_url: Arc<Mutex<String>>,
+    pub cases: Arc<Mutex<StripeCases>>,
+}
+
+/// The fake's disputes and early fraud warnings, and every evidence form it was sent.
+#[derive(Default)]
+pub struct StripeCases {
+    pub disputes: Vec<Value>,
+    pub warnings: Vec<Value>,
+    pub evidence_forms: Vec<HashMap<String, String>>,
+    pub closed: Vec<String>,
+    pub list_calls: usize,
 }
 
 #[derive(Clone)]
 struct StripeState {
     ledger: Shared,
     idempotency: Arc<Mutex<HashMap<String, Value>>>,
+    cases: Arc<Mutex<StripeCases>>,
 }
 
 /// The provider's first checks: the secret key (a failure is counted), then, for a request with an
@@ -223,11 +235,143 @@ async fn stripe_get_refund(State(s): State<StripeState>, UrlPath(id): UrlPath<St
     }
 }
 
+/// A list page of `items` created at or after `created[gte]`, newest first, after `starting_after`.
+fn stripe_list(items: &[Value], q: &HashMap<String, String>, url: &str) -> Response {
+    let since: i64 = q.get("created[gte]").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let limit: usize = q.get("limit").and_then(|v| v.parse().ok()).unwrap_or(10).min(100);
+    let mut all: Vec<&Value> = items.iter().filter(|d| d["created"].as_i64().unwrap_or(0) >= since).collect();
+    all.reverse();
+    if let Some(after) = q.get("starting_after") {
+        match all.iter().position(|d| d["id"] == after.as_str()) {
+            Some(i) => all = all.split_off(i + 1),
+            None => return stripe_error(StatusCode::BAD_REQUEST, "No such object for starting_after"),
+        }
+    }
+    let has_more = all.len() > limit;
+    all.truncate(limit);
+    Json(json!({"object": "list", "url": url, "has_more": has_more, "data": all})).into_response()
+}
+
+async fn stripe_list_disputes(
+    State(s): State<StripeState>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
+    }
+    let mut cases = s.cases.lock().expect("cases");
+    cases.list_calls += 1;
+    stripe_list(&cases.disputes, &q, "/v1/disputes")
+}
+
+async fn stripe_list_warnings(
+    State(s): State<StripeState>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
+    }
+    let cases = s.cases.lock().expect("cases");
+    stripe_list(&cases.warnings, &q, "/v1/radar/early_fraud_warnings")
+}
+
+/// Evidence, as Stripe takes it: staged, or submitted (the dispute goes under review).
+async fn stripe_update_dispute(
+    State(s): State<StripeState>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
+    }
+    let form: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap_or_default();
+    let mut cases = s.cases.lock().expect("cases");
+    let Some(d) = cases.disputes.iter_mut().find(|d| d["id"] == id.as_str()) else {
+        return stripe_error(StatusCode::NOT_FOUND, "No such dispute");
+    };
+    if !matches!(d["status"].as_str(), Some("needs_response" | "warning_needs_response")) {
+        return stripe_error(StatusCode::BAD_REQUEST, "This dispute is not accepting evidence");
+    }
+    for (k, v) in &form {
+        if let Some(field) = k.strip_prefix("evidence[").and_then(|k| k.strip_suffix(']')) {
+            d["evidence"][field] = json!(v);
+        }
+    }
+    if form.get("submit").map(String::as_str) != Some("false") {
+        let status = if d["status"] == "warning_needs_response" { "warning_under_review" } else { "under_review" };
+        d["status"] = json!(status);
+        d["evidence_details"]["submission_count"] =
+            json!(d["evidence_details"]["submission_count"].as_i64().unwrap_or(0) + 1);
+        d["evidence_details"]["has_evidence"] = json!(true);
+    }
+    let answer = d.clone();
+    cases.evidence_forms.push(form);
+    Json(answer).into_response()
+}
+
+async fn stripe_close_dispute(
+    State(s): State<StripeState>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(answer) = stripe_preamble(&s, &headers) {
+        return *answer;
+    }
+    let mut cases = s.cases.lock().expect("cases");
+    let Some(d) = cases.disputes.iter_mut().find(|d| d["id"] == id.as_str()) else {
+        return stripe_error(StatusCode::NOT_FOUND, "No such dispute");
+    };
+    d["status"] = json!("lost");
+    d["evidence_details"]["due_by"] = json!(0);
+    let answer = d.clone();
+    cases.closed.push(id);
+    Json(answer).into_response()
+}
+
 impl FakeStripe {
+    /// Opens a dispute on `payment_intent` (no event sent): its object.
+    pub fn open_dispute(&self, payment_intent: &str, amount: i64, due_in_s: i64) -> Value {
+        let now = now_s();
+        let d = json!({"id": format!("du_{}", uuid::Uuid::now_v7().simple()), "object": "dispute",
+            "amount": amount, "currency": "cny", "reason": "fraudulent", "status": "needs_response",
+            "payment_intent": payment_intent, "charge": format!("ch_{payment_intent}"), "created": now,
+            "is_charge_refundable": false, "evidence": {}, "metadata": {},
+            "evidence_details": {"due_by": now + due_in_s, "has_evidence": false, "past_due": false, "submission_count": 0}});
+        self.cases.lock().expect("cases").disputes.push(d.clone());
+        d
+    }
+
+    /// Sets a dispute's status at the fake: its object.
+    pub fn set_dispute_status(&self, id: &str, status: &str) -> Value {
+        let mut cases = self.cases.lock().expect("cases");
+        let d = cases.disputes.iter_mut().find(|d| d["id"] == id).expect("dispute");
+        d["status"] = json!(status);
+        d.clone()
+    }
+
+    /// An early fraud warning on `payment_intent` (no event sent): its object.
+    pub fn add_warning(&self, payment_intent: &str, actionable: bool) -> Value {
+        let w = json!({"id": format!("issfr_{}", uuid::Uuid::now_v7().simple()), "object": "radar.early_fraud_warning",
+            "actionable": actionable, "charge": format!("ch_{payment_intent}"), "created": now_s(),
+            "fraud_type": "made_with_stolen_card", "livemode": false, "payment_intent": payment_intent});
+        self.cases.lock().expect("cases").warnings.push(w.clone());
+        w
+    }
+
+    /// An event of `kind` about `object`, created at `created` (unix seconds).
+    pub fn case_event(kind: &str, object: &Value, created: i64) -> Value {
+        json!({"id": format!("evt_{}", uuid::Uuid::now_v7().simple()), "object": "event", "type": kind,
+               "created": created, "data": {"object": object}})
+    }
+
     pub async fn start() -> FakeStripe {
         let ledger: Shared = Arc::default();
         let idempotency: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
-        let state = StripeState { ledger: ledger.clone(), idempotency };
+        let cases: Arc<Mutex<StripeCases>> = Arc::default();
+        let state = StripeState { ledger: ledger.clone(), idempotency, cases: cases.clone() };
         let router = Router::new()
             .route("/v1/checkout/sessions", post(stripe_create_session))
             .route("/v1/checkout/sessions/{id}", get(stripe_get_session))
@@ -235,8 +379,12 @@ impl FakeStripe {
             .route("/v1/refunds", post(stripe_refund))
             .route("/v1/refunds/{id}", get(stripe_get_refund))
             .route("/v1/balance_transactions", get(stripe_balance))
+            .route("/v1/disputes", get(stripe_list_disputes))
+            .route("/v1/disputes/{id}", post(stripe_update_dispute))
+            .route("/v1/disputes/{id}/close", post(stripe_close_dispute))
+            .route("/v1/radar/early_fraud_warnings", get(stripe_list_warnings))
             .with_state(state);
-        FakeStripe { url: serve(router).await, ledger, webhook_url: Arc::default() }
+        FakeStripe { url: serve(router).await, ledger, webhook_url: Arc::default(), cases }
     }
 
     pub fn config(&self) -> StripeConfig {

@@ -1,0 +1,371 @@
+//! Complaints and disputes: a case a payment provider opened about a payment. Its state is the
+//! provider's word (a Stripe dispute's `status`, a complaint's state), mapped here to the three
+//! states an operator works by; the newest word wins whatever order messages arrive in; the
+//! deadline that matters next is decided here, and what the shop and the operator are told.
+
+use crate::domain::Money;
+
+/// Milliseconds since the Unix epoch (the domain reads no clock: times come in).
+type Millis = i64;
+
+/// Who opened the case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseKind {
+    /// A Stripe dispute (an inquiry, `warning_*`, included).
+    Dispute,
+    /// A Stripe early fraud warning: best answered by a refund before a dispute opens.
+    FraudWarning,
+    /// A WeChat Pay or Alipay complaint.
+    Complaint,
+}
+
+impl CaseKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseKind::Dispute => "dispute",
+            CaseKind::FraudWarning => "fraud_warning",
+            CaseKind::Complaint => "complaint",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [CaseKind::Dispute, CaseKind::FraudWarning, CaseKind::Complaint].into_iter().find(|k| k.as_str() == text)
+    }
+
+    /// The outbox topics' prefix: `dispute.*` for Stripe's cases, `complaint.*` for complaints.
+    pub fn topic_prefix(self) -> &'static str {
+        match self {
+            CaseKind::Dispute | CaseKind::FraudWarning => "dispute",
+            CaseKind::Complaint => "complaint",
+        }
+    }
+}
+
+/// Where a case stands, as an operator works it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CaseState {
+    /// The merchant is to act: answer, submit evidence, refund.
+    NeedsResponse,
+    /// With the provider or the buyer; nothing due from the merchant.
+    UnderReview,
+    /// Settled, one way or the other (`outcome`).
+    Closed,
+}
+
+impl CaseState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseState::NeedsResponse => "needs_response",
+            CaseState::UnderReview => "under_review",
+            CaseState::Closed => "closed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [CaseState::NeedsResponse, CaseState::UnderReview, CaseState::Closed].into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// Which deadline `due_at` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DueKind {
+    /// Stripe: evidence must be submitted by then, or the dispute is lost.
+    Evidence,
+    /// WeChat Pay: a first reply within 24 hours of the complaint.
+    FirstReply,
+    /// WeChat Pay: the complaint resolved within 72 hours.
+    Resolution,
+}
+
+impl DueKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DueKind::Evidence => "evidence",
+            DueKind::FirstReply => "first_reply",
+            DueKind::Resolution => "resolution",
+        }
+    }
+}
+
+/// A case as the provider reports it, in one message (a notification, a poll's copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseReport {
+    pub provider: &'static str,
+    /// The provider's id of the case.
+    pub case_id: String,
+    pub kind: CaseKind,
+    /// The provider's own status, kept as it said it.
+    pub status: String,
+    pub reason: Option<String>,
+    pub amount: Option<Money>,
+    /// kassa's attempt reference, where the provider names it (`out_trade_no`).
+    pub attempt_ref: Option<String>,
+    /// The provider's payment id (a PaymentIntent, a transaction id).
+    pub gateway_txn_id: Option<String>,
+    /// When the provider opened the case.
+    pub opened_at: Millis,
+    /// The provider's own deadline (Stripe's `evidence_details.due_by`), if any.
+    pub due_by: Option<Millis>,
+    /// The provider's time of this word: an event's creation, or the poll's fetch.
+    pub as_of: Millis,
+    /// The message's id at the provider (an event id), if it has one.
+    pub message_id: Option<String>,
+    /// The message's kind (an event type, `poll`).
+    pub message_kind: String,
+    /// The message as it arrived.
+    pub body: String,
+}
+
+/// What a report makes of the case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub state: CaseState,
+    pub outcome: Option<&'static str>,
+    pub due: Option<(DueKind, Millis)>,
+}
+
+/// A Stripe early fraud warning's status as kassa keeps it: whether it can still be acted on.
+pub const WARNING_ACTIONABLE: &str = "actionable";
+pub const WARNING_NOT_ACTIONABLE: &str = "not_actionable";
+
+/// The state a report puts its case in, and the deadline that matters next.
+pub fn decide(report: &CaseReport) -> Decided {
+    let closed = |outcome| Decided { state: CaseState::Closed, outcome: Some(outcome), due: None };
+    let open = |state| Decided { state, outcome: None, due: None };
+    match (report.provider, report.kind) {
+        ("stripe", CaseKind::FraudWarning) => match report.status.as_str() {
+            WARNING_ACTIONABLE => open(CaseState::NeedsResponse),
+            _ => closed(WARNING_NOT_ACTIONABLE),
+        },
+        ("stripe", _) => match report.status.as_str() {
+            "needs_response" | "warning_needs_response" => Decided {
+                state: CaseState::NeedsResponse,
+                outcome: None,
+                // `due_by` 0: no response is allowed.
+                due: report.due_by.filter(|d| *d > 0).map(|d| (DueKind::Evidence, d)),
+            },
+            "under_review" | "warning_under_review" => open(CaseState::UnderReview),
+            "won" => closed("won"),
+            "lost" => closed("lost"),
+            "prevented" => closed("prevented"),
+            "warning_closed" => closed("warning_closed"),
+            // A status Stripe adds later: the operator looks.
+            _ => open(CaseState::NeedsResponse),
+        },
+        _ => open(CaseState::NeedsResponse),
+    }
+}
+
+/// Whether a report is newer than the word the case keeps (`as_of`, and the state it gave):
+/// a newer one wins; one of the same instant wins only by moving the case on (closed over under
+/// review over needs response), so that two events of one second settle alike in any order.
+pub fn is_newer(kept_as_of: Millis, kept: CaseState, report_as_of: Millis, reported: CaseState) -> bool {
+    report_as_of > kept_as_of || (report_as_of == kept_as_of && reported > kept)
+}
+
+/// The outbox topic of a case's change: `…opened` for a new case, `…closed` when it closes,
+/// `…updated` for any other change of state or status.
+pub fn topic(kind: CaseKind, new: bool, closed_now: bool) -> String {
+    let event = match (new, closed_now) {
+        (true, _) => "opened",
+        (false, true) => "closed",
+        (false, false) => "updated",
+    };
+    format!("{}.{event}", kind.topic_prefix())
+}
+
+/// How long before a deadline the operator is warned, by default.
+pub const DUE_MARGIN_MS_DEFAULT: Millis = 6 * 3_600_000;
+
+/// What a deadline calls for at `now`: nothing yet, a warning, or an alarm (missed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urgency {
+    Later,
+    DueSoon,
+    Overdue,
+}
+
+pub fn urgency(due_at: Millis, now: Millis, margin_ms: Millis) -> Urgency {
+    if now >= due_at {
+        Urgency::Overdue
+    } else if now >= due_at.saturating_sub(margin_ms) {
+        Urgency::DueSoon
+    } else {
+        Urgency::Later
+    }
+}
+
+/// What kassa knows of a case's order, for the evidence it suggests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvidenceFacts {
+    pub order_no: String,
+    pub contact_email: Option<String>,
+    /// Each line's name and units.
+    pub lines: Vec<(String, i64)>,
+    /// The order's total as money, and when it was paid (RFC 3339 date and time).
+    pub total: String,
+    pub paid_at: Option<String>,
+    /// Card keys handed out with the order, and each time the buyer was shown them: when (RFC
+    /// 3339), where (`order_page`, `api`, `lookup_link`, `email`, `admin`) and from which address.
+    pub keys_delivered: i64,
+    pub reveals: Vec<(String, String, Option<String>)>,
+    /// Refunds that went through, as money.
+    pub refunded: Option<String>,
+}
+
+/// Reveals listed at most in the suggested access log.
+pub const REVEALS_SHOWN_MAX: usize = 50;
+
+/// The evidence kassa suggests for a dispute from what it knows (Stripe's field names); the
+/// operator edits it before it is submitted.
+pub fn suggest_evidence(f: &EvidenceFacts) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(email) = &f.contact_email {
+        out.push(("customer_email_address".to_string(), email.clone()));
+    }
+    let goods: Vec<String> = f.lines.iter().map(|(name, units)| format!("{units} × {name}")).collect();
+    if !goods.is_empty() {
+        out.push(("product_description".to_string(), goods.join("; ")));
+    }
+    if let Some(paid_at) = &f.paid_at {
+        out.push(("service_date".to_string(), paid_at.chars().take(10).collect()));
+    }
+    if !f.reveals.is_empty() {
+        let log: Vec<String> = f
+            .reveals
+            .iter()
+            .take(REVEALS_SHOWN_MAX)
+            .map(|(at, channel, addr)| match addr {
+                Some(addr) => format!("{at} keys shown to the buyer ({channel}) from {addr}"),
+                None => format!("{at} keys shown to the buyer ({channel})"),
+            })
+            .collect();
+        out.push(("access_activity_log".to_string(), log.join("\n")));
+    }
+    let mut summary = format!("Order {} for {}", f.order_no, f.total);
+    if let Some(paid_at) = &f.paid_at {
+        summary.push_str(&format!(", paid {paid_at}"));
+    }
+    if f.keys_delivered > 0 {
+        summary.push_str(&format!(
+            "; {} digital key(s) delivered, shown to the buyer {} time(s)",
+            f.keys_delivered,
+            f.reveals.len()
+        ));
+    }
+    if let Some(refunded) = &f.refunded {
+        summary.push_str(&format!("; refunded {refunded}"));
+    }
+    summary.push('.');
+    out.push(("uncategorized_text".to_string(), summary));
+    out
+}
+
+/// The evidence to submit: the suggestion with the operator's fields over it (an empty value
+/// leaves a field out).
+pub fn merge_evidence(suggested: Vec<(String, String)>, edits: &[(String, String)]) -> Vec<(String, String)> {
+    let mut merged: std::collections::BTreeMap<String, String> = suggested.into_iter().collect();
+    for (field, value) in edits {
+        match value.trim().is_empty() {
+            true => merged.remove(field),
+            false => merged.insert(field.clone(), value.clone()),
+        };
+    }
+    merged.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stripe(kind: CaseKind, status: &str, due_by: Option<Millis>) -> CaseReport {
+        CaseReport {
+            provider: "stripe",
+            case_id: "du_1".into(),
+            kind,
+            status: status.into(),
+            reason: None,
+            amount: None,
+            attempt_ref: None,
+            gateway_txn_id: None,
+            opened_at: 0,
+            due_by,
+            as_of: 0,
+            message_id: None,
+            message_kind: "poll".into(),
+            body: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_disputes_state_is_its_status() {
+        let d = decide(&stripe(CaseKind::Dispute, "needs_response", Some(5_000)));
+        assert_eq!(
+            d,
+            Decided { state: CaseState::NeedsResponse, outcome: None, due: Some((DueKind::Evidence, 5_000)) }
+        );
+        assert_eq!(decide(&stripe(CaseKind::Dispute, "needs_response", Some(0))).due, None);
+        assert_eq!(decide(&stripe(CaseKind::Dispute, "warning_under_review", None)).state, CaseState::UnderReview);
+        for (status, outcome) in
+            [("won", "won"), ("lost", "lost"), ("prevented", "prevented"), ("warning_closed", "warning_closed")]
+        {
+            let d = decide(&stripe(CaseKind::Dispute, status, Some(5_000)));
+            assert_eq!((d.state, d.outcome, d.due), (CaseState::Closed, Some(outcome), None), "{status}");
+        }
+        assert_eq!(decide(&stripe(CaseKind::Dispute, "something_new", None)).state, CaseState::NeedsResponse);
+        assert_eq!(decide(&stripe(CaseKind::FraudWarning, WARNING_ACTIONABLE, None)).state, CaseState::NeedsResponse);
+        assert_eq!(
+            decide(&stripe(CaseKind::FraudWarning, WARNING_NOT_ACTIONABLE, None)).outcome,
+            Some(WARNING_NOT_ACTIONABLE)
+        );
+    }
+
+    #[test]
+    fn the_newest_word_wins_in_any_order() {
+        assert!(is_newer(10, CaseState::Closed, 11, CaseState::NeedsResponse));
+        assert!(!is_newer(11, CaseState::NeedsResponse, 10, CaseState::Closed));
+        // One instant: the report that moves the case on wins, whichever came first.
+        assert!(is_newer(10, CaseState::UnderReview, 10, CaseState::Closed));
+        assert!(!is_newer(10, CaseState::Closed, 10, CaseState::UnderReview));
+        assert!(!is_newer(10, CaseState::Closed, 10, CaseState::Closed));
+    }
+
+    #[test]
+    fn evidence_is_suggested_from_the_order_and_edited() {
+        let facts = EvidenceFacts {
+            order_no: "O1".into(),
+            contact_email: Some("a@example.com".into()),
+            lines: vec![("Game key".into(), 2)],
+            total: "88.88 USD".into(),
+            paid_at: Some("2026-01-02T03:04:05Z".into()),
+            keys_delivered: 2,
+            reveals: vec![("2026-01-02T03:05:00Z".into(), "order_page".into(), Some("203.0.113.9".into()))],
+            refunded: None,
+        };
+        let suggested = suggest_evidence(&facts);
+        let get = |name: &str| suggested.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone());
+        assert_eq!(get("customer_email_address").as_deref(), Some("a@example.com"));
+        assert_eq!(get("product_description").as_deref(), Some("2 × Game key"));
+        assert_eq!(get("service_date").as_deref(), Some("2026-01-02"));
+        assert!(get("access_activity_log").unwrap().contains("from 203.0.113.9"));
+        assert!(
+            get("uncategorized_text").unwrap().contains("2 digital key(s) delivered, shown to the buyer 1 time(s)")
+        );
+        let merged = merge_evidence(
+            suggested,
+            &[("customer_email_address".into(), " ".into()), ("customer_name".into(), "A. Buyer".into())],
+        );
+        assert!(!merged.iter().any(|(f, _)| f == "customer_email_address"));
+        assert!(merged.contains(&("customer_name".into(), "A. Buyer".into())));
+    }
+
+    #[test]
+    fn topics_and_urgency() {
+        assert_eq!(topic(CaseKind::Dispute, true, false), "dispute.opened");
+        assert_eq!(topic(CaseKind::FraudWarning, false, true), "dispute.closed");
+        assert_eq!(topic(CaseKind::Complaint, false, false), "complaint.updated");
+        assert_eq!(urgency(100, 10, 50), Urgency::Later);
+        assert_eq!(urgency(100, 50, 50), Urgency::DueSoon);
+        assert_eq!(urgency(100, 100, 50), Urgency::Overdue);
+    }
+}

@@ -1,0 +1,198 @@
+//! The complaints and disputes desk over JSON (admin API): cases, open first by the deadline that
+//! matters next; one case with its messages and state changes; the evidence kassa suggests; the
+//! operator's actions; the backstop poll on demand.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{Admin, ApiJson, AppState, Auth, RouteDoc};
+use crate::error::{Error, Result};
+use crate::store::cases::{self, CASES_PAGE_MAX, CaseDetail, CaseView};
+use crate::usecase::cases as uc;
+
+/// Which cases: open ones only (the default), or closed ones too.
+#[derive(Deserialize, Default, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct CasesQuery {
+    /// `false`: closed cases too, after the open ones.
+    #[serde(default)]
+    open: Option<bool>,
+    /// Cases per page (1-200, default 50).
+    #[serde(default)]
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<i64>,
+}
+
+/// The desk's cases.
+#[derive(Serialize, ToSchema)]
+pub struct CaseList {
+    pub items: Vec<CaseView>,
+}
+
+/// Evidence fields (Stripe's names) and their text.
+#[derive(Serialize, ToSchema)]
+pub struct Evidence {
+    pub evidence: BTreeMap<String, String>,
+}
+
+/// What the operator sends: fields over kassa's suggestion (an empty text leaves one out), and
+/// whether to submit it now (the default) or only stage it.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceBody {
+    #[serde(default)]
+    pub evidence: BTreeMap<String, String>,
+    #[serde(default)]
+    pub submit: Option<bool>,
+}
+
+/// Which provider to poll; every configured one with cases when none is named.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PollBody {
+    #[serde(default)]
+    #[schema(max_length = 16)]
+    pub provider: Option<String>,
+}
+
+/// What each provider's poll found.
+#[derive(Serialize, ToSchema)]
+pub struct PollAnswer {
+    pub polled: Vec<uc::Polled>,
+}
+
+const ACTION_409: &[&str] = &["case_not_a_dispute", "case_closed", "gateway_not_configured"];
+
+pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+    let op = RouteDoc::new;
+    vec![
+        (
+            op(
+                "get",
+                "/api/v1/admin/cases",
+                "Complaints and disputes: open cases first, the nearest deadline first",
+                "admin",
+                Auth::Admin,
+            )
+            .query::<CasesQuery>()
+            .ok::<CaseList>(200, "the cases")
+            .errors(422, &["invalid_query"]),
+            get(list),
+        ),
+        (
+            op(
+                "get",
+                "/api/v1/admin/cases/{id}",
+                "A case with every message the provider sent and each change of its state",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<CaseDetail>(200, "the case")
+            .errors(404, &["not_found"]),
+            get(show),
+        ),
+        (
+            op(
+                "get",
+                "/api/v1/admin/cases/{id}/evidence",
+                "The evidence kassa suggests for a dispute, from its order (contact, goods, keys and their reveals, refunds)",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<Evidence>(200, "the suggested fields")
+            .errors(404, &["not_found"]),
+            get(suggested),
+        ),
+        (
+            op(
+                "post",
+                "/api/v1/admin/cases/{id}/evidence",
+                "Submit a dispute's evidence (kassa's suggestion with the operator's fields over it)",
+                "admin",
+                Auth::Admin,
+            )
+            .body::<EvidenceBody>("the fields to change, and whether to submit")
+            .ok::<CaseDetail>(200, "the case as the provider answered")
+            .errors(404, &["not_found"])
+            .errors(409, ACTION_409)
+            .errors(422, &["invalid_evidence", "case_refused"])
+            .errors(502, &["gateway_unavailable"]),
+            post(submit_evidence),
+        ),
+        (
+            op("post", "/api/v1/admin/cases/{id}/accept", "Accept the loss of a dispute", "admin", Auth::Admin)
+                .ok::<CaseDetail>(200, "the case as the provider answered")
+                .errors(404, &["not_found"])
+                .errors(409, ACTION_409)
+                .errors(422, &["case_refused"])
+                .errors(502, &["gateway_unavailable"]),
+            post(accept),
+        ),
+        (
+            op(
+                "post",
+                "/api/v1/admin/cases/poll",
+                "List the providers' cases now (the daily backstop for lost notifications)",
+                "admin",
+                Auth::Admin,
+            )
+            .body::<PollBody>("the provider, or none for all")
+            .ok::<PollAnswer>(200, "what each poll found")
+            .errors(409, &["gateway_not_configured"])
+            .errors(422, &["cases_unsupported"])
+            .errors(502, &["gateway_unavailable"]),
+            post(poll),
+        ),
+    ]
+}
+
+async fn list(
+    State(state): State<AppState>,
+    _admin: Admin,
+    query: std::result::Result<Query<CasesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response> {
+    let Query(q) = query.map_err(|e| Error::unprocessable("invalid_query", e.body_text()))?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=CASES_PAGE_MAX).contains(&limit) {
+        return Err(Error::unprocessable("invalid_query", format!("limit is 1-{CASES_PAGE_MAX}")));
+    }
+    let items = cases::list(&state.db, q.open.unwrap_or(true), limit).await?;
+    Ok(axum::Json(CaseList { items }).into_response())
+}
+
+async fn show(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
+    Ok(axum::Json(cases::get(&state.db, &id).await?).into_response())
+}
+
+async fn suggested(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
+    let evidence = uc::suggested_evidence(&state.cx, &id).await?.into_iter().collect();
+    Ok(axum::Json(Evidence { evidence }).into_response())
+}
+
+async fn submit_evidence(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<EvidenceBody>,
+) -> Result<Response> {
+    let edits: Vec<(String, String)> = body.evidence.into_iter().collect();
+    Ok(axum::Json(uc::submit_evidence(&state.cx, &id, &edits, body.submit.unwrap_or(true)).await?).into_response())
+}
+
+async fn accept(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
+    Ok(axum::Json(uc::accept(&state.cx, &id).await?).into_response())
+}
+
+async fn poll(State(state): State<AppState>, _admin: Admin, ApiJson(body): ApiJson<PollBody>) -> Result<Response> {
+    let polled = match body.provider {
+        Some(provider) => vec![uc::poll(&state.cx, &provider).await?],
+        None => uc::poll_all(&state.cx).await.into_iter().collect::<Result<Vec<_>>>()?,
+    };
+    Ok(axum::Json(PollAnswer { polled }).into_response())
+}

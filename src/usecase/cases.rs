@@ -1,0 +1,131 @@
+//! The complaints and disputes desk: cases taken in from the providers' notifications and from a
+//! daily backstop poll, and the operator's actions on them (evidence, accepting the loss), each
+//! sent to the provider outside any transaction and its answer recorded as the provider's word.
+
+use super::Context;
+use crate::domain::case::{self, CaseKind, CaseReport, CaseState};
+use crate::error::{Error, Result};
+use crate::gateway::{Gateway, GatewayError};
+use crate::store::cases::{self, CaseDetail, CaseKey, Recorded};
+
+/// How far back the backstop poll lists cases: a Stripe dispute may open up to 120 days after
+/// its payment, and its own course runs for weeks after.
+pub const POLL_WINDOW_MS: i64 = 180 * 86_400_000;
+
+/// A case reported by a provider's notification (verified by its gateway): recorded.
+pub async fn on_notification(cx: &Context, report: &CaseReport) -> Result<Recorded> {
+    let recorded = cases::record(&cx.db, report, cases::FROM_NOTIFICATION, cx.now_ms()).await?;
+    metrics::counter!("kassa_case_messages_total", "provider" => report.provider, "source" => "notification")
+        .increment(1);
+    Ok(recorded)
+}
+
+/// What one backstop poll of a provider found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct Polled {
+    pub provider: String,
+    /// Cases the provider listed.
+    pub listed: usize,
+    /// Of those, the ones kassa did not know (a lost notification) and the ones that moved on.
+    pub opened: usize,
+    pub updated: usize,
+}
+
+/// Lists the provider's cases of the poll window and records each: what a lost notification
+/// missed is found here.
+pub async fn poll(cx: &Context, provider: &str) -> Result<Polled> {
+    let gateway = gateway_of(cx, provider)?;
+    let now = cx.now_ms();
+    let reports = gateway.list_cases(now.saturating_sub(POLL_WINDOW_MS), now).await.map_err(action_error)?;
+    let mut polled = Polled { provider: provider.to_string(), listed: reports.len(), ..Polled::default() };
+    for report in &reports {
+        match cases::record(&cx.db, report, cases::FROM_POLL, now).await? {
+            Recorded::Opened { .. } => polled.opened += 1,
+            Recorded::Updated { .. } => polled.updated += 1,
+            Recorded::Unchanged { .. } => {}
+        }
+    }
+    metrics::counter!("kassa_case_messages_total", "provider" => provider.to_string(), "source" => "poll")
+        .increment(reports.len() as u64);
+    Ok(polled)
+}
+
+/// Polls every configured provider whose adapter lists cases; a provider that cannot be reached
+/// is reported and the others are polled.
+pub async fn poll_all(cx: &Context) -> Vec<Result<Polled>> {
+    let mut out = Vec::new();
+    for name in cx.gateways.names() {
+        match poll(cx, name).await {
+            Err(e) if e.code() == "cases_unsupported" => {}
+            polled => out.push(polled),
+        }
+    }
+    out
+}
+
+fn gateway_of<'a>(cx: &'a Context, provider: &str) -> Result<&'a std::sync::Arc<dyn Gateway>> {
+    cx.gateways
+        .get(provider)
+        .ok_or_else(|| Error::conflict("gateway_not_configured", format!("{provider} is not configured")))
+}
+
+fn action_error(e: GatewayError) -> Error {
+    match e {
+        GatewayError::Invalid { code, message } => Error::unprocessable(code, message),
+        GatewayError::Unavailable(why) => {
+            Error::upstream("gateway_unavailable", format!("the provider could not be reached: {why}"))
+        }
+    }
+}
+
+/// The evidence kassa suggests for a dispute, from its order.
+pub async fn suggested_evidence(cx: &Context, id: &str) -> Result<Vec<(String, String)>> {
+    let key = cases::key_of(&cx.db, id).await?;
+    Ok(match &key.order_no {
+        Some(order_no) => case::suggest_evidence(&cases::evidence_facts(&cx.db, order_no).await?),
+        None => Vec::new(),
+    })
+}
+
+/// A dispute that still takes an answer: open, and a dispute (not a warning, not a complaint).
+fn answerable(key: &CaseKey) -> Result<()> {
+    if key.kind != CaseKind::Dispute {
+        return Err(Error::conflict("case_not_a_dispute", "only a dispute takes evidence or is accepted"));
+    }
+    if key.state == CaseState::Closed {
+        return Err(Error::conflict("case_closed", "the case is closed"));
+    }
+    Ok(())
+}
+
+/// Sends the dispute's evidence — kassa's suggestion with the operator's `edits` over it — and
+/// submits it (or stages it when `submit` is false); records what was sent and the provider's
+/// answer.
+pub async fn submit_evidence(cx: &Context, id: &str, edits: &[(String, String)], submit: bool) -> Result<CaseDetail> {
+    let key = cases::key_of(&cx.db, id).await?;
+    answerable(&key)?;
+    let evidence = case::merge_evidence(suggested_evidence(cx, id).await?, edits);
+    let gateway = gateway_of(cx, &key.provider)?;
+    let answer =
+        gateway.submit_evidence(&key.provider_case_id, &evidence, submit, cx.now_ms()).await.map_err(action_error)?;
+    let sent = serde_json::to_string(&serde_json::json!({
+        "submit": submit,
+        "evidence": evidence.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+    }))
+    .unwrap_or_default();
+    let kind = if submit { "evidence_submitted" } else { "evidence_staged" };
+    cases::record_operator(&cx.db, id, kind, &sent, cx.now_ms()).await?;
+    cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
+    cases::get(&cx.db, id).await
+}
+
+/// Accepts the loss of a dispute at the provider; records it and the provider's answer.
+pub async fn accept(cx: &Context, id: &str) -> Result<CaseDetail> {
+    let key = cases::key_of(&cx.db, id).await?;
+    answerable(&key)?;
+    let gateway = gateway_of(cx, &key.provider)?;
+    let answer = gateway.accept_case(&key.provider_case_id, cx.now_ms()).await.map_err(action_error)?;
+    cases::record_operator(&cx.db, id, "accepted", "{}", cx.now_ms()).await?;
+    cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
+    cases::get(&cx.db, id).await
+}
