@@ -591,6 +591,9 @@ async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
     for (invariant, detail) in super::check_promotions::check(&mut tx, since, &changed("{col}", 1)).await? {
         add(invariant, detail);
     }
+    for (invariant, detail) in super::check_cases::check(&mut tx).await? {
+        add(invariant, detail);
+    }
     if scope == Scope::Full {
         let orphans: Vec<String> = sql::query_scalar(
             "SELECT DISTINCT e.order_no FROM status_events e \

@@ -8,6 +8,7 @@ pub mod cases;
 pub mod catalog;
 pub mod check;
 mod check_buyer;
+mod check_cases;
 mod check_promotions;
 pub mod checkout;
 pub mod dialect;

@@ -197,3 +197,28 @@ async fn deadlines(backend: Backend) {
     assert!(metrics.contains("kassa_cases_open{provider=\"stripe\",state=\"needs_response\"} 1"), "{metrics}");
     w.t.assert_clean().await;
 }
+
+on_both!(kassa_check_finds_a_case_out_of_step, checked);
+
+async fn checked(backend: Backend) {
+    let w = world(backend).await;
+    let (_, attempt_ref) = w.paid("stripe").await;
+    let (other, _) = w.paid("stripe").await;
+    w.stripe.open_dispute(&w.intent_of(&attempt_ref), 8_888, 7 * 86_400);
+    w.stripe.open_dispute("pi_unknown", 100, 7 * 86_400);
+    let (status, _) = w.t.admin_post("/api/v1/admin/cases/poll", json!({"provider": "stripe"})).await;
+    assert_eq!(status, StatusCode::OK);
+    w.t.assert_clean().await;
+    // Behind kassa's back: a case moved without its log, one pointed at another order, the
+    // unknown payment's alert gone.
+    let db = &w.t.app.state.db;
+    let exec = |sql_text: String| async move {
+        kassa::store::sql::query(&sql_text).execute(db.read_pool()).await.unwrap();
+    };
+    exec("UPDATE cases SET state = 'under_review' WHERE order_no IS NULL".into()).await;
+    exec(format!("UPDATE cases SET order_no = '{other}' WHERE order_no IS NOT NULL")).await;
+    exec("DELETE FROM alerts WHERE kind = 'case_unlinked'".into()).await;
+    let mut found: Vec<&str> = w.t.violations().await.into_iter().map(|v| v.invariant).collect();
+    found.sort();
+    assert_eq!(found, vec!["C1", "C2", "C3"]);
+}
