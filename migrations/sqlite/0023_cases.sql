@@ -25,6 +25,9 @@ CREATE TABLE cases (
     due_kind         TEXT,
     -- The provider's time of the word kept: an older one arriving later changes nothing.
     as_of            INTEGER NOT NULL,
+    -- 1: the order's card keys, not yet shown to the buyer when the case opened, are held back
+    -- from the buyer until the case closes or the operator releases them.
+    keys_held        INTEGER NOT NULL DEFAULT 0 CHECK (keys_held = 0 OR keys_held = 1),
     opened_at        INTEGER NOT NULL,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,

@@ -323,6 +323,8 @@ pub(super) async fn order_body(
         line.keys = keys.keys.iter().filter(|(n, _)| *n == line_no).map(|(_, k)| k.clone()).collect();
         let unreadable = keys.unreadable_on(line_no);
         line.keys_unavailable = (unreadable > 0).then_some(unreadable);
+        let held = keys.held_on(line_no);
+        line.keys_held = (held > 0).then_some(held);
     }
     let refunds = refunds::list_for_order(&state.db, order_no).await?;
     Ok(OrderBody { order, refunds })

@@ -137,6 +137,19 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (
             op(
                 "post",
+                "/api/v1/admin/cases/{id}/release-keys",
+                "Show the buyer the order's card keys a case holds back",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<CaseDetail>(200, "the case")
+            .errors(404, &["not_found"])
+            .errors(409, &["keys_not_held"]),
+            post(release_keys),
+        ),
+        (
+            op(
+                "post",
                 "/api/v1/admin/cases/poll",
                 "List the providers' cases now (the daily backstop for lost notifications)",
                 "admin",
@@ -187,6 +200,10 @@ async fn submit_evidence(
 
 async fn accept(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
     Ok(axum::Json(uc::accept(&state.cx, &id).await?).into_response())
+}
+
+async fn release_keys(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
+    Ok(axum::Json(uc::release_keys(&state.cx, &id).await?).into_response())
 }
 
 async fn poll(State(state): State<AppState>, _admin: Admin, ApiJson(body): ApiJson<PollBody>) -> Result<Response> {

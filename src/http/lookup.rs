@@ -199,6 +199,7 @@ struct OpenPage<'a> {
     revealed: bool,
     keys: Vec<String>,
     keys_unavailable: i64,
+    keys_held: i64,
     action: String,
     link_until: String,
     /// The order's e-mail address, masked: where its messages go.
@@ -236,6 +237,7 @@ async fn open_page(State(state): State<AppState>, lang: Lang, Path(token): Path<
             revealed: false,
             keys: Vec::new(),
             keys_unavailable: 0,
+            keys_held: 0,
             action: format!("/lookup/open/{token}"),
             pending: order.status == crate::domain::OrderStatus::PendingPayment,
             attempt_failed: order.attempts.last().is_some_and(|a| {
@@ -275,6 +277,7 @@ async fn reveal_page(
             revealed: true,
             keys: keys.keys.iter().map(|(_, k)| k.clone()).collect(),
             keys_unavailable: keys.unreadable_total(),
+            keys_held: keys.held_total(),
             action: String::new(),
             pending: false,
             attempt_failed: false,

@@ -127,6 +127,15 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
             if let Some(order_no) = order_no {
                 add_shop_message(&mut batch, &case_id, order_no, &case::topic(r.kind, true, false), r, &decided, now);
             }
+            if let Some(order_no) = order_no {
+                // Keys the buyer has not been shown yet are held back until the case is settled.
+                batch.add(
+                    "UPDATE cases SET keys_held = 1 WHERE id = $1 \
+                     AND EXISTS (SELECT 1 FROM card_keys k WHERE k.order_no = $2 AND k.status = 'delivered') \
+                     AND NOT EXISTS (SELECT 1 FROM key_reveals r WHERE r.order_no = $2)",
+                    args![&case_id, order_no],
+                );
+            }
             batch.run(tx).await?;
             let what = format!(
                 "{} {} {} opened ({}){}",
@@ -308,10 +317,13 @@ pub struct CaseView {
     pub opened_at: String,
     pub updated_at: String,
     pub closed_at: Option<String>,
+    /// Whether the order's card keys are held back from the buyer while the case is open (they
+    /// had not been shown when it opened); the operator may release them.
+    pub keys_held: bool,
 }
 
 const CASE_COLUMNS: &str = "id, provider, provider_case_id, kind, order_no, attempt_ref, gateway_txn_id, state, outcome, \
-     provider_status, reason, amount_minor, currency, due_at, due_kind, opened_at, updated_at, closed_at";
+     provider_status, reason, amount_minor, currency, due_at, due_kind, opened_at, updated_at, closed_at, keys_held";
 
 fn case_view(r: &sql::Row) -> Result<CaseView> {
     Ok(CaseView {
@@ -333,6 +345,7 @@ fn case_view(r: &sql::Row) -> Result<CaseView> {
         opened_at: rfc3339(col(r, "opened_at")?),
         updated_at: rfc3339(col(r, "updated_at")?),
         closed_at: col::<Option<i64>>(r, "closed_at")?.map(rfc3339),
+        keys_held: col::<i64>(r, "keys_held")? == 1,
     })
 }
 
@@ -569,5 +582,38 @@ pub async fn alert_poll_failed(db: &Db, why: &str, now: Millis) -> Result<()> {
     let details = format!("the daily poll of complaints and disputes failed: {why}");
     crate::write_tx!(db, |tx| {
         events::raise_alert(tx, "case_poll_failed", Severity::Warning, &day.to_string(), None, &details, now).await
+    })
+}
+
+/// Whether `order_no`'s card keys are held back from the buyer: an open case holds them.
+pub async fn keys_held(db: &Db, order_no: &str) -> Result<bool> {
+    let held: Option<i64> =
+        sql::query_scalar("SELECT 1 FROM cases WHERE order_no = $1 AND keys_held = 1 AND state <> 'closed' LIMIT 1")
+            .bind(order_no)
+            .fetch_optional(db.read_pool())
+            .await?;
+    Ok(held.is_some())
+}
+
+/// The operator releases the keys a case holds back; answers whether it held any.
+pub async fn release_keys(db: &Db, id: &str, now: Millis) -> Result<bool> {
+    let message_id = format!("operator:{}", new_id());
+    crate::write_tx!(db, |tx| {
+        let released = sql::query("UPDATE cases SET keys_held = 0, updated_at = $1 WHERE id = $2 AND keys_held = 1")
+            .bind(now)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        if released == 1 {
+            sql::query(
+                "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) \
+                 VALUES ($1, $2, $3, 'keys_released', '{}', $4)",
+            )
+            .bind_all(args![id, FROM_OPERATOR, &message_id, now])
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(released == 1)
     })
 }

@@ -261,6 +261,9 @@ pub struct OrderKeys {
     pub keys: Vec<(i64, String)>,
     /// (line number, how many) of delivered keys that could not be decrypted.
     pub unreadable: Vec<(i64, i64)>,
+    /// (line number, how many) of delivered keys held back from the buyer while a complaint or
+    /// dispute about the order's payment is open.
+    pub held: Vec<(i64, i64)>,
 }
 
 impl OrderKeys {
@@ -270,6 +273,26 @@ impl OrderKeys {
 
     pub fn unreadable_total(&self) -> i64 {
         self.unreadable.iter().map(|(_, c)| c).sum()
+    }
+
+    pub fn held_on(&self, line_no: i64) -> i64 {
+        self.held.iter().filter(|(n, _)| *n == line_no).map(|(_, c)| c).sum()
+    }
+
+    pub fn held_total(&self) -> i64 {
+        self.held.iter().map(|(_, c)| c).sum()
+    }
+
+    /// The same keys, held back: none shown, each line's count kept.
+    pub fn held_back(self) -> OrderKeys {
+        let mut held: Vec<(i64, i64)> = Vec::new();
+        for (line_no, _) in &self.keys {
+            match held.iter_mut().find(|(n, _)| n == line_no) {
+                Some((_, c)) => *c += 1,
+                None => held.push((*line_no, 1)),
+            }
+        }
+        OrderKeys { keys: Vec::new(), unreadable: self.unreadable, held }
     }
 }
 

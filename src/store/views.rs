@@ -57,6 +57,10 @@ pub struct OrderLineView {
     /// Delivered keys that cannot be read with the server's keys secret.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keys_unavailable: Option<i64>,
+    /// Delivered keys held back from the buyer while a complaint or dispute about the order's
+    /// payment is open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys_held: Option<i64>,
 }
 
 impl AttemptView {
@@ -224,6 +228,7 @@ pub async fn get_order(db: &Db, order_no: &OrderNo, with_events: bool) -> Result
                 discount_minor: col(r, "discount_minor")?,
                 keys: Vec::new(),
                 keys_unavailable: None,
+                keys_held: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;

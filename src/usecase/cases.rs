@@ -129,3 +129,13 @@ pub async fn accept(cx: &Context, id: &str) -> Result<CaseDetail> {
     cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
     cases::get(&cx.db, id).await
 }
+
+/// The operator releases the card keys a case holds back: the buyer sees them again. Answers the
+/// case; 409 `keys_not_held` when it holds none.
+pub async fn release_keys(cx: &Context, id: &str) -> Result<CaseDetail> {
+    cases::key_of(&cx.db, id).await?;
+    if !cases::release_keys(&cx.db, id, cx.now_ms()).await? {
+        return Err(Error::conflict("keys_not_held", "the case holds no keys back"));
+    }
+    cases::get(&cx.db, id).await
+}

@@ -117,6 +117,10 @@ pub async fn reveal_by_link(cx: &Context, token: &str, viewer: &Viewer) -> Resul
     if keys.keys.is_empty() {
         return Ok((opened, keys));
     }
+    if crate::store::cases::keys_held(&cx.db, order_no.as_str()).await? {
+        // Held back while a case is open: the link stays unused.
+        return Ok((opened, keys.held_back()));
+    }
     let shown = i64::try_from(keys.keys.len()).unwrap_or(i64::MAX);
     if !lookup::use_link(&cx.db, &opened.link_id, &order_no, shown, viewer, cx.now_ms()).await? {
         // Another tab used it a moment ago.
@@ -146,9 +150,17 @@ impl Channel {
     }
 }
 
-/// The delivered keys of `order_no`, decrypted, with the reveal logged when there are any.
+/// The delivered keys of `order_no`, decrypted, with the reveal logged when there are any; held
+/// back from everyone but the operator while a case about the order's payment holds them.
 pub async fn reveal_keys(cx: &Context, order_no: &OrderNo, channel: Channel, viewer: &Viewer) -> Result<OrderKeys> {
     let keys = fulfilment::order_keys(&cx.db, cx.vault.as_deref(), order_no, cx.now_ms()).await?;
+    if !keys.keys.is_empty()
+        && channel != Channel::Admin
+        && crate::store::cases::keys_held(&cx.db, order_no.as_str()).await?
+    {
+        // Held back from the buyer while a complaint or dispute is open; the operator sees them.
+        return Ok(keys.held_back());
+    }
     if !keys.keys.is_empty() {
         let shown = i64::try_from(keys.keys.len()).unwrap_or(i64::MAX);
         lookup::record_reveal(&cx.db, order_no, channel.as_str(), shown, viewer, cx.now_ms()).await?;

@@ -214,7 +214,10 @@ pub async fn compose(cx: &Context, m: &Mail) -> Result<Composed> {
         .collect();
     let keys = match (kind, cx.mail.as_ref().is_some_and(|p| p.keys_inline)) {
         (MailKind::Delivered, true) => {
-            let keys = fulfilment::order_keys(&cx.db, cx.vault.as_deref(), &order_no, now).await?;
+            let mut keys = fulfilment::order_keys(&cx.db, cx.vault.as_deref(), &order_no, now).await?;
+            if !keys.keys.is_empty() && crate::store::cases::keys_held(&cx.db, order_no.as_str()).await? {
+                keys = keys.held_back();
+            }
             let shown: Vec<String> = keys.keys.into_iter().map(|(_, k)| k).collect();
             if !shown.is_empty() {
                 let viewer = Viewer {

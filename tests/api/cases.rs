@@ -222,3 +222,69 @@ async fn checked(backend: Backend) {
     found.sort();
     assert_eq!(found, vec!["C1", "C2", "C3"]);
 }
+
+on_both!(keys_not_yet_shown_are_held_back_while_a_dispute_is_open, held_keys);
+
+async fn held_keys(backend: Backend) {
+    let w = world(backend).await;
+    let body = json!({"sku": "GAME", "name": "Game key", "price_minor": 500, "currency": "CNY", "kind": "digital"});
+    assert_eq!(w.t.admin_post("/api/v1/admin/skus", body).await.0, StatusCode::CREATED);
+    let keys = json!({"keys": ["KEY-AAAA-1111", "KEY-BBBB-2222"]});
+    assert_eq!(w.t.admin_post("/api/v1/admin/skus/GAME/keys", keys).await.0, StatusCode::OK);
+    // Two orders of a key: the buyer of the first has seen theirs, the second's has not.
+    let mut orders = Vec::new();
+    for _ in 0..2 {
+        let buyer = w.t.buyer().await;
+        let basket = w.t.basket(&buyer, &[("GAME", 1)]).await;
+        let (status, placed) = w.t.checkout_with(&buyer, &basket, &json!({"gateway": "stripe"})).await;
+        assert_eq!(status, StatusCode::CREATED, "{placed}");
+        let attempt_ref = s(&placed["attempt_ref"]);
+        assert!(w.stripe.pay(&attempt_ref, true).await.is_some_and(|(status, _)| status == 200));
+        orders.push((buyer, s(&placed["order_no"]), attempt_ref));
+    }
+    let own = |buyer: String, order_no: String| {
+        let t = &w.t;
+        async move {
+            let r = t.http.get(t.url(&format!("/api/v1/orders/{order_no}"))).bearer_auth(&buyer).send().await.unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let seen = own(orders[0].0.clone(), orders[0].1.clone()).await;
+    assert_eq!(seen["lines"][0]["keys"].as_array().map(Vec::len), Some(1), "{seen}");
+    let mut case_ids = Vec::new();
+    for (_, _, attempt_ref) in &orders {
+        let dispute = w.stripe.open_dispute(&w.intent_of(attempt_ref), 500, 7 * 86_400);
+        let event = FakeStripe::case_event("charge.dispute.created", &dispute, dispute["created"].as_i64().unwrap());
+        assert_eq!(w.stripe.send_event(&event).await.0, 200);
+        let id = w.cases("").await.into_iter().find(|c| c["provider_case_id"] == dispute["id"]).unwrap()["id"].clone();
+        case_ids.push(s(&id));
+    }
+    let first = w.t.admin_get(&format!("/api/v1/admin/cases/{}", case_ids[0])).await;
+    assert_eq!(first["keys_held"], false, "shown already: nothing to hold");
+    let second = w.t.admin_get(&format!("/api/v1/admin/cases/{}", case_ids[1])).await;
+    assert_eq!(second["keys_held"], true);
+    // The second buyer's key is held back (the operator still sees it); no reveal is logged.
+    let held = own(orders[1].0.clone(), orders[1].1.clone()).await;
+    assert!(held["lines"][0].get("keys").is_none() && held["lines"][0]["keys_held"] == 1, "{held}");
+    let admin = w.t.order(&orders[1].1).await;
+    assert_eq!(admin["lines"][0]["keys"].as_array().map(Vec::len), Some(1), "{admin}");
+    let reveals = format!(
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM key_reveals WHERE order_no = '{}' AND channel = 'api'",
+        orders[1].1
+    );
+    assert_eq!(w.t.count(&reveals).await, 0);
+    let url = w.t.url(&format!("/checkout/return/{}", orders[1].2));
+    let cookie = format!("kassa_session={}", orders[1].0);
+    let page = w.t.http.get(url).header("cookie", cookie).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("id=\"keys-held\"") && !page.contains("KEY-"), "{page}");
+    // Released by the operator: the buyer sees it, and the reveal is logged.
+    let (status, released) =
+        w.t.admin_post(&format!("/api/v1/admin/cases/{}/release-keys", case_ids[1]), json!({})).await;
+    assert_eq!((status, &released["keys_held"]), (StatusCode::OK, &json!(false)), "{released}");
+    let (status, again) = w.t.admin_post(&format!("/api/v1/admin/cases/{}/release-keys", case_ids[1]), json!({})).await;
+    assert_eq!((status, s(&again["error"]["code"])), (StatusCode::CONFLICT, "keys_not_held".into()));
+    let shown = own(orders[1].0.clone(), orders[1].1.clone()).await;
+    assert_eq!(shown["lines"][0]["keys"].as_array().map(Vec::len), Some(1), "{shown}");
+    assert_eq!(w.t.count(&reveals).await, 1);
+    w.t.assert_clean().await;
+}
