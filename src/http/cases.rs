@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::{Admin, ApiJson, AppState, Auth, RouteDoc};
 use crate::error::{Error, Result};
 use crate::store::cases::{self, CASES_PAGE_MAX, CaseDetail, CaseView};
+use crate::store::refunds::RefundView;
 use crate::usecase::cases as uc;
 
 /// Which cases: open ones only (the default), or closed ones too.
@@ -59,6 +60,14 @@ pub struct PollBody {
     #[serde(default)]
     #[schema(max_length = 16)]
     pub provider: Option<String>,
+}
+
+/// A case's refund: how much of the order's captured amount, in minor units.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaseRefundBody {
+    #[schema(minimum = 1)]
+    pub amount_minor: i64,
 }
 
 /// What each provider's poll found.
@@ -137,6 +146,22 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (
             op(
                 "post",
+                "/api/v1/admin/cases/{id}/refund",
+                "Refund the case's order through kassa's refund engine (one refund per case and amount)",
+                "admin",
+                Auth::Admin,
+            )
+            .body::<CaseRefundBody>("the amount")
+            .ok::<RefundView>(201, "the refund, made now")
+            .ok::<RefundView>(200, "the same refund, asked for again")
+            .errors(404, &["not_found"])
+            .errors(409, &["case_unlinked", "refund_exceeds_captured", "not_refundable", "refund_window_closed"])
+            .errors(422, &["invalid_amount", "invalid_refund_no", "invalid_reason"]),
+            post(refund),
+        ),
+        (
+            op(
+                "post",
                 "/api/v1/admin/cases/{id}/release-keys",
                 "Show the buyer the order's card keys a case holds back",
                 "admin",
@@ -200,6 +225,17 @@ async fn submit_evidence(
 
 async fn accept(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
     Ok(axum::Json(uc::accept(&state.cx, &id).await?).into_response())
+}
+
+async fn refund(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<CaseRefundBody>,
+) -> Result<Response> {
+    let (refund, created) = uc::refund(&state.cx, &id, body.amount_minor).await?;
+    let status = if created { axum::http::StatusCode::CREATED } else { axum::http::StatusCode::OK };
+    Ok((status, axum::Json(refund)).into_response())
 }
 
 async fn release_keys(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {

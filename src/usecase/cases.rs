@@ -4,9 +4,11 @@
 
 use super::Context;
 use crate::domain::case::{self, CaseKind, CaseReport, CaseState};
+use crate::domain::ids::{OrderNo, RefundNo};
 use crate::error::{Error, Result};
 use crate::gateway::{Gateway, GatewayError};
 use crate::store::cases::{self, CaseDetail, CaseKey, Recorded};
+use crate::store::refunds::RefundView;
 
 /// How far back the backstop poll lists cases: a Stripe dispute may open up to 120 days after
 /// its payment, and its own course runs for weeks after.
@@ -138,4 +140,29 @@ pub async fn release_keys(cx: &Context, id: &str) -> Result<CaseDetail> {
         return Err(Error::conflict("keys_not_held", "the case holds no keys back"));
     }
     cases::get(&cx.db, id).await
+}
+
+/// The refund number of a case's refund of `amount_minor`: one per case and amount, so that asking
+/// again (a double click, a retry) answers the same refund.
+pub fn case_refund_no(case_id: &str, amount_minor: i64) -> String {
+    format!("case-{case_id}-{amount_minor}")
+}
+
+/// Refunds `amount_minor` of the case's order through kassa's refund engine (never more than was
+/// captured; the refund worker sends what could not go at once), and keeps the operator's action
+/// with the case. Answers the refund and whether this call made it.
+pub async fn refund(cx: &Context, id: &str, amount_minor: i64) -> Result<(RefundView, bool)> {
+    let key = cases::key_of(&cx.db, id).await?;
+    let Some(order_no) = &key.order_no else {
+        return Err(Error::conflict("case_unlinked", "the case names no payment kassa knows"));
+    };
+    let refund_no = RefundNo::parse(&case_refund_no(&key.id, amount_minor))?;
+    let reason = format!("{} {} {}", key.provider, key.kind.as_str(), key.provider_case_id);
+    let (refund, created) =
+        super::refund::request(cx, &OrderNo::stored(order_no.clone()), &refund_no, amount_minor, &reason).await?;
+    if created {
+        let body = serde_json::json!({"refund_no": refund.refund_no, "amount_minor": amount_minor}).to_string();
+        cases::record_operator(&cx.db, id, "refund_requested", &body, cx.now_ms()).await?;
+    }
+    Ok((refund, created))
 }

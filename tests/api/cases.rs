@@ -288,3 +288,52 @@ async fn held_keys(backend: Backend) {
     assert_eq!(w.t.count(&reveals).await, 1);
     w.t.assert_clean().await;
 }
+
+on_both!(a_fraud_warning_is_answered_by_one_refund_per_amount_never_past_the_capture, refunded);
+
+async fn refunded(backend: Backend) {
+    let w = world(backend).await;
+    let (order_no, attempt_ref) = w.paid("stripe").await;
+    let warning = w.stripe.add_warning(&w.intent_of(&attempt_ref), true);
+    let event =
+        FakeStripe::case_event("radar.early_fraud_warning.created", &warning, warning["created"].as_i64().unwrap());
+    assert_eq!(w.stripe.send_event(&event).await.0, 200);
+    let case = w.cases("").await.into_iter().next().expect("the warning");
+    assert_eq!((s(&case["kind"]), s(&case["reason"])), ("fraud_warning".into(), "made_with_stolen_card".into()));
+    let id = s(&case["id"]);
+    let refund = |amount: i64| {
+        let t = &w.t;
+        let path = format!("/api/v1/admin/cases/{id}/refund");
+        async move { t.admin_post(&path, json!({"amount_minor": amount})).await }
+    };
+    let (status, made) = refund(5_000).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(s(&made["refund_no"]), format!("case-{id}-5000"));
+    // Asked again (a double click): the same refund, not a second one.
+    let (status, again) = refund(5_000).await;
+    assert_eq!((status, &again["refund_no"]), (StatusCode::OK, &made["refund_no"]));
+    // Past what was captured (5,000 + 4,000 > 8,888): refused by the refund engine.
+    let (status, over) = refund(4_000).await;
+    assert_eq!((status, s(&over["error"]["code"])), (StatusCode::CONFLICT, "refund_exceeds_captured".into()), "{over}");
+    let (status, rest) = refund(3_888).await;
+    assert_eq!(status, StatusCode::CREATED, "{rest}");
+    w.t.app.refunder.step().await.unwrap();
+    assert_eq!(w.t.status(&order_no).await, "refunded");
+    let detail = w.t.admin_get(&format!("/api/v1/admin/cases/{id}")).await;
+    let actions: Vec<String> = detail["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["source"] == "operator")
+        .map(|m| s(&m["kind"]))
+        .collect();
+    assert_eq!(actions, vec!["refund_requested", "refund_requested"]);
+    // An unlinked case has no order to refund.
+    w.stripe.open_dispute("pi_unknown", 100, 86_400);
+    w.t.admin_post("/api/v1/admin/cases/poll", json!({"provider": "stripe"})).await;
+    let unknown = w.cases("").await.into_iter().find(|c| c["order_no"].is_null()).unwrap();
+    let (status, body) =
+        w.t.admin_post(&format!("/api/v1/admin/cases/{}/refund", s(&unknown["id"])), json!({"amount_minor": 1})).await;
+    assert_eq!((status, s(&body["error"]["code"])), (StatusCode::CONFLICT, "case_unlinked".into()));
+    w.t.assert_clean().await;
+}
