@@ -416,7 +416,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             .answer(400, "invalid_signature / malformed_body / merchant_mismatch", Content::Other("application/json"))
             .answer(404, "unknown gateway", Content::Other("application/json"))
             .errors(429, &["rate_limited"]),
-            post(notify),
+            post(super::notify::notify),
         ),
     ]
 }

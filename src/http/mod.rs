@@ -15,6 +15,7 @@ pub mod guard;
 pub mod i18n;
 pub mod lookup;
 pub mod negotiate;
+pub mod notify;
 pub mod openapi;
 pub mod order_pages;
 pub mod pages;
