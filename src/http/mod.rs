@@ -2,6 +2,7 @@
 //! Routes are declared once in [`routes`], which feeds both the router and `/openapi.json`.
 
 pub mod admin;
+pub mod admin_cases;
 pub mod admin_catalog;
 pub mod admin_mail;
 pub mod admin_promotions;
@@ -427,6 +428,7 @@ pub fn routes(with_sandbox: bool) -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     all.extend(lookup::routes());
     all.extend(admin::routes());
     all.extend(admin_catalog::routes());
+    all.extend(admin_cases::routes());
     all.extend(admin_mail::routes());
     all.extend(admin_promotions::routes());
     all.extend(statements::routes());

@@ -6,6 +6,7 @@ mod common;
 
 mod abuse;
 mod browser;
+mod case_pages;
 mod cases;
 mod checkout;
 mod contract;
