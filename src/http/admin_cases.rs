@@ -58,6 +58,22 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             form("/admin/cases/{id}/accept", "Admin console: accept the loss of a dispute", "to the case's page"),
             post(accept_form),
         ),
+        (
+            form(
+                "/admin/cases/{id}/refund",
+                "Admin console: refund the case's order (major units of its currency), one refund per amount",
+                "to the case's page",
+            ),
+            post(refund_form),
+        ),
+        (
+            form(
+                "/admin/cases/{id}/release-keys",
+                "Admin console: show the buyer the card keys the case holds back",
+                "to the case's page",
+            ),
+            post(release_form),
+        ),
     ]
 }
 
@@ -230,6 +246,8 @@ async fn case_page(
         Some("submitted") => t.t("admin.cases.done_submitted").to_string(),
         Some("saved") => t.t("admin.cases.done_saved").to_string(),
         Some("accepted") => t.t("admin.cases.done_accepted").to_string(),
+        Some("refunded") => t.t("admin.cases.done_refunded").to_string(),
+        Some("released") => t.t("admin.cases.done_released").to_string(),
         _ => String::new(),
     };
     let error = query.get("error").cloned().unwrap_or_default();
@@ -297,6 +315,36 @@ async fn accept_form(
         _ => Err(Error::invalid("unconfirmed", "tick the box to confirm accepting the loss")),
     };
     back(&id, outcome.map(|_| "accepted"))
+}
+
+async fn refund_form(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    let outcome = async {
+        let detail = cases::get(&state.db, &id).await?;
+        let currency = crate::domain::Currency::parse(detail.case.currency.as_deref().unwrap_or("CNY"))?;
+        let text = form.get("amount").map(|a| a.trim()).unwrap_or_default();
+        let amount = crate::domain::Money::parse_decimal(text, currency).ok_or_else(|| {
+            Error::unprocessable("invalid_amount", format!("the amount is in {currency}, such as 12.34"))
+        })?;
+        uc::refund(&state.cx, &id, amount.amount_minor()).await
+    }
+    .await;
+    back(&id, outcome.map(|_| "refunded"))
+}
+
+async fn release_form(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    back(&id, uc::release_keys(&state.cx, &id).await.map(|_| "released"))
 }
 
 #[cfg(test)]

@@ -172,3 +172,50 @@ async fn console_desk(backend: Backend) {
     assert_eq!(status, StatusCode::FORBIDDEN);
     w.t.assert_clean().await;
 }
+
+on_both!(the_console_refunds_a_case_and_releases_the_keys_it_holds, console_refund_release);
+
+async fn console_refund_release(backend: Backend) {
+    let w = Shop::start(backend, Opts { manual_clock: true, ..Default::default() }, 50).await;
+    let body = json!({"sku": "GAME", "name": "Game key", "price_minor": 500, "currency": "CNY", "kind": "digital"});
+    assert_eq!(w.t.admin_post("/api/v1/admin/skus", body).await.0, StatusCode::CREATED);
+    assert_eq!(w.t.admin_post("/api/v1/admin/skus/GAME/keys", json!({"keys": ["KEY-1"]})).await.0, StatusCode::OK);
+    let buyer = w.t.buyer().await;
+    let basket = w.t.basket(&buyer, &[("GAME", 1)]).await;
+    let (status, placed) = w.t.checkout_with(&buyer, &basket, &json!({"gateway": "stripe"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    let (order_no, attempt_ref) = (s(&placed["order_no"]), s(&placed["attempt_ref"]));
+    assert!(w.stripe.pay(&attempt_ref, true).await.is_some_and(|(status, _)| status == 200));
+    let (id, _) = dispute(&w, &attempt_ref, 7 * 86_400, "keys").await;
+    let (http, cookie, csrf) = crate::pages::console(&w.t).await;
+    let c = Console { http, cookie, csrf };
+    let page = c.page(&w, &format!("/admin/cases/{id}?lang=en")).await;
+    assert!(page.contains("id=\"refund-form\"") && page.contains("id=\"release-keys\""), "{page}");
+
+    // A refund typed as money: 2.00 CNY under the case's refund number; the amount refused when
+    // it is not money of the order's currency.
+    let path = format!("/admin/cases/{id}/refund");
+    let (status, location) = c.post(&w, &path, &[("amount", "2.00")], true).await;
+    assert_eq!((status, location), (StatusCode::SEE_OTHER, format!("/admin/cases/{id}?done=refunded")));
+    let order = w.t.order(&order_no).await;
+    let refunds: Vec<(String, i64)> = order["refunds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (s(&r["refund_no"]), r["amount_minor"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(refunds, vec![(format!("case-{id}-200"), 200)]);
+    let (_, location) = c.post(&w, &path, &[("amount", "two")], true).await;
+    assert!(location.starts_with(&format!("/admin/cases/{id}?error=")), "{location}");
+    let (status, _) = c.post(&w, &path, &[("amount", "1.00")], false).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // The keys the case holds back, shown to the buyer again.
+    let path = format!("/admin/cases/{id}/release-keys");
+    let (status, location) = c.post(&w, &path, &[], true).await;
+    assert_eq!((status, location), (StatusCode::SEE_OTHER, format!("/admin/cases/{id}?done=released")));
+    assert_eq!(w.t.admin_get(&format!("/api/v1/admin/cases/{id}")).await["keys_held"], false);
+    let page = c.page(&w, &format!("/admin/cases/{id}?done=released&lang=en")).await;
+    assert!(!page.contains("id=\"release-keys\"") && page.contains("The keys are shown to the buyer again."), "{page}");
+    w.t.assert_clean().await;
+}
