@@ -156,11 +156,28 @@ pub fn decide(report: &CaseReport) -> Decided {
     }
 }
 
+/// How far the provider's clock (an event's `created`) may run ahead of kassa's: a copy kassa
+/// fetched at its `now` still counts as newer than an event stamped up to this much later.
+pub const FETCH_SKEW_MS: Millis = 300_000;
+
+impl CaseReport {
+    /// A copy kassa fetched (a list, an action's answer) rather than a message the provider
+    /// sent: it has no message id, and it is the provider's word as of the fetch.
+    pub fn is_fetched(&self) -> bool {
+        self.message_id.is_none()
+    }
+}
+
 /// Whether a report is newer than the word the case keeps (`as_of`, and the state it gave):
-/// a newer one wins; one of the same instant wins only by moving the case on (closed over under
-/// review over needs response), so that two events of one second settle alike in any order.
-pub fn is_newer(kept_as_of: Millis, kept: CaseState, report_as_of: Millis, reported: CaseState) -> bool {
-    report_as_of > kept_as_of || (report_as_of == kept_as_of && reported > kept)
+/// a message newer than it wins; one of the same instant wins only by moving the case on (closed
+/// over under review over needs response), so that two events of one second settle alike in any
+/// order. A fetched copy is the provider's present word: it wins over any message stamped before
+/// the fetch, allowing for the two clocks' skew ([`FETCH_SKEW_MS`]).
+pub fn is_newer(kept_as_of: Millis, kept: CaseState, report: &CaseReport, reported: CaseState) -> bool {
+    match report.is_fetched() {
+        true => report.as_of.saturating_add(FETCH_SKEW_MS) >= kept_as_of,
+        false => report.as_of > kept_as_of || (report.as_of == kept_as_of && reported > kept),
+    }
 }
 
 /// The outbox topic of a case's change: `…opened` for a new case, `…closed` when it closes,
@@ -322,12 +339,18 @@ mod tests {
 
     #[test]
     fn the_newest_word_wins_in_any_order() {
-        assert!(is_newer(10, CaseState::Closed, 11, CaseState::NeedsResponse));
-        assert!(!is_newer(11, CaseState::NeedsResponse, 10, CaseState::Closed));
+        let sent =
+            |as_of| CaseReport { as_of, message_id: Some("evt_1".into()), ..stripe(CaseKind::Dispute, "won", None) };
+        assert!(is_newer(10, CaseState::Closed, &sent(11), CaseState::NeedsResponse));
+        assert!(!is_newer(11, CaseState::NeedsResponse, &sent(10), CaseState::Closed));
         // One instant: the report that moves the case on wins, whichever came first.
-        assert!(is_newer(10, CaseState::UnderReview, 10, CaseState::Closed));
-        assert!(!is_newer(10, CaseState::Closed, 10, CaseState::UnderReview));
-        assert!(!is_newer(10, CaseState::Closed, 10, CaseState::Closed));
+        assert!(is_newer(10, CaseState::UnderReview, &sent(10), CaseState::Closed));
+        assert!(!is_newer(10, CaseState::Closed, &sent(10), CaseState::UnderReview));
+        assert!(!is_newer(10, CaseState::Closed, &sent(10), CaseState::Closed));
+        // A fetched copy wins over events stamped before it, the provider's clock a little ahead.
+        let fetched = |as_of| CaseReport { as_of, ..stripe(CaseKind::Dispute, "under_review", None) };
+        assert!(is_newer(1_000_000, CaseState::Closed, &fetched(1_000_000 - FETCH_SKEW_MS), CaseState::UnderReview));
+        assert!(!is_newer(1_000_001, CaseState::Closed, &fetched(1_000_000 - FETCH_SKEW_MS), CaseState::UnderReview));
     }
 
     #[test]

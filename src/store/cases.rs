@@ -172,7 +172,7 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
         .bind_all(args![&case_id, source, message_id(r), &r.message_kind, &r.body, now])
         .execute(&mut **tx)
         .await?;
-        if new_message.rows_affected() == 0 || !case::is_newer(col(&row, "as_of")?, kept, r.as_of, decided.state) {
+        if new_message.rows_affected() == 0 || !case::is_newer(col(&row, "as_of")?, kept, r, decided.state) {
             return Ok(Recorded::Unchanged { case_id });
         }
         // Linked now if it was not (a poll names what a notification did not).
@@ -181,7 +181,7 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
         sql::query(
             "UPDATE cases SET state = $1, outcome = $2, provider_status = $3, reason = COALESCE($4, reason), \
              amount_minor = COALESCE($5, amount_minor), currency = COALESCE($6, currency), due_at = $7, due_kind = $8, \
-             as_of = $9, updated_at = $10, closed_at = $11, order_no = COALESCE(order_no, $12), \
+             as_of = CASE WHEN as_of > $9 THEN as_of ELSE $9 END, updated_at = $10, closed_at = $11, order_no = COALESCE(order_no, $12), \
              attempt_ref = COALESCE(attempt_ref, $13) WHERE id = $14",
         )
         .bind_all(args![
