@@ -52,6 +52,14 @@ pub struct EvidenceBody {
     pub submit: Option<bool>,
 }
 
+/// The operator's reply to a complaint (WeChat Pay takes 1-200 characters).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyBody {
+    #[schema(min_length = 1, max_length = 200)]
+    pub text: String,
+}
+
 /// Which provider to poll; every configured one with cases when none is named.
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -68,6 +76,7 @@ pub struct PollAnswer {
 }
 
 const ACTION_409: &[&str] = &["case_not_a_dispute", "case_closed", "gateway_not_configured"];
+const COMPLAINT_409: &[&str] = &["case_not_a_complaint", "case_closed", "gateway_not_configured"];
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let op = RouteDoc::new;
@@ -135,6 +144,31 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             post(accept),
         ),
         (
+            op("post", "/api/v1/admin/cases/{id}/reply", "Reply to a complaint (WeChat Pay)", "admin", Auth::Admin)
+                .body::<ReplyBody>("the reply's text")
+                .ok::<CaseDetail>(200, "the case as the provider answered")
+                .errors(404, &["not_found"])
+                .errors(409, COMPLAINT_409)
+                .errors(422, &["invalid_reply", "gateway_refused", "case_refused"])
+                .errors(502, &["gateway_unavailable"]),
+            post(reply),
+        ),
+        (
+            op(
+                "post",
+                "/api/v1/admin/cases/{id}/complete",
+                "Tell the provider a complaint is dealt with (WeChat Pay)",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<CaseDetail>(200, "the case as the provider answered")
+            .errors(404, &["not_found"])
+            .errors(409, COMPLAINT_409)
+            .errors(422, &["gateway_refused", "case_refused"])
+            .errors(502, &["gateway_unavailable"]),
+            post(complete),
+        ),
+        (
             op(
                 "post",
                 "/api/v1/admin/cases/poll",
@@ -187,6 +221,19 @@ async fn submit_evidence(
 
 async fn accept(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
     Ok(axum::Json(uc::accept(&state.cx, &id).await?).into_response())
+}
+
+async fn reply(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ReplyBody>,
+) -> Result<Response> {
+    Ok(axum::Json(uc::reply(&state.cx, &id, &body.text).await?).into_response())
+}
+
+async fn complete(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
+    Ok(axum::Json(uc::complete(&state.cx, &id).await?).into_response())
 }
 
 async fn poll(State(state): State<AppState>, _admin: Admin, ApiJson(body): ApiJson<PollBody>) -> Result<Response> {

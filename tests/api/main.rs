@@ -8,6 +8,7 @@ mod abuse;
 mod browser;
 mod cases;
 mod checkout;
+mod complaints;
 mod contract;
 mod crash;
 mod docs;
