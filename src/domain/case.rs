@@ -152,6 +152,21 @@ pub fn decide(report: &CaseReport) -> Decided {
             // A status Stripe adds later: the operator looks.
             _ => open(CaseState::NeedsResponse),
         },
+        ("wechatpay", CaseKind::Complaint) => match report.status.as_str() {
+            "PENDING" => Decided {
+                state: CaseState::NeedsResponse,
+                outcome: None,
+                due: Some((DueKind::FirstReply, report.opened_at.saturating_add(FIRST_REPLY_MS))),
+            },
+            "PROCESSING" => Decided {
+                state: CaseState::NeedsResponse,
+                outcome: None,
+                due: Some((DueKind::Resolution, report.opened_at.saturating_add(RESOLUTION_MS))),
+            },
+            "PROCESSED" => closed(OUTCOME_RESOLVED),
+            // A state WeChat adds later: the operator looks.
+            _ => open(CaseState::NeedsResponse),
+        },
         _ => open(CaseState::NeedsResponse),
     }
 }
@@ -166,6 +181,26 @@ impl CaseReport {
     pub fn is_fetched(&self) -> bool {
         self.message_id.is_none()
     }
+}
+
+/// WeChat Pay: a complaint is first answered within 24 hours of being made …
+pub const FIRST_REPLY_MS: Millis = 24 * 3_600_000;
+/// … and resolved within 72.
+pub const RESOLUTION_MS: Millis = 72 * 3_600_000;
+/// How a complaint the provider marks processed ends.
+pub const OUTCOME_RESOLVED: &str = "resolved";
+/// The longest reply WeChat Pay takes to a complaint, in characters.
+pub const REPLY_CHARS_MAX: usize = 200;
+
+/// Whether an operator's reply to a complaint can be sent: 1-200 characters, not blank.
+pub fn reply_fits(text: &str) -> bool {
+    !text.trim().is_empty() && text.chars().count() <= REPLY_CHARS_MAX
+}
+
+/// Whether a report only announces that a case changed (a WeChat complaint notification names the
+/// complaint, not its state): the case is to be fetched.
+pub fn is_notice(report: &CaseReport) -> bool {
+    report.status.is_empty()
 }
 
 /// Whether a report is newer than the word the case keeps (`as_of`, and the state it gave):
@@ -335,6 +370,32 @@ mod tests {
             decide(&stripe(CaseKind::FraudWarning, WARNING_NOT_ACTIONABLE, None)).outcome,
             Some(WARNING_NOT_ACTIONABLE)
         );
+    }
+
+    #[test]
+    fn a_complaints_state_and_deadline_follow_wechat() {
+        let mut r = stripe(CaseKind::Complaint, "PENDING", None);
+        r.provider = "wechatpay";
+        r.opened_at = 1_000;
+        assert_eq!(
+            decide(&r),
+            Decided {
+                state: CaseState::NeedsResponse,
+                outcome: None,
+                due: Some((DueKind::FirstReply, 1_000 + 86_400_000))
+            }
+        );
+        r.status = "PROCESSING".into();
+        assert_eq!(decide(&r).due, Some((DueKind::Resolution, 1_000 + 3 * 86_400_000)));
+        assert_eq!(decide(&r).state, CaseState::NeedsResponse);
+        r.status = "PROCESSED".into();
+        assert_eq!(decide(&r), Decided { state: CaseState::Closed, outcome: Some("resolved"), due: None });
+        r.status = "SOMETHING_NEW".into();
+        assert_eq!(decide(&r), Decided { state: CaseState::NeedsResponse, outcome: None, due: None });
+        r.status = String::new();
+        assert!(is_notice(&r));
+        assert!(reply_fits("已为您退款") && reply_fits(&"字".repeat(200)));
+        assert!(!reply_fits("  ") && !reply_fits(&"字".repeat(201)));
     }
 
     #[test]

@@ -10,11 +10,14 @@ pub mod sandbox;
 pub mod stripe;
 pub mod stripe_cases;
 pub mod timed;
+pub mod wechat_complaints;
+pub mod wechat_config;
 pub mod wechat_keys;
 pub mod wechat_shipping;
 pub mod wechat_sign;
 pub mod wechat_subscribe;
 pub mod wechat_subscribe_config;
+pub mod wechat_wire;
 pub mod wechatpay;
 
 use std::collections::{BTreeMap, HashMap};
@@ -269,6 +272,31 @@ pub trait Gateway: Send + Sync {
         let _ = (since, now);
         Box::pin(async {
             Err(GatewayError::invalid("cases_unsupported", "this gateway has no complaints or disputes"))
+        })
+    }
+    /// The provider's case `case_id` as it stands at `now` (a WeChat Pay complaint, whose
+    /// notification names it only).
+    fn fetch_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let _ = (case_id, now);
+        Box::pin(async {
+            Err(GatewayError::invalid("cases_unsupported", "this gateway has no complaints or disputes"))
+        })
+    }
+    /// Sends the operator's reply `text` to the complaint `case_id`; the case as it stands after.
+    fn reply_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        text: &'a str,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let _ = (case_id, text, now);
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway takes no complaint reply")) })
+    }
+    /// Tells the provider the complaint `case_id` is dealt with; the case as it stands after.
+    fn complete_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let _ = (case_id, now);
+        Box::pin(async {
+            Err(GatewayError::invalid("action_unsupported", "this gateway has no complaint to complete"))
         })
     }
     /// Submits `evidence` (field, text) for the provider's case `case_id`, or stages it when

@@ -119,4 +119,18 @@ impl Gateway for Timed {
     fn accept_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         timed(self.name(), "accept_case", self.0.accept_case(case_id, now))
     }
+    fn fetch_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        timed(self.name(), "fetch_case", self.0.fetch_case(case_id, now))
+    }
+    fn reply_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        text: &'a str,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        timed(self.name(), "reply_case", self.0.reply_case(case_id, text, now))
+    }
+    fn complete_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        timed(self.name(), "complete_case", self.0.complete_case(case_id, now))
+    }
 }

@@ -1,30 +1,30 @@
 //! WeChat Pay API v3 (docs/gateways/wechatpay.md): JSAPI prepay plus the signed `wx.requestPayment`
 //! parameters for the mini-program, H5 `h5_url`, notifications verified over the raw body
 //! (timestamp window, serial, SIGNTEST probes refused) and decrypted with the APIv3 key, query,
-//! close and refunds with `out_refund_no`. Requests are signed with the merchant key; responses are
+//! close and refunds with `out_refund_no`; complaints fetched, listed, replied to and completed
+//! (read in `wechat_complaints`). Requests are signed with the merchant key; responses are
 //! verified with the platform key before they are believed.
 
-use std::path::PathBuf;
-
 use axum::http::HeaderMap;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::keys::{RsaSigner, Secret, aes_gcm_open, nonce};
+use super::keys::{RsaSigner, nonce};
+use super::wechat_complaints as complaints;
 use super::wechat_keys::{self, KeyRing};
+use super::wechat_wire::{Answer, Envelope, bill_date, decrypt, int, payer_ip, payer_openid, refusal, text};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, Payer, PaymentState,
     RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, bills, format_at_offset,
     http_client, reject, transport_error, unix_seconds,
 };
 use crate::clock::{Clock, Millis, SystemClock};
+use crate::domain::case::CaseReport;
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
 use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
 
+pub use super::wechat_config::WechatPayConfig;
 pub use super::wechat_sign::{
     SIGNTEST_PREFIX, SignatureRefused, TIMESTAMP_TOLERANCE_S, pay_sign_message, request_message,
     verify_wechat_signature,
@@ -34,53 +34,6 @@ pub const NAME: &str = "wechatpay";
 /// Longest Native `code_url` accepted (WeChat's are about 40 characters; a QR code holds far more,
 /// but a longer answer is not WeChat's).
 pub const CODE_URL_LEN_MAX: usize = 512;
-
-/// The `[gateways.wechatpay]` section of the config file; key and certificate values are PEM file paths.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct WechatPayConfig {
-    pub mchid: String,
-    pub appid: String,
-    pub merchant_serial_no: String,
-    pub merchant_private_key_file: PathBuf,
-    /// WeChat Pay public key (`PUB_KEY_ID_…` mode) …
-    pub platform_public_key_file: Option<PathBuf>,
-    /// … or a platform certificate.
-    pub platform_cert_file: Option<PathBuf>,
-    /// The `Wechatpay-Serial` WeChat signs with: the public key's `PUB_KEY_ID_…`; with a
-    /// certificate alone, read from it when absent.
-    pub platform_serial: Option<String>,
-    /// Download the platform certificates (`/v3/certificates`) hourly and when a notification is
-    /// signed under an unknown certificate serial, so a rotation needs nothing done by hand.
-    #[serde(default = "yes")]
-    pub download_certificates: bool,
-    pub api_v3_key: Secret,
-    #[serde(default = "wechat_default_url")]
-    pub api_base_url: String,
-    /// The mini program's AppSecret (`appid` being the mini program's): turns on shipping reports
-    /// (发货信息录入) of JSAPI payments, without which WeChat holds their funds.
-    #[serde(default)]
-    pub mini_program_secret: Option<Secret>,
-    /// Where the mini-program server API answers (`stable_token`, `upload_shipping_info`).
-    #[serde(default = "wechat_open_default_url")]
-    pub open_api_base_url: String,
-    /// Subscribe messages to mini-program buyers when their order is paid and delivered (needs
-    /// `mini_program_secret`).
-    #[serde(default)]
-    pub subscribe: Option<super::wechat_subscribe_config::SubscribeConfig>,
-}
-
-fn wechat_open_default_url() -> String {
-    "https://api.weixin.qq.com".to_string()
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn wechat_default_url() -> String {
-    "https://api.mch.weixin.qq.com".to_string()
-}
 
 pub struct WechatPay {
     mchid: String,
@@ -98,46 +51,6 @@ pub struct WechatPay {
     base_url: String,
     notify_url: String,
     http: reqwest::Client,
-}
-
-#[derive(Deserialize)]
-struct Envelope {
-    id: String,
-    event_type: String,
-    resource: Resource,
-}
-
-#[derive(Deserialize)]
-struct Resource {
-    algorithm: String,
-    ciphertext: String,
-    #[serde(default)]
-    associated_data: String,
-    nonce: String,
-}
-
-fn text<'a>(v: &'a Value, path: &[&str]) -> &'a str {
-    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn int(v: &Value, path: &[&str]) -> Option<i64> {
-    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_i64)
-}
-
-/// A WeChat answer (its signature already checked when it was a 2xx).
-struct Answer {
-    status: u16,
-    body: Value,
-}
-
-impl Answer {
-    fn code(&self) -> &str {
-        text(&self.body, &["code"])
-    }
-
-    fn describe(&self) -> String {
-        format!("{} {} ({})", self.status, self.code(), text(&self.body, &["message"]))
-    }
 }
 
 impl WechatPay {
@@ -372,12 +285,56 @@ impl WechatPay {
         Ok(Handed { handoff: Handoff::Qr { code_url: code_url.to_string(), expires_at }, gateway_ref: None })
     }
 
-    fn decrypt(&self, resource: &Resource) -> Option<Vec<u8>> {
-        if resource.algorithm != "AEAD_AES_256_GCM" {
-            return None;
+    /// A notification's signature checked and its resource decrypted: the envelope (its id a
+    /// plain identifier) and the resource.
+    fn open_notification(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<(Envelope, Value), Rejection> {
+        self.check_signature(headers, body, now).map_err(|r| {
+            let mut rejection = reject("invalid_signature", r.why, None);
+            rejection.unknown_key = r.unknown_serial;
+            rejection
+        })?;
+        let envelope: Envelope =
+            serde_json::from_slice(body).map_err(|_| reject("malformed_body", "unreadable notification", None))?;
+        let claimed = is_plain_id(&envelope.id).then(|| envelope.id.clone());
+        if claimed.is_none() {
+            return Err(reject("malformed_body", "notification id is not a plain identifier", None));
         }
-        let sealed = B64.decode(&resource.ciphertext).ok()?;
-        aes_gcm_open(&self.api_v3_key, resource.nonce.as_bytes(), resource.associated_data.as_bytes(), &sealed)
+        let plain = decrypt(&self.api_v3_key, &envelope.resource).ok_or_else(|| {
+            reject("invalid_signature", "resource does not decrypt with the APIv3 key", claimed.clone())
+        })?;
+        let r = serde_json::from_slice(&plain)
+            .map_err(|_| reject("malformed_body", "decrypted resource is not JSON", claimed))?;
+        Ok((envelope, r))
+    }
+
+    /// A complaint request (`path` from [`complaints::complaint_path`]); then the complaint as it
+    /// stands, fetched.
+    async fn complaint_action(
+        &self,
+        case_id: &str,
+        suffix: &str,
+        body: Value,
+        now: Millis,
+    ) -> Result<CaseReport, GatewayError> {
+        let path = complaints::complaint_path(case_id, suffix)
+            .ok_or_else(|| GatewayError::invalid("case_refused", "not a WeChat Pay complaint id"))?;
+        let r = self.call("POST", &path, Some(&body)).await?;
+        if !matches!(r.status, 200 | 204) {
+            return Err(refusal("complaint", &r));
+        }
+        self.complaint_detail(case_id, now).await
+    }
+
+    /// `GET …/complaints-v2/{id}`: the complaint as it stands at `now`.
+    async fn complaint_detail(&self, case_id: &str, now: Millis) -> Result<CaseReport, GatewayError> {
+        let path = complaints::complaint_path(case_id, "")
+            .ok_or_else(|| GatewayError::invalid("case_refused", "not a WeChat Pay complaint id"))?;
+        let r = self.call("GET", &path, None).await?;
+        if r.status != 200 {
+            return Err(refusal("complaint", &r));
+        }
+        complaints::detail_report(&r.body, &format!("GET {}", complaints::COMPLAINTS_PATH), now)
+            .map_err(|why| GatewayError::unavailable(format!("wechatpay complaint: {why}")))
     }
 
     fn paid_event(&self, key: &AttemptKey, t: &Value) -> Result<VerifiedEvent, GatewayError> {
@@ -393,31 +350,6 @@ impl WechatPay {
             outcome: Outcome::Succeeded { gateway_txn_id: txn.to_string(), amount },
             raw_body: t.to_string().into_bytes(),
         })
-    }
-}
-
-/// A bill's day as WeChat writes it: `2026-12-01`.
-fn bill_date(day: time::Date) -> String {
-    crate::domain::statement::format_day(day)
-}
-
-fn payer_openid(payer: &Payer) -> Result<&str, GatewayError> {
-    payer.openid.as_deref().filter(|o| !o.is_empty() && o.len() <= 128).ok_or_else(|| {
-        GatewayError::invalid("payer_required", "WeChat JSAPI needs the payer's openid: {\"payer\": {\"openid\": …}}")
-    })
-}
-
-fn payer_ip(payer: &Payer) -> Result<&str, GatewayError> {
-    payer.client_ip.as_deref().filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()).ok_or_else(|| {
-        GatewayError::invalid("payer_required", "WeChat H5 needs the payer's IP: {\"payer\": {\"client_ip\": …}}")
-    })
-}
-
-fn refusal(what: &str, r: &Answer) -> GatewayError {
-    if r.status >= 400 && r.status < 500 && r.code() != "SYSTEM_ERROR" && r.code() != "FREQUENCY_LIMITED" {
-        GatewayError::invalid("gateway_refused", format!("wechatpay {what}: {}", r.describe()))
-    } else {
-        GatewayError::unavailable(format!("wechatpay {what}: {}", r.describe()))
     }
 }
 
@@ -510,22 +442,8 @@ impl Gateway for WechatPay {
     }
 
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Result<VerifiedEvent, Rejection> {
-        self.check_signature(headers, body, now).map_err(|r| {
-            let mut rejection = reject("invalid_signature", r.why, None);
-            rejection.unknown_key = r.unknown_serial;
-            rejection
-        })?;
-        let envelope: Envelope =
-            serde_json::from_slice(body).map_err(|_| reject("malformed_body", "unreadable notification", None))?;
-        let claimed = is_plain_id(&envelope.id).then(|| envelope.id.clone());
-        let Some(event_id) = claimed.clone() else {
-            return Err(reject("malformed_body", "notification id is not a plain identifier", None));
-        };
-        let plain = self.decrypt(&envelope.resource).ok_or_else(|| {
-            reject("invalid_signature", "resource does not decrypt with the APIv3 key", claimed.clone())
-        })?;
-        let r: Value = serde_json::from_slice(&plain)
-            .map_err(|_| reject("malformed_body", "decrypted resource is not JSON", claimed.clone()))?;
+        let (envelope, r) = self.open_notification(headers, body, now)?;
+        let (event_id, claimed) = (envelope.id.clone(), Some(envelope.id.clone()));
         if text(&r, &["mchid"]) != self.mchid {
             return Err(reject("merchant_mismatch", "mchid is not ours", claimed));
         }
@@ -695,5 +613,67 @@ impl Gateway for WechatPay {
                 other => RefundState::Failed { reason: format!("refund status {other}") },
             })
         })
+    }
+
+    /// A `COMPLAINT.*` notification, verified and decrypted as a payment's is: a notice naming
+    /// the complaint, to be fetched.
+    fn verify_case(&self, headers: &HeaderMap, body: &[u8], now: Millis) -> Option<Result<CaseReport, Rejection>> {
+        let peek: Value = serde_json::from_slice(body).ok()?;
+        if !complaints::is_complaint_event(text(&peek, &["event_type"])) {
+            return None;
+        }
+        Some(self.open_notification(headers, body, now).and_then(|(envelope, resource)| {
+            complaints::notice_report(&envelope.id, &resource, now)
+                .map_err(|why| reject("malformed_body", why, Some(envelope.id.clone())))
+        }))
+    }
+
+    fn fetch_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(self.complaint_detail(case_id, now))
+    }
+
+    /// The complaints of the last 30 days (one window, WeChat's longest), page by page.
+    fn list_cases(&self, since: Millis, now: Millis) -> BoxFuture<'_, Result<Vec<CaseReport>, GatewayError>> {
+        Box::pin(async move {
+            let (mut reports, kind) = (Vec::new(), format!("GET {}", complaints::COMPLAINTS_PATH));
+            for page_no in 0..complaints::COMPLAINT_PAGES_MAX {
+                let offset = page_no * complaints::COMPLAINT_PAGE;
+                let r = self.call("GET", &complaints::list_path(since, now, offset), None).await?;
+                if r.status != 200 {
+                    return Err(GatewayError::unavailable(format!("wechatpay complaints: {}", r.describe())));
+                }
+                let (items, more) = complaints::list_page(&r.body, offset);
+                for item in &items {
+                    reports.push(
+                        complaints::detail_report(item, &kind, now)
+                            .map_err(|why| GatewayError::unavailable(format!("wechatpay complaints: {why}")))?,
+                    );
+                }
+                if !more {
+                    return Ok(reports);
+                }
+            }
+            Err(GatewayError::unavailable(format!(
+                "wechatpay complaints: more than {} pages",
+                complaints::COMPLAINT_PAGES_MAX
+            )))
+        })
+    }
+
+    fn reply_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        text: &'a str,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(async move {
+            let body = complaints::response_body(&self.mchid, text)
+                .map_err(|why| GatewayError::invalid("invalid_reply", why))?;
+            self.complaint_action(case_id, "/response", body, now).await
+        })
+    }
+
+    fn complete_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(self.complaint_action(case_id, "/complete", json!({"complainted_mchid": self.mchid}), now))
     }
 }

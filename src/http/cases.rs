@@ -53,6 +53,14 @@ pub struct EvidenceBody {
     pub submit: Option<bool>,
 }
 
+/// The operator's reply to a complaint (WeChat Pay takes 1-200 characters).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyBody {
+    #[schema(min_length = 1, max_length = 200)]
+    pub text: String,
+}
+
 /// Which provider to poll; every configured one with cases when none is named.
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -77,6 +85,7 @@ pub struct PollAnswer {
 }
 
 const ACTION_409: &[&str] = &["case_not_a_dispute", "case_closed", "gateway_not_configured"];
+const COMPLAINT_409: &[&str] = &["case_not_a_complaint", "case_closed", "gateway_not_configured"];
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let op = RouteDoc::new;
@@ -142,6 +151,31 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 .errors(422, &["case_refused"])
                 .errors(502, &["gateway_unavailable"]),
             post(accept),
+        ),
+        (
+            op("post", "/api/v1/admin/cases/{id}/reply", "Reply to a complaint (WeChat Pay)", "admin", Auth::Admin)
+                .body::<ReplyBody>("the reply's text")
+                .ok::<CaseDetail>(200, "the case as the provider answered")
+                .errors(404, &["not_found"])
+                .errors(409, COMPLAINT_409)
+                .errors(422, &["invalid_reply", "gateway_refused", "case_refused"])
+                .errors(502, &["gateway_unavailable"]),
+            post(reply),
+        ),
+        (
+            op(
+                "post",
+                "/api/v1/admin/cases/{id}/complete",
+                "Tell the provider a complaint is dealt with (WeChat Pay)",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<CaseDetail>(200, "the case as the provider answered")
+            .errors(404, &["not_found"])
+            .errors(409, COMPLAINT_409)
+            .errors(422, &["gateway_refused", "case_refused"])
+            .errors(502, &["gateway_unavailable"]),
+            post(complete),
         ),
         (
             op(
@@ -240,6 +274,19 @@ async fn refund(
 
 async fn release_keys(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
     Ok(axum::Json(uc::release_keys(&state.cx, &id).await?).into_response())
+}
+
+async fn reply(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ReplyBody>,
+) -> Result<Response> {
+    Ok(axum::Json(uc::reply(&state.cx, &id, &body.text).await?).into_response())
+}
+
+async fn complete(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {
+    Ok(axum::Json(uc::complete(&state.cx, &id).await?).into_response())
 }
 
 async fn poll(State(state): State<AppState>, _admin: Admin, ApiJson(body): ApiJson<PollBody>) -> Result<Response> {

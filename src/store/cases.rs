@@ -276,6 +276,30 @@ fn add_shop_message(
     );
 }
 
+/// Keeps a provider's message about a case kassa knows, without reading a state from it (a
+/// WeChat complaint notification, which only names its complaint): the case's id, or `None` when
+/// kassa does not know the case yet. A message kept already is kept once.
+pub async fn keep_message(db: &Db, r: &CaseReport, source: &'static str, now: Millis) -> Result<Option<String>> {
+    crate::write_tx!(db, |tx| {
+        let case_id: Option<String> =
+            sql::query_scalar("SELECT id FROM cases WHERE provider = $1 AND provider_case_id = $2")
+                .bind(r.provider)
+                .bind(&r.case_id)
+                .fetch_optional(&mut **tx)
+                .await?;
+        if let Some(case_id) = &case_id {
+            sql::query(
+                "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (case_id, message_id) DO NOTHING",
+            )
+            .bind_all(args![case_id, source, message_id(r), &r.message_kind, &r.body, now])
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(case_id)
+    })
+}
+
 /// Keeps what the operator did about a case (evidence submitted, the loss accepted, a reply) as
 /// one of its messages.
 pub async fn record_operator(db: &Db, case_id: &str, kind: &str, body: &str, now: Millis) -> Result<()> {
@@ -305,7 +329,7 @@ pub struct CaseView {
     pub gateway_txn_id: Option<String>,
     /// `needs_response`, `under_review` or `closed`.
     pub state: String,
-    /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`.
+    /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`, `resolved`.
     pub outcome: Option<String>,
     pub provider_status: String,
     pub reason: Option<String>,

@@ -14,9 +14,23 @@ use crate::store::refunds::RefundView;
 /// its payment, and its own course runs for weeks after.
 pub const POLL_WINDOW_MS: i64 = 180 * 86_400_000;
 
-/// A case reported by a provider's notification (verified by its gateway): recorded.
+/// A case reported by a provider's notification (verified by its gateway): recorded. A notice
+/// (a WeChat complaint notification, which names the complaint only) is kept with its case and
+/// the case fetched, outside any transaction, and recorded as fetched; a fetch that fails is an
+/// error, so that the provider sends the notification again.
 pub async fn on_notification(cx: &Context, report: &CaseReport) -> Result<Recorded> {
-    let recorded = cases::record(&cx.db, report, cases::FROM_NOTIFICATION, cx.now_ms()).await?;
+    let recorded = if case::is_notice(report) {
+        let gateway = gateway_of(cx, report.provider)?;
+        let kept = cases::keep_message(&cx.db, report, cases::FROM_NOTIFICATION, cx.now_ms()).await?;
+        let fetched = gateway.fetch_case(&report.case_id, cx.now_ms()).await.map_err(action_error)?;
+        let recorded = cases::record(&cx.db, &fetched, cases::FROM_NOTIFICATION, cx.now_ms()).await?;
+        if kept.is_none() {
+            cases::keep_message(&cx.db, report, cases::FROM_NOTIFICATION, cx.now_ms()).await?;
+        }
+        recorded
+    } else {
+        cases::record(&cx.db, report, cases::FROM_NOTIFICATION, cx.now_ms()).await?
+    };
     metrics::counter!("kassa_case_messages_total", "provider" => report.provider, "source" => "notification")
         .increment(1);
     Ok(recorded)
@@ -165,4 +179,43 @@ pub async fn refund(cx: &Context, id: &str, amount_minor: i64) -> Result<(Refund
         cases::record_operator(&cx.db, id, "refund_requested", &body, cx.now_ms()).await?;
     }
     Ok((refund, created))
+}
+
+/// A complaint that still takes the operator's word: open, and a complaint.
+fn open_complaint(key: &CaseKey) -> Result<()> {
+    if key.kind != CaseKind::Complaint {
+        return Err(Error::conflict("case_not_a_complaint", "only a complaint takes a reply or is completed"));
+    }
+    if key.state == CaseState::Closed {
+        return Err(Error::conflict("case_closed", "the case is closed"));
+    }
+    Ok(())
+}
+
+/// Sends the operator's reply to a complaint (1-200 characters); records it and the complaint as
+/// the provider then has it.
+pub async fn reply(cx: &Context, id: &str, text: &str) -> Result<CaseDetail> {
+    let key = cases::key_of(&cx.db, id).await?;
+    open_complaint(&key)?;
+    if !case::reply_fits(text) {
+        let why = format!("a reply is 1-{} characters, not blank", case::REPLY_CHARS_MAX);
+        return Err(Error::unprocessable("invalid_reply", why));
+    }
+    let gateway = gateway_of(cx, &key.provider)?;
+    let answer = gateway.reply_case(&key.provider_case_id, text, cx.now_ms()).await.map_err(action_error)?;
+    let sent = serde_json::json!({ "text": text }).to_string();
+    cases::record_operator(&cx.db, id, "replied", &sent, cx.now_ms()).await?;
+    cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
+    cases::get(&cx.db, id).await
+}
+
+/// Tells the provider a complaint is dealt with; records it and the complaint as it then stands.
+pub async fn complete(cx: &Context, id: &str) -> Result<CaseDetail> {
+    let key = cases::key_of(&cx.db, id).await?;
+    open_complaint(&key)?;
+    let gateway = gateway_of(cx, &key.provider)?;
+    let answer = gateway.complete_case(&key.provider_case_id, cx.now_ms()).await.map_err(action_error)?;
+    cases::record_operator(&cx.db, id, "completed", "{}", cx.now_ms()).await?;
+    cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
+    cases::get(&cx.db, id).await
 }

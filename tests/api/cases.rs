@@ -65,7 +65,9 @@ async fn answered(backend: Backend) {
     let detail = w.t.admin_get(&format!("/api/v1/admin/cases/{id}")).await;
     assert_eq!((detail["messages"].as_array().unwrap().len(), detail["events"].as_array().unwrap().len()), (1, 1));
 
-    // What kassa suggests, edited by the operator, then submitted.
+    // What kassa suggests, edited by the operator, then submitted a little later: the fake's times
+    // are whole seconds of the real clock, kassa's the manual clock started before them.
+    w.advance(2_000);
     let suggested = w.t.admin_get(&format!("/api/v1/admin/cases/{id}/evidence")).await;
     let evidence = &suggested["evidence"];
     assert!(s(&evidence["product_description"]).contains("× "), "{suggested}");

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 mod alipay;
 mod stripe;
 mod wechat;
+mod wechat_complaints;
 mod wechat_subscribe;
 
 pub use alipay::*;
@@ -154,6 +155,12 @@ pub struct Ledger {
     pub wechat_bill_errors: HashMap<String, &'static str>,
     /// WeChat: the fund-flow bills published, by `bill_date` (as the trade bills are).
     pub wechat_fundflows: HashMap<String, (Vec<u8>, Option<String>)>,
+    /// WeChat: the complaints (their details as WeChat answers them), the replies the merchant
+    /// sent (complaint id, text), the complaints it completed, and the list queries served.
+    pub wechat_complaints: Vec<Value>,
+    pub complaint_replies: Vec<(String, String)>,
+    pub complaints_completed: Vec<String>,
+    pub complaint_lists: Vec<String>,
     /// Bill files downloaded.
     pub bill_downloads: usize,
     /// The fake's own address (for the links it hands out).

@@ -12,7 +12,7 @@ pub struct FakeWechat {
 }
 
 /// Provider-side check of `Authorization: WECHATPAY2-SHA256-RSA2048 k="v",…`.
-fn wechat_authorized(headers: &HeaderMap, method: &str, path_and_query: &str, body: &str) -> bool {
+pub(super) fn wechat_authorized(headers: &HeaderMap, method: &str, path_and_query: &str, body: &str) -> bool {
     let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) else { return false };
     let Some(rest) = auth.strip_prefix("WECHATPAY2-SHA256-RSA2048 ") else { return false };
     let mut f: HashMap<&str, &str> = HashMap::new();
@@ -33,7 +33,7 @@ fn wechat_authorized(headers: &HeaderMap, method: &str, path_and_query: &str, bo
 }
 
 /// An answer signed the way WeChat signs: `timestamp\nnonce\nbody\n`.
-fn wechat_answer(status: StatusCode, body: Option<Value>) -> Response {
+pub(super) fn wechat_answer(status: StatusCode, body: Option<Value>) -> Response {
     let text = body.map(|b| b.to_string()).unwrap_or_default();
     wechat_signed(status, text, &provider_key(), WECHAT_PLATFORM_SERIAL)
 }
@@ -57,7 +57,7 @@ fn wechat_signed(status: StatusCode, text: String, key: &RsaKeyPair, serial: &st
         .into_response()
 }
 
-fn wechat_error(status: StatusCode, code: &str) -> Response {
+pub(super) fn wechat_error(status: StatusCode, code: &str) -> Response {
     wechat_answer(status, Some(json!({"code": code, "message": code})))
 }
 
@@ -458,8 +458,8 @@ impl FakeWechat {
                     wechat_bill_apply(l, "/v3/bill/fundflowbill", q.0, h).await
                 }),
             )
-            .route("/v3/billdownload/file", get(wechat_billdownload))
-            .with_state(ledger.clone());
+            .route("/v3/billdownload/file", get(wechat_billdownload));
+        let router = super::wechat_complaints::routes(router).with_state(ledger.clone());
         let url = serve(router).await;
         lock(&ledger).base_url = url.clone();
         FakeWechat { url, ledger }

@@ -1,0 +1,197 @@
+//! WeChat Pay complaints 2.0 as kassa's cases (docs/gateways/wechatpay.md §9): the notification
+//! (`COMPLAINT.*`) names a complaint and what happened to it, nothing more, so the complaint's
+//! detail is fetched; a detail, one of the list's items or an action's answer reads as a case
+//! report here. Pure: the requests are sent by the adapter. The payer's phone number, which
+//! WeChat sends encrypted, is dropped before anything is kept.
+
+use serde_json::{Value, json};
+
+use super::format_at_offset;
+use crate::clock::Millis;
+use crate::domain::case::{CaseKind, CaseReport, REPLY_CHARS_MAX, reply_fits};
+use crate::domain::ids::is_plain_id;
+use crate::domain::{Currency, Money};
+
+/// The gateway's name, as the cases name their provider.
+pub const PROVIDER: &str = "wechatpay";
+/// Where the complaints are.
+pub const COMPLAINTS_PATH: &str = "/v3/merchant-service/complaints-v2";
+/// Complaints asked for per page of the list (WeChat's most).
+pub const COMPLAINT_PAGE: usize = 50;
+/// Pages of the list read at most in one poll.
+pub const COMPLAINT_PAGES_MAX: usize = 20;
+/// The longest window the list takes, in days (both ends counted).
+pub const LIST_WINDOW_DAYS: i64 = 30;
+/// Fields of a complaint never kept: the payer's phone number (encrypted).
+const NOT_KEPT: &[&str] = &["payer_phone"];
+
+fn text<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Whether a notification's `event_type` is about a complaint.
+pub fn is_complaint_event(event_type: &str) -> bool {
+    event_type.starts_with("COMPLAINT.")
+}
+
+/// A verified, decrypted complaint notification (`resource` holds `complaint_id` and
+/// `action_type`) as a notice: a report without a status, which says the complaint is to be
+/// fetched.
+pub fn notice_report(notification_id: &str, resource: &Value, now: Millis) -> Result<CaseReport, String> {
+    let id = text(resource, &["complaint_id"]);
+    if !is_plain_id(id) {
+        return Err("complaint notification without a complaint_id".into());
+    }
+    let action = text(resource, &["action_type"]);
+    Ok(CaseReport {
+        provider: PROVIDER,
+        case_id: id.to_string(),
+        kind: CaseKind::Complaint,
+        status: String::new(),
+        reason: None,
+        amount: None,
+        attempt_ref: None,
+        gateway_txn_id: None,
+        opened_at: now,
+        due_by: None,
+        as_of: now,
+        message_id: Some(notification_id.to_string()),
+        message_kind: if action.is_empty() { "COMPLAINT".to_string() } else { action.to_string() },
+        body: resource.to_string(),
+    })
+}
+
+/// A complaint's detail (or an item of the list) as a report of `now`.
+pub fn detail_report(detail: &Value, message_kind: &str, now: Millis) -> Result<CaseReport, String> {
+    let id = text(detail, &["complaint_id"]);
+    if !is_plain_id(id) {
+        return Err("complaint without a complaint_id".into());
+    }
+    let state = text(detail, &["complaint_state"]);
+    if state.is_empty() {
+        return Err(format!("complaint {id} without a complaint_state"));
+    }
+    let opened_at = parse_time(text(detail, &["complaint_time"]))
+        .ok_or_else(|| format!("complaint {id}: complaint_time is not an RFC 3339 time"))?;
+    let order = detail.get("complaint_order_info").and_then(|o| o.get(0)).cloned().unwrap_or(Value::Null);
+    let plain = |key: &str| Some(text(&order, &[key]).to_string()).filter(|v| is_plain_id(v));
+    let mut kept = detail.clone();
+    if let Some(fields) = kept.as_object_mut() {
+        for field in NOT_KEPT {
+            fields.remove(*field);
+        }
+    }
+    Ok(CaseReport {
+        provider: PROVIDER,
+        case_id: id.to_string(),
+        kind: CaseKind::Complaint,
+        status: state.to_string(),
+        reason: Some(text(detail, &["problem_type"]).to_string()).filter(|r| !r.is_empty()),
+        amount: order.get("amount").and_then(Value::as_i64).and_then(|fen| Money::new(fen, Currency::CNY).ok()),
+        attempt_ref: plain("out_trade_no"),
+        gateway_txn_id: plain("transaction_id"),
+        opened_at,
+        due_by: None,
+        as_of: now,
+        message_id: None,
+        message_kind: message_kind.to_string(),
+        body: kept.to_string(),
+    })
+}
+
+fn parse_time(text: &str) -> Option<Millis> {
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// A complaint's path (`suffix` empty, `/response` or `/complete`); `None` for an id that is not
+/// WeChat's kind of id.
+pub fn complaint_path(case_id: &str, suffix: &str) -> Option<String> {
+    is_plain_id(case_id).then(|| format!("{COMPLAINTS_PATH}/{case_id}{suffix}"))
+}
+
+/// The list's page at `offset` over the 30 Beijing days up to `now` (or from `since`, when later).
+pub fn list_path(since: Millis, now: Millis, offset: usize) -> String {
+    let window_start = now.saturating_sub((LIST_WINDOW_DAYS - 1) * 86_400_000);
+    let day = |ms: Millis| format_at_offset(ms, 8, false).chars().take(10).collect::<String>();
+    format!(
+        "{COMPLAINTS_PATH}?limit={COMPLAINT_PAGE}&offset={offset}&begin_date={}&end_date={}",
+        day(since.max(window_start)),
+        day(now)
+    )
+}
+
+/// The body of a reply: the merchant complained about and the text (1-200 characters).
+pub fn response_body(mchid: &str, reply: &str) -> Result<Value, String> {
+    if !reply_fits(reply) {
+        return Err(format!("a reply is 1-{REPLY_CHARS_MAX} characters"));
+    }
+    Ok(json!({"complainted_mchid": mchid, "response_content": reply}))
+}
+
+/// A page of the list: its complaints, and whether another page follows.
+pub fn list_page(page: &Value, offset: usize) -> (Vec<Value>, bool) {
+    let items = page.get("data").and_then(Value::as_array).cloned().unwrap_or_default();
+    let total = page.get("total_count").and_then(Value::as_u64).unwrap_or_default();
+    let more = !items.is_empty() && ((offset + items.len()) as u64) < total;
+    (items, more)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detail(state: &str) -> Value {
+        json!({
+            "complaint_id": "200201820200101080076610000", "complaint_time": "2026-12-01T10:00:00+08:00",
+            "complaint_detail": "没有收到", "complaint_state": state, "problem_type": "REFUND",
+            "payer_phone": "c2VjcmV0", "apply_refund_amount": 8888, "complaint_full_refunded": false,
+            "complaint_order_info": [{"transaction_id": "4200000001", "out_trade_no": "A1B2C3", "amount": 8888}]
+        })
+    }
+
+    #[test]
+    fn a_detail_reads_as_a_case() {
+        let r = detail_report(&detail("PENDING"), "GET", 5).unwrap();
+        assert_eq!(
+            (r.case_id.as_str(), r.status.as_str(), r.kind),
+            ("200201820200101080076610000", "PENDING", CaseKind::Complaint)
+        );
+        assert_eq!(r.amount.map(|m| (m.amount_minor(), m.currency())), Some((8888, Currency::CNY)));
+        assert_eq!((r.attempt_ref.as_deref(), r.gateway_txn_id.as_deref()), (Some("A1B2C3"), Some("4200000001")));
+        assert_eq!((r.reason.as_deref(), r.opened_at, r.as_of), (Some("REFUND"), 1_796_090_400_000, 5));
+        assert!(!r.body.contains("payer_phone") && r.body.contains("没有收到"), "{}", r.body);
+        let mut no_time = detail("PENDING");
+        no_time["complaint_time"] = json!("yesterday");
+        assert!(detail_report(&no_time, "GET", 5).is_err());
+        assert!(detail_report(&json!({"complaint_id": "1"}), "GET", 5).is_err());
+    }
+
+    #[test]
+    fn a_notification_is_a_notice_to_fetch() {
+        let resource = json!({"complaint_id": "2002018", "action_type": "CREATE_COMPLAINT"});
+        let r = notice_report("EV-1", &resource, 7).unwrap();
+        assert_eq!(
+            (r.status.as_str(), r.message_kind.as_str(), r.message_id.as_deref()),
+            ("", "CREATE_COMPLAINT", Some("EV-1"))
+        );
+        assert!(notice_report("EV-1", &json!({"complaint_id": "../x"}), 7).is_err());
+        assert!(is_complaint_event("COMPLAINT.STATE_CHANGE") && !is_complaint_event("TRANSACTION.SUCCESS"));
+    }
+
+    #[test]
+    fn the_list_covers_thirty_days_in_pages() {
+        let now = 1_796_090_400_000; // 2026-12-01T10:00+08:00
+        assert_eq!(
+            list_path(0, now, 50),
+            "/v3/merchant-service/complaints-v2?limit=50&offset=50&begin_date=2026-11-02&end_date=2026-12-01"
+        );
+        assert!(list_path(now - 86_400_000, now, 0).contains("begin_date=2026-11-30&"));
+        let page = json!({"data": [detail("PENDING")], "limit": 50, "offset": 0, "total_count": 2});
+        assert!(list_page(&page, 0).1);
+        assert!(!list_page(&page, 1).1);
+        assert_eq!(complaint_path("../1", ""), None);
+        assert!(response_body("1900000001", "").is_err());
+        assert_eq!(response_body("1900000001", "好").unwrap()["response_content"], "好");
+    }
+}
