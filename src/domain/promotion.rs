@@ -214,7 +214,7 @@ pub fn generated_code(prefix: &str, random: &[u8; GENERATED_LEN]) -> String {
 }
 
 /// Who a per-buyer limit counts: the checkout's contact (its address, else its number) when it
-/// has one, so a second session with the same contact is the same buyer; else the buyer session.
+/// has one, so another session with the same contact is the same buyer; else the buyer session.
 pub fn buyer_key(email: Option<&str>, phone: Option<&str>, session_id: &str) -> String {
     match (email, phone) {
         (Some(email), _) => format!("email:{email}"),

@@ -25,6 +25,10 @@ pub const FROM_NOTIFICATION: &str = "notification";
 pub const FROM_POLL: &str = "poll";
 pub const FROM_OPERATOR: &str = "operator";
 
+/// A message of a case: `(case_id, source, message_id, kind, body, received_at)`.
+const MESSAGE_INSERT: &str =
+    "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) VALUES ($1, $2, $3, $4, $5, $6)";
+
 /// What recording a report did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
@@ -165,13 +169,10 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
             CaseState::parse(&col::<String>(&row, "state")?).ok_or_else(|| Error::internal("unknown case state"))?;
         let kept_status: String = col(&row, "provider_status")?;
         let kept_order: Option<String> = col(&row, "order_no")?;
-        let new_message = sql::query(
-            "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (case_id, message_id) DO NOTHING",
-        )
-        .bind_all(args![&case_id, source, message_id(r), &r.message_kind, &r.body, now])
-        .execute(&mut **tx)
-        .await?;
+        let new_message = sql::query(&format!("{MESSAGE_INSERT} ON CONFLICT (case_id, message_id) DO NOTHING"))
+            .bind_all(args![&case_id, source, message_id(r), &r.message_kind, &r.body, now])
+            .execute(&mut **tx)
+            .await?;
         if new_message.rows_affected() == 0 || !case::is_newer(col(&row, "as_of")?, kept, r, decided.state) {
             return Ok(Recorded::Unchanged { case_id });
         }
@@ -219,7 +220,7 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
 
 fn add_message(batch: &mut Batch, case_id: &str, source: &str, r: &CaseReport, now: Millis) {
     batch.expect(
-        "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        MESSAGE_INSERT,
         args![case_id, source, message_id(r), &r.message_kind, &r.body, now],
         1,
         "case message insert",
@@ -288,13 +289,10 @@ pub async fn keep_message(db: &Db, r: &CaseReport, source: &'static str, now: Mi
                 .fetch_optional(&mut **tx)
                 .await?;
         if let Some(case_id) = &case_id {
-            sql::query(
-                "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (case_id, message_id) DO NOTHING",
-            )
-            .bind_all(args![case_id, source, message_id(r), &r.message_kind, &r.body, now])
-            .execute(&mut **tx)
-            .await?;
+            sql::query(&format!("{MESSAGE_INSERT} ON CONFLICT (case_id, message_id) DO NOTHING"))
+                .bind_all(args![case_id, source, message_id(r), &r.message_kind, &r.body, now])
+                .execute(&mut **tx)
+                .await?;
         }
         Ok(case_id)
     })
@@ -305,12 +303,10 @@ pub async fn keep_message(db: &Db, r: &CaseReport, source: &'static str, now: Mi
 pub async fn record_operator(db: &Db, case_id: &str, kind: &str, body: &str, now: Millis) -> Result<()> {
     let message_id = format!("operator:{}", new_id());
     crate::write_tx!(db, |tx| {
-        sql::query(
-            "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind_all(args![case_id, FROM_OPERATOR, &message_id, kind, body, now])
-        .execute(&mut **tx)
-        .await?;
+        sql::query(MESSAGE_INSERT)
+            .bind_all(args![case_id, FROM_OPERATOR, &message_id, kind, body, now])
+            .execute(&mut **tx)
+            .await?;
         Ok(())
     })
 }
@@ -630,13 +626,10 @@ pub async fn release_keys(db: &Db, id: &str, now: Millis) -> Result<bool> {
             .await?
             .rows_affected();
         if released == 1 {
-            sql::query(
-                "INSERT INTO case_messages (case_id, source, message_id, kind, body, received_at) \
-                 VALUES ($1, $2, $3, 'keys_released', '{}', $4)",
-            )
-            .bind_all(args![id, FROM_OPERATOR, &message_id, now])
-            .execute(&mut **tx)
-            .await?;
+            sql::query(MESSAGE_INSERT)
+                .bind_all(args![id, FROM_OPERATOR, &message_id, "keys_released", "{}", now])
+                .execute(&mut **tx)
+                .await?;
         }
         Ok(released == 1)
     })
