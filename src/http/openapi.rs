@@ -475,7 +475,8 @@ pub fn document(served: &Served) -> Value {
 /// `webhooks`: every message the outbox sends the shop, with its signature headers.
 fn webhooks(schemas: &mut Collected) -> Value {
     use crate::store::outbox::{
-        CaseChanged, DataKind, FulfilmentRequested, MessageContext, OrderChanged, RefundChanged, TOPICS, WebhookMessage,
+        CaseChanged, CaseFacts, DataKind, FulfilmentRequested, MessageContext, OrderChanged, RefundChanged, TOPICS,
+        WebhookMessage,
     };
     let envelope = of::<WebhookMessage>();
     (envelope.collect)(schemas);
@@ -484,6 +485,7 @@ fn webhooks(schemas: &mut Collected) -> Value {
         of::<FulfilmentRequested>(),
         of::<RefundChanged>(),
         of::<CaseChanged>(),
+        of::<CaseFacts>(),
         of::<MessageContext>(),
     ] {
         (t.collect)(schemas);

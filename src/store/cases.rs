@@ -128,8 +128,9 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
             let mut batch = Batch::new();
             add_message(&mut batch, &case_id, source, r, now);
             add_event(&mut batch, &case_id, None, decided.state, &r.status, source, now);
-            if let Some(order_no) = order_no {
-                add_shop_message(&mut batch, &case_id, order_no, &case::topic(r.kind, true, false), r, &decided, now);
+            if let (Some(order_no), Some(attempt_ref)) = (order_no, attempt_ref) {
+                let topic = case::topic(r.kind, true, false);
+                add_shop_message(tx, &mut batch, &case_id, (order_no, attempt_ref), &topic, r, &decided, now).await?;
             }
             if let Some(order_no) = order_no {
                 // Keys the buyer has not been shown yet are held back until the case is settled.
@@ -158,7 +159,7 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
             return Ok(Recorded::Opened { case_id });
         }
         let row = sql::query(&format!(
-            "SELECT id, state, as_of, provider_status, order_no FROM cases WHERE provider = $1 AND provider_case_id = $2{lock}"
+            "SELECT id, state, as_of, provider_status, order_no, attempt_ref FROM cases WHERE provider = $1 AND provider_case_id = $2{lock}"
         ))
         .bind(r.provider)
         .bind(&r.case_id)
@@ -169,6 +170,7 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
             CaseState::parse(&col::<String>(&row, "state")?).ok_or_else(|| Error::internal("unknown case state"))?;
         let kept_status: String = col(&row, "provider_status")?;
         let kept_order: Option<String> = col(&row, "order_no")?;
+        let kept_attempt: Option<String> = col(&row, "attempt_ref")?;
         let new_message = sql::query(&format!("{MESSAGE_INSERT} ON CONFLICT (case_id, message_id) DO NOTHING"))
             .bind_all(args![&case_id, source, message_id(r), &r.message_kind, &r.body, now])
             .execute(&mut **tx)
@@ -208,10 +210,10 @@ pub async fn record(db: &Db, r: &CaseReport, source: &'static str, now: Millis) 
         }
         let mut batch = Batch::new();
         add_event(&mut batch, &case_id, Some(kept), decided.state, &r.status, source, now);
-        if let Some(order_no) = order_no {
+        if let (Some(order_no), Some(attempt_ref)) = (order_no, kept_attempt.as_deref().or(attempt_ref)) {
             let closed_now = decided.state == CaseState::Closed && kept != CaseState::Closed;
             let topic = case::topic(r.kind, false, closed_now);
-            add_shop_message(&mut batch, &case_id, order_no, &topic, r, &decided, now);
+            add_shop_message(tx, &mut batch, &case_id, (order_no, attempt_ref), &topic, r, &decided, now).await?;
         }
         batch.run(tx).await?;
         Ok(Recorded::Updated { case_id })
@@ -244,16 +246,18 @@ fn add_event(
     );
 }
 
-fn add_shop_message(
+#[allow(clippy::too_many_arguments)]
+async fn add_shop_message(
+    conn: &mut Conn,
     batch: &mut Batch,
     case_id: &str,
-    order_no: &str,
+    (order_no, attempt_ref): (&str, &str),
     topic: &str,
     r: &CaseReport,
     decided: &case::Decided,
     now: Millis,
-) {
-    let data = crate::store::outbox::CaseChanged {
+) -> Result<()> {
+    let case = crate::store::outbox::CaseFacts {
         case_id,
         provider: r.provider,
         provider_case_id: &r.case_id,
@@ -268,13 +272,7 @@ fn add_shop_message(
         due_at: decided.due.map(|d| rfc3339(d.1)),
         at: rfc3339(now),
     };
-    crate::store::outbox::add_case_event(
-        batch,
-        order_no,
-        topic,
-        &serde_json::to_string(&data).unwrap_or_default(),
-        now,
-    );
+    crate::store::outbox::add_case_event(conn, batch, case, attempt_ref, topic, now).await
 }
 
 /// Keeps a provider's message about a case kassa knows, without reading a state from it (a

@@ -208,11 +208,9 @@ pub struct RefundChanged<'a> {
     pub context: MessageContext<'a>,
 }
 
-/// `dispute.<opened|updated|closed>` (a Stripe dispute or early fraud warning) and
-/// `complaint.<…>` (a WeChat Pay or Alipay complaint): a case about one of the order's payments
-/// opened, moved, or closed.
+/// A case's facts as the shop hears them (`dispute.*`, `complaint.*`).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct CaseChanged<'a> {
+pub struct CaseFacts<'a> {
     /// kassa's id of the case (the admin API's `/api/v1/admin/cases/{id}`).
     pub case_id: &'a str,
     /// `stripe`, `wechatpay` or `alipay`.
@@ -223,7 +221,8 @@ pub struct CaseChanged<'a> {
     pub order_no: &'a str,
     /// `needs_response`, `under_review` or `closed`.
     pub state: &'a str,
-    /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`.
+    /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`,
+    /// `resolved`.
     pub outcome: Option<&'a str>,
     /// The provider's own status, as it said it.
     pub provider_status: &'a str,
@@ -235,9 +234,56 @@ pub struct CaseChanged<'a> {
     pub at: String,
 }
 
-/// Adds a case's message (`dispute.*`, `complaint.*`) for the order it is about.
-pub fn add_case_event(batch: &mut Batch, order_no: &str, topic: &str, payload: &str, now: Millis) {
-    add(batch, order_no, topic, payload, now);
+/// `dispute.<opened|updated|closed>` (a Stripe dispute or early fraud warning) and
+/// `complaint.<…>` (a WeChat Pay or Alipay complaint): a case about one of the order's payments
+/// opened, moved, or closed; with the order's context, the payment the case is about.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CaseChanged<'a> {
+    #[serde(flatten)]
+    pub case: CaseFacts<'a>,
+    #[serde(flatten)]
+    pub context: MessageContext<'a>,
+}
+
+/// Adds a case's message for the order it is about, with the order's context (read here) and the
+/// payment `attempt_ref` the case is about.
+pub async fn add_case_event(
+    conn: &mut Conn,
+    batch: &mut Batch,
+    case: CaseFacts<'_>,
+    attempt_ref: &str,
+    topic: &str,
+    now: Millis,
+) -> Result<()> {
+    let row = sql::query(
+        "SELECT o.merchant_reference, o.metadata, o.contact_email, o.contact_phone, o.promotion_code, o.discount_minor, \
+         a.gateway, a.gateway_txn_id FROM orders o JOIN payment_attempts a ON a.order_no = o.order_no \
+         WHERE o.order_no = $1 AND a.attempt_ref = $2",
+    )
+    .bind(case.order_no)
+    .bind(attempt_ref)
+    .fetch_one(&mut *conn)
+    .await?;
+    let text = |name: &str| col::<Option<String>>(&row, name);
+    let (merchant_reference, metadata) = (text("merchant_reference")?, text("metadata")?);
+    let (contact_email, contact_phone) = (text("contact_email")?, text("contact_phone")?);
+    let (gateway, gateway_txn_id, promotion_code) =
+        (text("gateway")?, text("gateway_txn_id")?, text("promotion_code")?);
+    let context = OrderContext {
+        merchant_reference: merchant_reference.as_deref(),
+        metadata: metadata.as_deref(),
+        contact_email: contact_email.as_deref(),
+        contact_phone: contact_phone.as_deref(),
+        attempt_ref: Some(attempt_ref),
+        gateway: gateway.as_deref(),
+        gateway_txn_id: gateway_txn_id.as_deref(),
+        promotion_code: promotion_code.as_deref(),
+        discount_minor: col(&row, "discount_minor")?,
+    };
+    let order_no = case.order_no;
+    let data = CaseChanged { case, context: context.message() };
+    add(batch, order_no, topic, &payload(&data), now);
+    Ok(())
 }
 
 /// Every topic the outbox sends, what it means, and which `data` it carries.

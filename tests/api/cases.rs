@@ -59,6 +59,26 @@ async fn answered(backend: Backend) {
     assert_eq!((case["amount_minor"].as_i64(), s(&case["due_kind"])), (Some(8_888), "evidence".into()));
     assert_eq!(w.t.count("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = 'case_opened'").await, 1);
     assert_eq!(w.topics(&order_no).await, vec!["dispute.opened"]);
+    // The shop's message names the case, the order and its context: the payment the case is about.
+    let payload: String =
+        kassa::store::sql::query_scalar("SELECT payload FROM outbox WHERE order_no = $1 AND topic = 'dispute.opened'")
+            .bind(&order_no)
+            .fetch_one(w.t.app.state.db.read_pool())
+            .await
+            .unwrap();
+    let data: Value = serde_json::from_str(&payload).unwrap();
+    assert_eq!(
+        (s(&data["case_id"]), s(&data["state"]), s(&data["kind"])),
+        (id.clone(), "needs_response".into(), "dispute".into())
+    );
+    assert_eq!(
+        (s(&data["attempt_ref"]), s(&data["gateway"]), s(&data["gateway_txn_id"])),
+        (attempt_ref.clone(), "stripe".into(), pi.clone())
+    );
+    assert!(
+        data["merchant_reference"].is_null() && data["metadata"] == json!({}) && data["amount_minor"] == 8_888,
+        "{data}"
+    );
 
     // The same event again (Stripe's retry): nothing new.
     assert_eq!(w.stripe.send_event(&opened).await.0, 200);
