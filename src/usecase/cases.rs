@@ -1,6 +1,7 @@
 //! The complaints and disputes desk: cases taken in from the providers' notifications and from a
-//! daily backstop poll, and the operator's actions on them (evidence, accepting the loss), each
-//! sent to the provider outside any transaction and its answer recorded as the provider's word.
+//! daily backstop poll, and the operator's actions on them (evidence, accepting the loss, a reply,
+//! completing a complaint), each sent to the provider outside any transaction and its answer
+//! recorded as the provider's word; refunds through the refund engine; held-back keys released.
 
 use super::Context;
 use crate::domain::case::{self, CaseKind, CaseReport, CaseState};
