@@ -325,8 +325,15 @@ async fn refund_form(
 ) -> Result<Response> {
     op.check(&form)?;
     let outcome = async {
+        // Money as the order is kept: its own currency (a fraud warning names no amount).
         let detail = cases::get(&state.db, &id).await?;
-        let currency = crate::domain::Currency::parse(detail.case.currency.as_deref().unwrap_or("CNY"))?;
+        let order_no = detail
+            .case
+            .order_no
+            .ok_or_else(|| Error::conflict("case_unlinked", "the case names no payment kassa knows"))?;
+        let order =
+            crate::store::views::get_order(&state.db, &crate::domain::ids::OrderNo::stored(order_no), false).await?;
+        let currency = crate::domain::Currency::parse(&order.currency)?;
         let text = form.get("amount").map(|a| a.trim()).unwrap_or_default();
         let amount = crate::domain::Money::parse_decimal(text, currency).ok_or_else(|| {
             Error::unprocessable("invalid_amount", format!("the amount is in {currency}, such as 12.34"))
