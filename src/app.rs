@@ -339,6 +339,7 @@ impl App {
             clock.clone(),
             settings.alert_webhook_url.clone(),
             state.webhook_configured,
+            settings.case_due_margin_ms,
         ));
         let keeper = Arc::new(KeyKeeper::new(db.clone(), clock.clone(), state.gateways.clone()));
         let relay = match (&settings.webhook_url, &settings.webhook_secret) {

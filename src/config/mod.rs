@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// How long a link to an order (from a lookup or an e-mail) stays good, in hours [default: 24]
     #[arg(long, env = "KASSA_LOOKUP_LINK_HOURS")]
     pub lookup_link_hours: Option<u64>,
+    /// How long before a complaint's or dispute's deadline the operator is warned, in hours
+    /// (1-72) [default: 6]
+    #[arg(long, env = "KASSA_CASE_DUE_MARGIN_HOURS")]
+    pub case_due_margin_hours: Option<u64>,
     /// Origins a checkout's return_url and cancel_url may point at, comma-separated
     /// (https://shop.example,https://m.shop.example) [default: none: kassa's own return page]
     #[arg(long, env = "KASSA_ALLOWED_RETURN_ORIGINS")]
@@ -171,6 +175,7 @@ pub struct FileConfig {
     pub reconcile_after_seconds: Option<u64>,
     pub reconcile_interval_ms: Option<u64>,
     pub lookup_link_hours: Option<u64>,
+    pub case_due_margin_hours: Option<u64>,
     /// The SMTP server of the buyer's e-mail (`[email]`).
     pub email: Option<email::EmailFile>,
     pub allowed_return_origins: Option<String>,
@@ -251,6 +256,18 @@ pub struct Settings {
     pub email: Option<email::EmailSettings>,
     /// How long a link to an order stays good (`--lookup-link-hours`).
     pub lookup_link_hours: u64,
+    /// How long before a case's deadline the operator is warned (`--case-due-margin-hours`).
+    pub case_due_margin_ms: i64,
+}
+
+/// `--case-due-margin-hours` checked, in milliseconds.
+fn case_due_margin(hours: Option<u64>) -> anyhow::Result<i64> {
+    use crate::domain::case::{DUE_MARGIN_HOURS_MAX, DUE_MARGIN_MS_DEFAULT};
+    match hours {
+        None => Ok(DUE_MARGIN_MS_DEFAULT),
+        Some(h) if (1..=DUE_MARGIN_HOURS_MAX).contains(&h) => Ok(i64::try_from(h).unwrap_or(0) * 3_600_000),
+        Some(_) => anyhow::bail!("--case-due-margin-hours must be between 1 and {DUE_MARGIN_HOURS_MAX}"),
+    }
 }
 
 /// `--listen`: an address, or a host name and port (`localhost:8080`) resolved once at start-up,
@@ -397,6 +414,7 @@ impl Default for Settings {
             engine: EngineConfig::default(),
             email: None,
             lookup_link_hours: crate::domain::contact::LINK_HOURS_DEFAULT,
+            case_due_margin_ms: crate::domain::case::DUE_MARGIN_MS_DEFAULT,
         }
     }
 }
@@ -471,10 +489,12 @@ impl Settings {
             );
         }
         let lookup_link_hours = email::link_hours(args.lookup_link_hours.or(file.lookup_link_hours))?;
+        let case_due_margin_ms = case_due_margin(args.case_due_margin_hours.or(file.case_due_margin_hours))?;
         let email = email::resolve(file.email.as_ref(), std::env::var("KASSA_EMAIL_PASSWORD").ok())?;
         Ok(Settings {
             email,
             lookup_link_hours,
+            case_due_margin_ms,
             allowed_return_origins,
             time_zone,
             statement_schedule,

@@ -151,3 +151,16 @@ fn refuses_unknown_keys_and_bad_values() {
     let args = ServeArgs { listen: Some("nowhere".into()), ..Default::default() };
     assert!(Settings::resolve(&args).is_err());
 }
+
+#[test]
+fn the_case_due_margin_is_hours_within_bounds() {
+    let mut args = ServeArgs::default();
+    assert_eq!(Settings::resolve(&args).unwrap().case_due_margin_ms, crate::domain::case::DUE_MARGIN_MS_DEFAULT);
+    args.case_due_margin_hours = Some(24);
+    assert_eq!(Settings::resolve(&args).unwrap().case_due_margin_ms, 24 * 3_600_000);
+    for refused in [0, 73] {
+        args.case_due_margin_hours = Some(refused);
+        let e = Settings::resolve(&args).unwrap_err().to_string();
+        assert!(e.contains("--case-due-margin-hours"), "{e}");
+    }
+}

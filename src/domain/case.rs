@@ -229,6 +229,10 @@ pub fn topic(kind: CaseKind, new: bool, closed_now: bool) -> String {
 /// How long before a deadline the operator is warned, by default.
 pub const DUE_MARGIN_MS_DEFAULT: Millis = 6 * 3_600_000;
 
+/// The longest warning an operator may ask for (`--case-due-margin-hours`): WeChat Pay's
+/// resolution deadline is 72 hours, so a longer margin would warn of every case at once.
+pub const DUE_MARGIN_HOURS_MAX: u64 = 72;
+
 /// What a deadline calls for at `now`: nothing yet, a warning, or an alarm (missed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Urgency {

@@ -44,9 +44,14 @@ pub struct MonitorReport {
 }
 
 impl Monitor {
-    pub fn new(db: Db, clock: SharedClock, alert_webhook: Option<String>, webhook_configured: bool) -> Monitor {
+    pub fn new(
+        db: Db,
+        clock: SharedClock,
+        alert_webhook: Option<String>,
+        webhook_configured: bool,
+        case_due_margin_ms: Millis,
+    ) -> Monitor {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
-        let case_due_margin_ms = crate::domain::case::DUE_MARGIN_MS_DEFAULT;
         Monitor { db, clock, alert_webhook, webhook_configured, case_due_margin_ms, http }
     }
 

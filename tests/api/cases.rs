@@ -197,26 +197,30 @@ async fn polled(backend: Backend) {
 on_both!(a_deadline_near_and_missed_is_alerted_once_each, deadlines);
 
 async fn deadlines(backend: Backend) {
-    let w = world(backend).await;
-    let (_, attempt_ref) = w.paid("stripe").await;
-    let pi = w.intent_of(&attempt_ref);
-    let dispute = w.stripe.open_dispute(&pi, 8_888, 3 * 3_600);
-    let event = FakeStripe::case_event("charge.dispute.created", &dispute, dispute["created"].as_i64().unwrap());
-    assert_eq!(w.stripe.send_event(&event).await.0, 200);
+    // Warned 12 hours ahead (`--case-due-margin-hours 12`): due in 3 and in 10 hours is soon, in 30 is not.
+    let opts = Opts { manual_clock: true, case_due_margin_ms: 12 * 3_600_000, ..Default::default() };
+    let w = Shop::start(backend, opts, 50).await;
+    for due_in_hours in [3, 10, 30] {
+        let (_, attempt_ref) = w.paid("stripe").await;
+        let pi = w.intent_of(&attempt_ref);
+        let dispute = w.stripe.open_dispute(&pi, 8_888, due_in_hours * 3_600);
+        let event = FakeStripe::case_event("charge.dispute.created", &dispute, dispute["created"].as_i64().unwrap());
+        assert_eq!(w.stripe.send_event(&event).await.0, 200);
+    }
     let alerts = |kind: &'static str| {
         let t = &w.t;
         async move { t.count(&format!("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE kind = '{kind}'")).await }
     };
     w.t.app.monitor.step().await.unwrap();
     w.t.app.monitor.step().await.unwrap();
-    assert_eq!((alerts("case_due_soon").await, alerts("case_overdue").await), (1, 0));
+    assert_eq!((alerts("case_due_soon").await, alerts("case_overdue").await), (2, 0));
     w.advance(4 * 3_600_000);
     let report = w.t.app.monitor.step().await.unwrap();
     assert_eq!(report.case_alerts, 1);
     assert_eq!(w.t.app.monitor.step().await.unwrap().case_alerts, 0, "raised once");
     assert_eq!(alerts("case_overdue").await, 1);
     let metrics = w.t.http.get(w.t.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("kassa_cases_open{provider=\"stripe\",state=\"needs_response\"} 1"), "{metrics}");
+    assert!(metrics.contains("kassa_cases_open{provider=\"stripe\",state=\"needs_response\"} 3"), "{metrics}");
     w.t.assert_clean().await;
 }
 
@@ -230,9 +234,12 @@ async fn checked(backend: Backend) {
     w.stripe.open_dispute("pi_unknown", 100, 7 * 86_400);
     let (status, _) = w.t.admin_post("/api/v1/admin/cases/poll", json!({"provider": "stripe"})).await;
     assert_eq!(status, StatusCode::OK);
+    let linked = w.cases("").await.into_iter().find(|c| !c["order_no"].is_null()).expect("linked case");
+    let refund = format!("/api/v1/admin/cases/{}/refund", s(&linked["id"]));
+    assert_eq!(w.t.admin_post(&refund, json!({"amount_minor": 100})).await.0, StatusCode::CREATED);
     w.t.assert_clean().await;
-    // Behind kassa's back: a case moved without its log, one pointed at another order, the
-    // unknown payment's alert gone.
+    // Behind kassa's back: a case moved without its log, one pointed at another order (its
+    // refund left on its own), the unknown payment's alert gone.
     let db = &w.t.app.state.db;
     let exec = |sql_text: String| async move {
         kassa::store::sql::query(&sql_text).execute(db.read_pool()).await.unwrap();
@@ -242,7 +249,7 @@ async fn checked(backend: Backend) {
     exec("DELETE FROM alerts WHERE kind = 'case_unlinked'".into()).await;
     let mut found: Vec<&str> = w.t.violations().await.into_iter().map(|v| v.invariant).collect();
     found.sort();
-    assert_eq!(found, vec!["C1", "C2", "C3"]);
+    assert_eq!(found, vec!["C1", "C2", "C3", "C4"]);
 }
 
 on_both!(keys_not_yet_shown_are_held_back_while_a_dispute_is_open, held_keys);

@@ -94,6 +94,8 @@ pub struct Opts {
     pub time_zone: time::UtcOffset,
     /// `[email]`: the SMTP server of the buyer's e-mail.
     pub email: Option<kassa::workers::mail::EmailSettings>,
+    /// `--case-due-margin-hours`, in milliseconds.
+    pub case_due_margin_ms: i64,
 }
 
 /// The kassa binary, run in the tests' own scratch directory: never where a developer ran
@@ -186,6 +188,7 @@ impl Default for Opts {
             allowed_return_origins: Vec::new(),
             time_zone: time::UtcOffset::UTC,
             email: None,
+            case_due_margin_ms: kassa::domain::case::DUE_MARGIN_MS_DEFAULT,
         }
     }
 }
@@ -323,6 +326,7 @@ impl TestApp {
             time_zone: opts.time_zone.into(),
             statement_schedule: None,
             email: opts.email.clone(),
+            case_due_margin_ms: opts.case_due_margin_ms,
             ..Settings::default()
         };
         let manual = opts.manual_clock.then(ManualClock::default);

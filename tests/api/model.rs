@@ -4,7 +4,8 @@
 //! cancel, partial, failed and repeated refunds, the operator's moves (stock changes on both kinds
 //! of SKU, key imports with duplicates, price changes down to zero), confirms with a promotion code
 //! limited in all and per buyer (its uses given back by expiry, cancel and a full refund that asks,
-//! the promotion paused, resumed and ended) and engine restarts are applied
+//! the promotion paused, resumed and ended), Stripe disputes on paid orders (reports arriving late,
+//! won, lost, reopened) with refunds made through them, and engine restarts are applied
 //! to both, and after every step the real system must agree with the model, each order's outbox
 //! must be a legal sequence, and `kassa check` (with the keys secret) must find nothing. Failing schedules shrink to a minimal one; the seed is
 //! printed so `KASSA_MODEL_SEED=<seed>` replays the run. `KASSA_MODEL_CASES` and
@@ -23,15 +24,19 @@ use kassa::domain::decide::LatePolicy;
 use kassa::domain::event::{Outcome, VerifiedEvent};
 use kassa::domain::{Currency, Money};
 use kassa::store::payments::Applied;
-use kassa::store::{Db, catalog, checkout, fulfilment, orders, payments, refunds};
+use kassa::store::{Db, catalog, checkout, fulfilment, orders, payments};
 use kassa::vault::Vault;
 
+mod cases;
 mod checks;
 mod promotions;
+mod refunds;
 
 use checks::compare;
 
 const HOLD_MS: i64 = 60_000;
+/// The gateway every order pays at: one that has cases, so disputes link to their payments.
+const GATEWAY: &str = "stripe";
 /// (sku, unit price, stock, digital)
 const SKUS: [(&str, i64, i64, bool); 2] = [("A", 1000, 5, false), ("K", 300, 4, true)];
 
@@ -103,6 +108,17 @@ enum Op {
         order: usize,
         give_back: bool,
     },
+    /// Stripe reports the order's dispute, `late_ms` behind the clock.
+    Case {
+        order: usize,
+        word: cases::Word,
+        late_ms: i64,
+    },
+    /// The operator refunds quarters of the order through its case.
+    CaseRefund {
+        order: usize,
+        quarters: i64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -126,6 +142,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Restart),
         1 => promotions::to().prop_map(|to| Op::Promotion { to }),
         1 => (0..8_usize, any::<bool>()).prop_map(|(order, give_back)| Op::RefundRest { order, give_back }),
+        2 => (0..8_usize, cases::word(), prop_oneof![Just(0_i64), Just(1_000), 0..120_000_i64])
+            .prop_map(|(order, word, late_ms)| Op::Case { order, word, late_ms }),
+        1 => (0..8_usize, 1..5_i64).prop_map(|(order, quarters)| Op::CaseRefund { order, quarters }),
     ]
 }
 
@@ -152,6 +171,8 @@ struct MOrder {
     duplicate_refunds: usize,
     /// Its use of the promotion: what it took off, and where the use is.
     promotion: Option<(i64, promotions::Use)>,
+    /// The dispute about its payment.
+    case: Option<cases::MCase>,
 }
 
 #[derive(Debug, Default)]
@@ -166,6 +187,8 @@ struct Model {
     /// Keys imported into the digital SKU so far.
     keys_imported: i64,
     promotion: promotions::MPromotion,
+    /// Provider messages about cases sent so far (each its own id).
+    case_messages: usize,
 }
 
 struct Real {
@@ -191,7 +214,7 @@ fn event(attempt_ref: &str, ok: bool, amount: i64) -> VerifiedEvent {
         Outcome::Failed
     };
     VerifiedEvent {
-        gateway: "sandbox".into(),
+        gateway: GATEWAY.into(),
         event_id: format!("evt-{attempt_ref}-{}", if ok { "ok" } else { "fail" }),
         attempt_ref: attempt_ref.to_string(),
         outcome,
@@ -259,7 +282,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let req = checkout::ConfirmRequest {
                 hold_ms: HOLD_MS,
                 promotion_code: code.then(|| promotions::CODE.to_string()),
-                ..checkout::ConfirmRequest::new(session.clone(), basket.clone(), "sandbox", "form", now)
+                ..checkout::ConfirmRequest::new(session.clone(), basket.clone(), GATEWAY, "form", now)
             };
             let result = checkout::confirm(db, &req).await;
             let (on_hand, reserved, _) = model.stock[sku];
@@ -291,6 +314,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
                     refunds: Vec::new(),
                     duplicate_refunds: 0,
                     promotion: None,
+                    case: None,
                 };
                 if code {
                     o.promotion = Some((discount, promotions::Use::Reserved));
@@ -323,7 +347,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let o = &model.orders[i];
             let req = checkout::ConfirmRequest {
                 hold_ms: HOLD_MS,
-                ..checkout::ConfirmRequest::new(o.session.clone(), o.basket.clone(), "sandbox", "form", now)
+                ..checkout::ConfirmRequest::new(o.session.clone(), o.basket.clone(), GATEWAY, "form", now)
             };
             let placed = checkout::confirm(db, &req).await.map_err(|e| fail(format!("reconfirm: {e}")))?;
             if placed.order_no != o.order_no || placed.created {
@@ -391,7 +415,7 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::Retry { order } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             let o = model.orders[i].clone();
-            let result = orders::new_attempt(db, Some(&o.session), &o.order_no, "sandbox", "form", None, now).await;
+            let result = orders::new_attempt(db, Some(&o.session), &o.order_no, GATEWAY, "form", None, now).await;
             if o.status == "pending_payment" && o.hold_until > now {
                 let (placed, _) = result.map_err(|e| fail(format!("retry: {e}")))?;
                 let o = &mut model.orders[i];
@@ -428,41 +452,8 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let Some(i) = pick(model, order) else { return Ok(()) };
             model.refund_seq += 1;
             let refund_no = RefundNo::parse(&format!("R{}", model.refund_seq)).unwrap();
-            let o = model.orders[i].clone();
-            let amount = o.total * quarters / 4;
-            let result = refunds::request(db, Default::default(), &o.order_no, &refund_no, amount, "model", now).await;
-            let refundable = matches!(o.status, "paid" | "delivered" | "paid_after_expiry");
-            if amount <= 0 {
-                match result {
-                    Err(e) if e.code() == "invalid_amount" => {}
-                    other => return Err(fail(format!("refund of {amount}: {other:?}"))),
-                }
-            } else if refundable && o.refunded + amount <= o.captured {
-                result.map_err(|e| fail(format!("refund: {e}")))?;
-                // The gateway answers at once.
-                refunds::settle(db, &refund_no, succeed, "refused", None, now)
-                    .await
-                    .map_err(|e| fail(e.to_string()))?;
-                let o = &mut model.orders[i];
-                o.refunds.push((refund_no, amount, succeed));
-                if succeed {
-                    o.refunded += amount;
-                }
-                // A partial refund keeps the status; refunded once everything captured went back.
-                if o.refunded == o.captured {
-                    o.status = "refunded";
-                }
-            } else {
-                match result {
-                    Err(e) if ["refund_exceeds_captured", "not_refundable"].contains(&e.code()) => {}
-                    other => {
-                        return Err(fail(format!(
-                            "refund of {amount} on {} ({}/{}): {other:?}",
-                            o.status, o.refunded, o.captured
-                        )));
-                    }
-                }
-            }
+            let amount = model.orders[i].total * quarters / 4;
+            refunds::refund(real, model, i, refund_no, amount, succeed).await?;
         }
         Op::RefundAgain { order, same } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
@@ -470,13 +461,14 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
             let Some((refund_no, amount, _)) = o.refunds.last().cloned() else { return Ok(()) };
             let asked = if same { amount } else { amount + 1 };
             // The same terms, the promotion's return included.
-            let ask = refunds::RefundAsk {
+            let ask = kassa::store::refunds::RefundAsk {
                 amount_minor: Some(asked),
                 reason: "model".into(),
                 return_promotion: model.promotion.returning.contains(refund_no.as_str()),
                 ..Default::default()
             };
-            let result = refunds::request_asked(db, Default::default(), &o.order_no, &refund_no, &ask, now).await;
+            let result =
+                kassa::store::refunds::request_asked(db, Default::default(), &o.order_no, &refund_no, &ask, now).await;
             match (same, result) {
                 (true, Ok((_, false))) => {}
                 (false, Err(e)) if e.code() == "refund_no_reused" => {}
@@ -539,6 +531,14 @@ async fn step(real: &mut Real, model: &mut Model, op: &Op) -> Result<(), TestCas
         Op::RefundRest { order, give_back } => {
             let Some(i) = pick(model, order) else { return Ok(()) };
             promotions::refund_rest(real, model, i, give_back).await?;
+        }
+        Op::Case { order, word, late_ms } => {
+            let Some(i) = pick(model, order) else { return Ok(()) };
+            cases::report(real, model, i, word, late_ms).await?;
+        }
+        Op::CaseRefund { order, quarters } => {
+            let Some(i) = pick(model, order) else { return Ok(()) };
+            cases::refund(real, model, i, quarters).await?;
         }
         Op::Restart => {
             real.db.close().await;

@@ -41,6 +41,7 @@ pub(super) async fn compare(real: &Real, model: &Model, after: &Op) -> Result<()
     }
     outbox_agrees(real, model, after).await?;
     super::promotions::compare(real, model).await.map_err(|e| fail(format!("after {after:?}: {e}")))?;
+    super::cases::compare(real, model).await.map_err(|e| fail(format!("after {after:?}: {e}")))?;
     let violations = check::run_with(&real.db, Some(&real.vault)).await.map_err(|e| fail(e.to_string()))?;
     if !violations.is_empty() {
         return Err(fail(format!("after {after:?}: kassa check: {violations:?}")));
