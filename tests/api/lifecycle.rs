@@ -510,6 +510,8 @@ async fn check_corruption(backend: Backend) {
         .await
         .unwrap();
     sql::query("UPDATE orders SET captured_minor = 1 WHERE order_no = $1").bind(&paid).execute(pool).await.unwrap();
+    // The paid order's key gone: its delivered line holds none.
+    sql::query("DELETE FROM card_keys WHERE order_no = $1").bind(&paid).execute(pool).await.unwrap();
     sql::query("INSERT INTO outbox (id, order_no, topic, payload, status, tries, next_at, lease_until, created_at) VALUES ('x', $1, 'order.paid', '{}', 'pending', 0, 0, 0, 0)")
         .bind(&unpaid)
         .execute(pool)
@@ -532,6 +534,10 @@ async fn check_corruption(backend: Backend) {
     .unwrap();
     let v: Vec<String> = t.violations().await.iter().map(|v| v.to_string()).collect();
     assert!(v.iter().any(|l| l.starts_with("I3:") && l.contains("never paid")), "{v:#?}");
+    assert!(
+        v.iter().any(|l| l.starts_with("I3:") && l.contains(&format!("order {paid} line 1 is delivered with 0 keys"))),
+        "{v:#?}"
+    );
     assert!(v.iter().any(|l| l.starts_with("I9:") && l.contains("unsold")), "{v:#?}");
     assert!(v.iter().any(|l| l.starts_with("I8:") && l.contains(&format!("order {paid} has 2 order.paid"))), "{v:#?}");
     assert!(
