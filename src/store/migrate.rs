@@ -45,6 +45,7 @@ const SQLITE: &[Migration] = &[
     (21, "0021_promotions", include_str!("../../migrations/sqlite/0021_promotions.sql")),
     (22, "0022_statement_discounts", include_str!("../../migrations/sqlite/0022_statement_discounts.sql")),
     (23, "0023_cases", include_str!("../../migrations/sqlite/0023_cases.sql")),
+    (24, "0024_order_lines_by_sku", include_str!("../../migrations/sqlite/0024_order_lines_by_sku.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -71,6 +72,7 @@ const POSTGRES: &[Migration] = &[
     (21, "0021_promotions", include_str!("../../migrations/postgres/0021_promotions.sql")),
     (22, "0022_statement_discounts", include_str!("../../migrations/postgres/0022_statement_discounts.sql")),
     (23, "0023_cases", include_str!("../../migrations/postgres/0023_cases.sql")),
+    (24, "0024_order_lines_by_sku", include_str!("../../migrations/postgres/0024_order_lines_by_sku.sql")),
 ];
 
 impl Db {

@@ -315,6 +315,20 @@ async fn lists_and_exports(backend: Backend) {
     };
     assert_eq!(count("/api/v1/admin/orders?status=paid".into()).await, 4);
     assert_eq!(count("/api/v1/admin/orders?sku=LAMP".into()).await, 3);
+    // A SKU's orders page by page (read from its lines' index) as on one page, newest first.
+    let (_, one_page) = get(&t, "/api/v1/admin/orders?sku=LAMP", ADMIN).await;
+    let one_page: Vec<String> = one_page["items"].as_array().unwrap().iter().map(|o| s(&o["order_no"])).collect();
+    let (mut by_one, mut cursor) = (Vec::new(), String::new());
+    for _ in 0..5 {
+        let (_, page) = get(&t, &format!("/api/v1/admin/orders?sku=LAMP&limit=1&cursor={cursor}"), ADMIN).await;
+        by_one.extend(page["items"].as_array().unwrap().iter().map(|o| s(&o["order_no"])));
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = next.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(by_one, one_page);
+    assert!(newest_first.iter().filter(|o| one_page.contains(o)).eq(one_page.iter()), "newest first");
     assert_eq!(count("/api/v1/admin/orders?gateway=sandbox&status=pending_payment".into()).await, 3);
     assert_eq!(count("/api/v1/admin/orders?from=2999-01-01".into()).await, 0);
     assert_eq!(count("/api/v1/admin/orders?to=2999-01-01&from=2000-01-01".into()).await, 7);
