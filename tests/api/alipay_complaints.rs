@@ -96,6 +96,8 @@ async fn pushed(backend: Backend) {
     let (status, replied) = w.t.admin_post(&format!("/api/v1/admin/cases/{id}/reply"), json!({"text": reply})).await;
     assert_eq!(status, StatusCode::OK, "{replied}");
     assert_eq!(w.alipay.ledger.lock().unwrap().alipay_complaint_replies, vec![(cid.clone(), reply.to_string())]);
+    let thread = w.alipay.complaint(&cid)["reply_detail_infos"].as_array().unwrap().clone();
+    assert_eq!((s(&thread[1]["content"]), s(&thread[1]["replier_role"])), (reply.to_string(), "MERCHANT".into()));
     assert_eq!(
         (s(&replied["state"]), s(&replied["provider_status"])),
         ("needs_response".into(), "MERCHANT_PROCESSING".into())

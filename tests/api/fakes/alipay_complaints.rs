@@ -54,8 +54,9 @@ pub(super) fn answer(l: &mut Ledger, method: &str, biz: &Value) -> Option<Respon
             if !chars_within(&text, 200) || !WRITABLE.iter().any(|s| c["status"] == *s) {
                 return Some(alipay_answer(method, alipay_error("isv.INVALID_PARAMETER")));
             }
+            let at = c["gmt_modified"].clone();
             if let Some(thread) = c["reply_detail_infos"].as_array_mut() {
-                thread.push(json!({"content": text, "gmt_create": c["gmt_modified"], "replier_role": "MERCHANT"}));
+                thread.push(json!({"content": text, "gmt_create": at, "replier_role": "MERCHANT"}));
             }
             l.alipay_complaint_replies.push((id, text));
             success(json!({}))
@@ -81,7 +82,7 @@ pub(super) fn answer(l: &mut Ledger, method: &str, biz: &Value) -> Option<Respon
 /// `batchquery`: the complaints made within the window, a page of them; a list item carries no
 /// amount, phone number or thread.
 fn list(l: &mut Ledger, biz: &Value) -> Value {
-    let number = |k: &str| biz[k].as_u64();
+    let number = |k: &str| biz[k].as_u64().and_then(|n| usize::try_from(n).ok());
     let window = (
         beijing(biz["begin_time"].as_str().unwrap_or_default()),
         beijing(biz["end_time"].as_str().unwrap_or_default()),
@@ -107,7 +108,6 @@ fn list(l: &mut Ledger, biz: &Value) -> Value {
             item
         })
         .collect();
-    let (size, page) = (size as usize, page as usize);
     let items: Vec<Value> = within.iter().skip((page - 1) * size).take(size).cloned().collect();
     success(json!({
         "page_num": page, "page_size": size, "total_num": within.len(),
