@@ -167,6 +167,18 @@ pub fn decide(report: &CaseReport) -> Decided {
             // A state WeChat adds later: the operator looks.
             _ => open(CaseState::NeedsResponse),
         },
+        // Alipay names no deadline in its answers, and kassa sets none of its own: a deadline
+        // kassa invented would raise alarms Alipay does not hold the merchant to.
+        ("alipay", CaseKind::Complaint) => match report.status.as_str() {
+            "MERCHANT_PROCESSING" => open(CaseState::NeedsResponse),
+            "MERCHANT_FEEDBACKED" | "PLATFORM_PROCESSING" => open(CaseState::UnderReview),
+            "FINISHED" => closed(OUTCOME_RESOLVED),
+            "CANCELLED" => closed(OUTCOME_WITHDRAWN),
+            "PLATFORM_FINISH" => closed(OUTCOME_PLATFORM_DECIDED),
+            "CLOSED" => closed(OUTCOME_SYSTEM_CLOSED),
+            // A status Alipay adds later: the operator looks.
+            _ => open(CaseState::NeedsResponse),
+        },
         _ => open(CaseState::NeedsResponse),
     }
 }
@@ -189,8 +201,31 @@ pub const FIRST_REPLY_MS: Millis = 24 * 3_600_000;
 pub const RESOLUTION_MS: Millis = 72 * 3_600_000;
 /// How a complaint the provider marks processed ends.
 pub const OUTCOME_RESOLVED: &str = "resolved";
-/// The longest reply WeChat Pay takes to a complaint, in characters.
+/// How an Alipay complaint ends when the buyer withdraws it (`CANCELLED`) …
+pub const OUTCOME_WITHDRAWN: &str = "withdrawn";
+/// … when Alipay's own service settles it (`PLATFORM_FINISH`) …
+pub const OUTCOME_PLATFORM_DECIDED: &str = "platform_decided";
+/// … and when Alipay's system closes it (`CLOSED`).
+pub const OUTCOME_SYSTEM_CLOSED: &str = "system_closed";
+/// The longest reply WeChat Pay and Alipay take to a complaint, in characters (Alipay's feedback
+/// text has the same limit).
 pub const REPLY_CHARS_MAX: usize = 200;
+
+/// What kassa knows when the operator completes a complaint: whether the order was refunded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub refunded: bool,
+}
+
+/// Alipay's processing result for a completed complaint (`feedback.submit`): its feedback code
+/// and the text the buyer is shown. A refund kassa sent is a refund "by other means" (`02`, as
+/// opposed to Alipay's guarantee fund, `00`); otherwise the after-sales service is done (`05`).
+pub fn alipay_feedback(c: Completion) -> (&'static str, &'static str) {
+    match c.refunded {
+        true => ("02", "已为您办理退款，请留意支付宝到账通知。"),
+        false => ("05", "已为您完成售后处理，如仍有疑问请随时联系我们。"),
+    }
+}
 
 /// Whether an operator's reply to a complaint can be sent: 1-200 characters, not blank.
 pub fn reply_fits(text: &str) -> bool {
@@ -400,6 +435,37 @@ mod tests {
         assert!(is_notice(&r));
         assert!(reply_fits("已为您退款") && reply_fits(&"字".repeat(200)));
         assert!(!reply_fits("  ") && !reply_fits(&"字".repeat(201)));
+    }
+
+    #[test]
+    fn an_alipay_complaints_state_is_its_status_and_has_no_deadline() {
+        let mut r = stripe(CaseKind::Complaint, "MERCHANT_PROCESSING", None);
+        r.provider = "alipay";
+        let open = |state| Decided { state, outcome: None, due: None };
+        let closed = |outcome| Decided { state: CaseState::Closed, outcome: Some(outcome), due: None };
+        for (status, decided) in [
+            ("MERCHANT_PROCESSING", open(CaseState::NeedsResponse)),
+            ("MERCHANT_FEEDBACKED", open(CaseState::UnderReview)),
+            ("PLATFORM_PROCESSING", open(CaseState::UnderReview)),
+            ("FINISHED", closed("resolved")),
+            ("CANCELLED", closed("withdrawn")),
+            ("PLATFORM_FINISH", closed("platform_decided")),
+            ("CLOSED", closed("system_closed")),
+            ("SOMETHING_NEW", open(CaseState::NeedsResponse)),
+        ] {
+            r.status = status.into();
+            assert_eq!(decide(&r), decided, "{status}");
+        }
+        // The same statuses from another provider are not Alipay's.
+        r.provider = "wechatpay";
+        r.status = "FINISHED".into();
+        assert_eq!(decide(&r).state, CaseState::NeedsResponse);
+        let (code, text) = alipay_feedback(Completion { refunded: true });
+        assert_eq!(code, "02");
+        assert!(reply_fits(text));
+        let (code, text) = alipay_feedback(Completion { refunded: false });
+        assert_eq!(code, "05");
+        assert!(reply_fits(text));
     }
 
     #[test]

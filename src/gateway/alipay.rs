@@ -1,7 +1,8 @@
 //! Alipay open platform, RSA2 (docs/gateways/alipay.md): `alipay.trade.page.pay` as an auto-submitting
 //! form, form notifications verified with the Alipay public key plus the merchant checks,
 //! `alipay.trade.query` / `close` / `refund` / `fastpay.refund.query` with signed requests and
-//! verified responses.
+//! verified responses; trade complaints pushed, fetched, listed, replied to and given the
+//! merchant's processing result (read in `alipay_complaints`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::alipay_complaints as complaints;
 use super::keys::{RsaSigner, RsaVerifier};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, PaymentState,
@@ -17,6 +19,7 @@ use super::{
     http_client, reject, transport_error,
 };
 use crate::clock::Millis;
+use crate::domain::case::{CaseReport, Completion};
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
@@ -163,6 +166,59 @@ impl Alipay {
         Ok(Handed { handoff: Handoff::Qr { code_url: qr_code.to_string(), expires_at }, gateway_ref: None })
     }
 
+    /// A notification's fields, once its form reads (no field twice) and its `sign` verifies
+    /// with the Alipay public key over every other field but `sign_type`.
+    fn verified_fields(&self, body: &[u8]) -> Result<BTreeMap<String, String>, Rejection> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
+            .map_err(|_| reject("malformed_body", "not a form-encoded notification", None))?;
+        let mut fields: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in pairs {
+            if fields.insert(k, v).is_some() {
+                return Err(reject("malformed_body", "repeated field", None));
+            }
+        }
+        let sign = fields.get("sign").map(String::as_str).unwrap_or_default();
+        if sign.is_empty() {
+            return Err(reject("invalid_signature", "no sign field", None));
+        }
+        let content = sign_content(fields.iter().map(|(k, v)| (k.as_str(), v.as_str())), true);
+        if !self.alipay_key.verify_base64(content.as_bytes(), sign) {
+            return Err(reject("invalid_signature", "signature does not verify with the Alipay public key", None));
+        }
+        Ok(fields)
+    }
+
+    /// A complaint method naming `case_id` (with `biz`, or just the id); then the complaint as it
+    /// stands, fetched. A refusal Alipay may not repeat is `case_refused`.
+    async fn complaint_action(
+        &self,
+        case_id: &str,
+        method: &str,
+        biz: Value,
+        now: Millis,
+    ) -> Result<CaseReport, GatewayError> {
+        let r = self.call(method, biz).await?;
+        if !is_ok(&r) {
+            return Err(complaint_refusal(method, &r));
+        }
+        self.complaint(case_id, now).await
+    }
+
+    /// `alipay.merchant.tradecomplain.query`: the complaint as it stands at `now`.
+    async fn complaint(&self, case_id: &str, now: Millis) -> Result<CaseReport, GatewayError> {
+        let biz = complaints::complaint_biz(case_id)
+            .ok_or_else(|| GatewayError::invalid("case_refused", "not an Alipay complaint id"))?;
+        let r = self.call(complaints::QUERY, biz).await?;
+        if !is_ok(&r) {
+            return Err(complaint_refusal(complaints::QUERY, &r));
+        }
+        if field(&r, "complain_event_id") != case_id {
+            return Err(GatewayError::unavailable("alipay complaint query answered for another complaint"));
+        }
+        complaints::detail_report(&r, complaints::QUERY, now)
+            .map_err(|why| GatewayError::unavailable(format!("alipay complaint: {why}")))
+    }
+
     fn event(
         &self,
         attempt_ref: &str,
@@ -228,6 +284,15 @@ fn describe(v: &Value) -> String {
     format!("{} {} ({})", field(v, "code"), field(v, "sub_code"), field(v, "sub_msg"))
 }
 
+/// A complaint method's failure: "try again later", or Alipay's refusal (`case_refused`).
+fn complaint_refusal(method: &str, r: &Value) -> GatewayError {
+    let why = format!("alipay {method}: {}", describe(r));
+    match is_transient(r) {
+        true => GatewayError::unavailable(why),
+        false => GatewayError::invalid("case_refused", why),
+    }
+}
+
 impl Gateway for Alipay {
     fn name(&self) -> &'static str {
         NAME
@@ -257,23 +322,8 @@ impl Gateway for Alipay {
     }
 
     fn verify(&self, _headers: &HeaderMap, body: &[u8], _now: Millis) -> Result<VerifiedEvent, Rejection> {
-        let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
-            .map_err(|_| reject("malformed_body", "not a form-encoded notification", None))?;
-        let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
-        for (k, v) in &pairs {
-            if fields.insert(k.as_str(), v.as_str()).is_some() {
-                return Err(reject("malformed_body", "repeated field", None));
-            }
-        }
-        let get = |k: &str| fields.get(k).copied().unwrap_or_default();
-        let sign = get("sign");
-        if sign.is_empty() {
-            return Err(reject("invalid_signature", "no sign field", None));
-        }
-        let content = sign_content(fields.iter().map(|(k, v)| (*k, *v)), true);
-        if !self.alipay_key.verify_base64(content.as_bytes(), sign) {
-            return Err(reject("invalid_signature", "signature does not verify with the Alipay public key", None));
-        }
+        let fields = self.verified_fields(body)?;
+        let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or_default();
         let notify_id = get("notify_id");
         let claimed = crate::domain::ids::is_plain_id(notify_id).then(|| notify_id.to_string());
         let Some(event_id) = claimed.clone() else {
@@ -466,6 +516,82 @@ impl Gateway for Alipay {
                 "" => RefundState::NotFound,
                 other => RefundState::Failed { reason: format!("refund_status {other}") },
             })
+        })
+    }
+
+    /// A trade complaint's push (`msg_method` [`complaints::CHANGED`]), verified as a payment
+    /// notification is and sent by our app: a notice naming the complaint, to be fetched. Any
+    /// other body is not a case (a payment notification has no `msg_method`).
+    fn verify_case(&self, _headers: &HeaderMap, body: &[u8], now: Millis) -> Option<Result<CaseReport, Rejection>> {
+        let peek: Vec<(String, String)> = serde_urlencoded::from_bytes(body).ok()?;
+        if !peek.iter().any(|(k, v)| k == "msg_method" && v == complaints::CHANGED) {
+            return None;
+        }
+        Some(self.verified_fields(body).and_then(|fields| {
+            let notify_id = fields.get("notify_id").filter(|id| crate::domain::ids::is_plain_id(id)).cloned();
+            if fields.get("app_id").map(String::as_str) != Some(self.app_id.as_str()) {
+                return Err(reject("merchant_mismatch", "app_id is not ours", notify_id));
+            }
+            complaints::notice_report(&fields, now).map_err(|why| reject("malformed_body", why, notify_id))
+        }))
+    }
+
+    fn fetch_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(self.complaint(case_id, now))
+    }
+
+    /// The complaints made since `since` (within Alipay's one-year window), page by page.
+    fn list_cases(&self, since: Millis, now: Millis) -> BoxFuture<'_, Result<Vec<CaseReport>, GatewayError>> {
+        Box::pin(async move {
+            let mut reports = Vec::new();
+            for page_num in 1..=complaints::COMPLAINT_PAGES_MAX {
+                let r = self.call(complaints::BATCHQUERY, complaints::list_biz(since, now, page_num)).await?;
+                if !is_ok(&r) {
+                    return Err(GatewayError::unavailable(format!("alipay complaints: {}", describe(&r))));
+                }
+                let (items, more) = complaints::list_page(&r, page_num);
+                for item in &items {
+                    reports.push(
+                        complaints::detail_report(item, complaints::BATCHQUERY, now)
+                            .map_err(|why| GatewayError::unavailable(format!("alipay complaints: {why}")))?,
+                    );
+                }
+                if !more {
+                    return Ok(reports);
+                }
+            }
+            Err(GatewayError::unavailable(format!(
+                "alipay complaints: more than {} pages",
+                complaints::COMPLAINT_PAGES_MAX
+            )))
+        })
+    }
+
+    /// A message to the buyer in the complaint's thread (`reply.submit`).
+    fn reply_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        text: &'a str,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(async move {
+            let biz =
+                complaints::reply_biz(case_id, text).map_err(|why| GatewayError::invalid("invalid_reply", why))?;
+            self.complaint_action(case_id, complaints::REPLY, biz, now).await
+        })
+    }
+
+    /// The merchant's processing result (`feedback.submit`), which marks the complaint handled.
+    fn complete_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        completion: Completion,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        Box::pin(async move {
+            let biz = complaints::feedback_biz(case_id, completion)
+                .ok_or_else(|| GatewayError::invalid("case_refused", "not an Alipay complaint id"))?;
+            self.complaint_action(case_id, complaints::FEEDBACK, biz, now).await
         })
     }
 }

@@ -1,8 +1,9 @@
 //! Gateway adapters behind one trait: build the hand-off, verify and parse a notification, reply
 //! the way the gateway expects, query, close and refund. Wire formats stay inside each adapter
-//! (`alipay`, `wechatpay`, `stripe`, `sandbox`); key handling is in `keys`.
+//! (`alipay`, `wechatpay`, `stripe`, `sandbox`, and their `*_complaints` and `*_cases` readers); key handling is in `keys`.
 
 pub mod alipay;
+pub mod alipay_complaints;
 pub mod bills;
 pub mod config;
 pub mod keys;
@@ -29,7 +30,7 @@ use axum::http::HeaderMap;
 use serde::Serialize;
 
 use crate::clock::Millis;
-use crate::domain::case::CaseReport;
+use crate::domain::case::{CaseReport, Completion};
 use crate::domain::event::VerifiedEvent;
 pub use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::domain::statement::Statement;
@@ -292,9 +293,15 @@ pub trait Gateway: Send + Sync {
         let _ = (case_id, text, now);
         Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway takes no complaint reply")) })
     }
-    /// Tells the provider the complaint `case_id` is dealt with; the case as it stands after.
-    fn complete_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
-        let _ = (case_id, now);
+    /// Tells the provider the complaint `case_id` is dealt with (`completion`: what kassa knows of
+    /// how); the case as it stands after.
+    fn complete_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        completion: Completion,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let _ = (case_id, completion, now);
         Box::pin(async {
             Err(GatewayError::invalid("action_unsupported", "this gateway has no complaint to complete"))
         })

@@ -130,7 +130,12 @@ impl Gateway for Timed {
     ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         timed(self.name(), "reply_case", self.0.reply_case(case_id, text, now))
     }
-    fn complete_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
-        timed(self.name(), "complete_case", self.0.complete_case(case_id, now))
+    fn complete_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        completion: crate::domain::case::Completion,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        timed(self.name(), "complete_case", self.0.complete_case(case_id, completion, now))
     }
 }

@@ -673,7 +673,13 @@ impl Gateway for WechatPay {
         })
     }
 
-    fn complete_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+    /// WeChat's completion names no result: `completion` is not sent.
+    fn complete_case<'a>(
+        &'a self,
+        case_id: &'a str,
+        _completion: crate::domain::case::Completion,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         Box::pin(self.complaint_action(case_id, "/complete", json!({"complainted_mchid": self.mchid}), now))
     }
 }

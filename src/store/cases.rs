@@ -323,7 +323,8 @@ pub struct CaseView {
     pub gateway_txn_id: Option<String>,
     /// `needs_response`, `under_review` or `closed`.
     pub state: String,
-    /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`, `resolved`.
+    /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`,
+    /// `resolved`, `withdrawn`, `platform_decided`, `system_closed`.
     pub outcome: Option<String>,
     pub provider_status: String,
     pub reason: Option<String>,

@@ -222,7 +222,7 @@ pub struct CaseFacts<'a> {
     /// `needs_response`, `under_review` or `closed`.
     pub state: &'a str,
     /// How a closed case ended: `won`, `lost`, `prevented`, `warning_closed`, `not_actionable`,
-    /// `resolved`.
+    /// `resolved`, `withdrawn`, `platform_decided`, `system_closed`.
     pub outcome: Option<&'a str>,
     /// The provider's own status, as it said it.
     pub provider_status: &'a str,

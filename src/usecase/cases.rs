@@ -210,12 +210,20 @@ pub async fn reply(cx: &Context, id: &str, text: &str) -> Result<CaseDetail> {
     cases::get(&cx.db, id).await
 }
 
-/// Tells the provider a complaint is dealt with; records it and the complaint as it then stands.
+/// Tells the provider a complaint is dealt with (and, where the provider asks, whether its order
+/// was refunded); records it and the complaint as it then stands.
 pub async fn complete(cx: &Context, id: &str) -> Result<CaseDetail> {
     let key = cases::key_of(&cx.db, id).await?;
     open_complaint(&key)?;
+    let refunded = match &key.order_no {
+        Some(order_no) => cases::evidence_facts(&cx.db, order_no).await?.refunded.is_some(),
+        None => false,
+    };
     let gateway = gateway_of(cx, &key.provider)?;
-    let answer = gateway.complete_case(&key.provider_case_id, cx.now_ms()).await.map_err(action_error)?;
+    let answer = gateway
+        .complete_case(&key.provider_case_id, case::Completion { refunded }, cx.now_ms())
+        .await
+        .map_err(action_error)?;
     cases::record_operator(&cx.db, id, "completed", "{}", cx.now_ms()).await?;
     cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
     cases::get(&cx.db, id).await

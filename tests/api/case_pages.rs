@@ -163,9 +163,11 @@ async fn console_desk(backend: Backend) {
     let lost = w.stripe.open_dispute(&w.stripe.session_for(&attempt_c).unwrap().txn_id, 100, 7 * 86_400);
     let (status, location) = c.post(&w, "/admin/cases/poll", &[], true).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    // Every provider with cases is polled: Stripe finds the new dispute, WeChat Pay has none.
-    assert_eq!(location, "/admin/cases?polled=stripe%3A3%3A1%3A0%2Cwechatpay%3A0%3A0%3A0");
+    // Every provider with cases is polled: Stripe finds the new dispute, Alipay and WeChat Pay
+    // have none.
+    assert_eq!(location, "/admin/cases?polled=alipay%3A0%3A0%3A0%2Cstripe%3A3%3A1%3A0%2Cwechatpay%3A0%3A0%3A0");
     let list = c.page(&w, &location).await;
+    assert!(list.contains("alipay: 0 case(s) listed, 0 new, 0 changed."), "{list}");
     assert!(list.contains("stripe: 3 case(s) listed, 1 new, 0 changed."), "{list}");
     assert!(list.contains("wechatpay: 0 case(s) listed, 0 new, 0 changed."), "{list}");
     let found = w.t.admin_get("/api/v1/admin/cases").await;

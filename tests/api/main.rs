@@ -5,6 +5,7 @@
 mod common;
 
 mod abuse;
+mod alipay_complaints;
 mod browser;
 mod case_pages;
 mod cases;

@@ -11,7 +11,7 @@ pub struct FakeAlipay {
     pub ledger: Shared,
 }
 
-fn alipay_content(params: &BTreeMap<String, String>, drop_sign_type: bool) -> String {
+pub(super) fn alipay_content(params: &BTreeMap<String, String>, drop_sign_type: bool) -> String {
     params
         .iter()
         .filter(|(k, v)| !v.is_empty() && k.as_str() != "sign" && !(drop_sign_type && k.as_str() == "sign_type"))
@@ -20,7 +20,7 @@ fn alipay_content(params: &BTreeMap<String, String>, drop_sign_type: bool) -> St
         .join("&")
 }
 
-fn alipay_answer(method: &str, node: Value) -> Response {
+pub(super) fn alipay_answer(method: &str, node: Value) -> Response {
     let node_text = node.to_string();
     let sign = rsa_sign(&provider_key(), node_text.as_bytes());
     let name = format!("{}_response", method.replace('.', "_"));
@@ -28,11 +28,11 @@ fn alipay_answer(method: &str, node: Value) -> Response {
     ([("content-type", "application/json;charset=utf-8")], body).into_response()
 }
 
-fn alipay_error(sub_code: &str) -> Value {
+pub(super) fn alipay_error(sub_code: &str) -> Value {
     json!({"code": "40004", "msg": "Business Failed", "sub_code": sub_code, "sub_msg": sub_code})
 }
 
-fn yuan(minor: i64) -> String {
+pub(super) fn yuan(minor: i64) -> String {
     format!("{}.{:02}", minor / 100, minor % 100)
 }
 
@@ -64,6 +64,9 @@ async fn alipay_gateway(State(ledger): State<Shared>, body: String) -> Response 
     let out_trade_no = biz["out_trade_no"].as_str().unwrap_or_default().to_string();
     let mut l = lock(&ledger);
     l.calls.push(method.clone());
+    if let Some(answer) = super::alipay_complaints::answer(&mut l, &method, &biz) {
+        return answer;
+    }
     match method.as_str() {
         "alipay.trade.page.pay" | "alipay.trade.wap.pay" => {
             let (product_code, needs_quit_url) = match method.as_str() {

@@ -20,6 +20,7 @@ use kassa::gateway::config::{AlipayConfig, Secret, StripeConfig, WechatPayConfig
 use serde_json::{Value, json};
 
 mod alipay;
+mod alipay_complaints;
 mod stripe;
 mod wechat;
 mod wechat_complaints;
@@ -169,6 +170,15 @@ pub struct Ledger {
     /// have expired (answered with Alipay's error page).
     pub alipay_bills: HashMap<String, Vec<u8>>,
     pub alipay_links_expired: bool,
+    /// Alipay: the trade complaints (as the query answers them), the replies the merchant sent
+    /// (complaint id, text), the processing results it submitted (their `biz_content`), the list
+    /// queries served (their `biz_content`), and how many complaint queries are still to answer
+    /// a system error.
+    pub alipay_complaints: Vec<Value>,
+    pub alipay_complaint_replies: Vec<(String, String)>,
+    pub alipay_feedbacks: Vec<Value>,
+    pub alipay_complaint_lists: Vec<Value>,
+    pub alipay_query_failures: usize,
     /// Stripe: the balance transactions, oldest first, each with its source object; and the most
     /// a page holds (Stripe's 100 unless a test makes pages short).
     pub stripe_balance: Vec<Value>,
