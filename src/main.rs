@@ -86,23 +86,22 @@ enum CasesCommand {
     /// (kassa's own /notify/wechatpay under the public base URL unless one is given) or delete it.
     /// Exit 0 when done, 1 when WeChat Pay refused or could not be reached, 2 when it cannot run
     WechatNotifyUrl {
-        #[command(subcommand)]
+        /// show: print the registered URL (or that none is) and kassa's own; set: register the URL
+        /// (https, at most 256 characters; POST when none is registered, PUT otherwise); delete:
+        /// remove it
+        #[arg(value_enum)]
         action: NotifyUrlAction,
+        /// The URL to set; kassa's own when left out
+        url: Option<String>,
         #[command(flatten)]
         serve: ServeArgs,
     },
 }
 
-#[derive(Subcommand)]
+#[derive(Clone, Copy, clap::ValueEnum)]
 enum NotifyUrlAction {
-    /// Print the registered URL (or that none is) and kassa's own
     Show,
-    /// Register the URL (https, at most 256 characters): POST when none is registered, PUT otherwise
-    Set {
-        /// The URL; kassa's own when left out
-        url: Option<String>,
-    },
-    /// Remove the registered URL
+    Set,
     Delete,
 }
 
@@ -206,8 +205,8 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            Command::Cases { command: CasesCommand::WechatNotifyUrl { action, serve } } => {
-                match wechat_notify_url(&action, &serve).await {
+            Command::Cases { command: CasesCommand::WechatNotifyUrl { action, url, serve } } => {
+                match wechat_notify_url(action, url.as_deref(), &serve).await {
                     Ok(Ok(())) => ExitCode::SUCCESS,
                     Ok(Err(e)) => {
                         eprintln!("kassa cases wechat-notify-url: {e}");
@@ -377,7 +376,8 @@ async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<kassa::workers::recon
 /// `kassa cases wechat-notify-url`: the outer error when it cannot run (no configuration, no
 /// database, WeChat Pay not configured), the inner one when WeChat Pay refused or was not reached.
 async fn wechat_notify_url(
-    action: &NotifyUrlAction,
+    action: NotifyUrlAction,
+    url: Option<&str>,
     args: &ServeArgs,
 ) -> anyhow::Result<Result<(), kassa::error::Error>> {
     use kassa::usecase::cases as uc;
@@ -390,12 +390,16 @@ async fn wechat_notify_url(
     let public_url = settings.public_url.clone().unwrap_or_else(|| format!("http://{}", settings.listen));
     let links = Arc::new(kassa::app::link_signer(&db, None).await?);
     let cx = kassa::app::usecase_context(&settings, &db, &clock, &gateways, &public_url, None, links);
+    if url.is_some() && !matches!(action, NotifyUrlAction::Set) {
+        db.close().await;
+        anyhow::bail!("a URL goes with set only");
+    }
     let done = match action {
         NotifyUrlAction::Show => uc::notify_url(&cx, provider).await.map(|u| {
             println!("registered  {}", u.registered.as_deref().unwrap_or("(none)"));
             println!("kassa       {}", u.kassa_url);
         }),
-        NotifyUrlAction::Set { url } => uc::register_notify_url(&cx, provider, url.as_deref()).await.map(|u| {
+        NotifyUrlAction::Set => uc::register_notify_url(&cx, provider, url).await.map(|u| {
             println!("registered  {}", u.registered.as_deref().unwrap_or_default());
         }),
         NotifyUrlAction::Delete => uc::delete_notify_url(&cx, provider).await.map(|removed| {

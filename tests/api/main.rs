@@ -9,6 +9,7 @@ mod browser;
 mod case_pages;
 mod cases;
 mod checkout;
+mod complaint_actions;
 mod complaints;
 mod contract;
 mod crash;
