@@ -669,7 +669,10 @@ mod tests {
         assert_eq!(RefundVerdict::parse("maybe", None, None, None).unwrap_err().0, "invalid_action");
         let refund = Some(REFUND_REQUEST_REASON);
         assert!(refund_request_answerable(CaseKind::Complaint, CaseState::NeedsResponse, refund).is_ok());
-        assert_eq!(refund_request_answerable(CaseKind::Complaint, CaseState::Closed, refund).unwrap_err().0, "case_closed");
+        assert_eq!(
+            refund_request_answerable(CaseKind::Complaint, CaseState::Closed, refund).unwrap_err().0,
+            "case_closed"
+        );
         assert_eq!(
             refund_request_answerable(CaseKind::Complaint, CaseState::UnderReview, Some("OTHERS")).unwrap_err().0,
             "not_a_refund_request"

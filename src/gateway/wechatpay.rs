@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 use super::keys::{RsaSigner, nonce};
 use super::wechat_complaints as complaints;
 use super::wechat_keys::{self, KeyRing};
-use super::wechat_wire::{
-    Answer, Envelope, Outgoing, bill_date, decrypt, int, payer_ip, payer_openid, refusal, text,
-};
+use super::wechat_wire::{Answer, Envelope, Outgoing, bill_date, decrypt, int, payer_ip, payer_openid, refusal, text};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, Payer, PaymentState,
     RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, bills, format_at_offset,

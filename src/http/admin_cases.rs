@@ -13,9 +13,9 @@ use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
+use super::cases::IMAGES_BODY_LIMIT_BYTES;
 use super::console::Operator;
 use super::i18n::{Lang, Texts};
-use super::cases::IMAGES_BODY_LIMIT_BYTES;
 use super::{AppState, Content, FormBody, RouteDoc, render};
 use crate::domain::case::{self as rules, CASE_IMAGES_MAX, REFUND_REQUEST_REASON, RefundVerdict};
 use crate::domain::ids;
@@ -80,7 +80,11 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             post(reply_form).layer(DefaultBodyLimit::max(IMAGES_BODY_LIMIT_BYTES)),
         ),
         (
-            form("/admin/cases/{id}/complete", "Admin console: tell WeChat Pay a complaint is dealt with", "to the case's page"),
+            form(
+                "/admin/cases/{id}/complete",
+                "Admin console: tell WeChat Pay a complaint is dealt with",
+                "to the case's page",
+            ),
             post(complete_form),
         ),
         (
@@ -454,7 +458,10 @@ async fn read_multipart(mut multipart: Multipart) -> Result<(BTreeMap<String, St
 
 /// The CSRF check of a multipart form: a refusal of the form itself is answered as it is (403),
 /// anything else goes back to the case's page.
-async fn multipart_form(op: &Operator, multipart: Multipart) -> Result<Result<(BTreeMap<String, String>, Vec<Vec<u8>>)>> {
+async fn multipart_form(
+    op: &Operator,
+    multipart: Multipart,
+) -> Result<Result<(BTreeMap<String, String>, Vec<Vec<u8>>)>> {
     match read_multipart(multipart).await {
         Ok((fields, images)) => {
             op.check(&fields)?;
@@ -509,10 +516,12 @@ async fn refund_request_form(
                 RefundVerdict::parse(get("action").unwrap_or_default(), days, get("reason"), get("remark"))
                     .map_err(|(code, why)| Error::unprocessable(code, why))
             }) {
-                Ok(verdict) => uc::answer_refund_request(&state.cx, &id, &verdict, images).await.map(|_| match verdict {
-                    RefundVerdict::Approve { .. } => "refund_approved",
-                    RefundVerdict::Reject { .. } => "refund_rejected",
-                }),
+                Ok(verdict) => {
+                    uc::answer_refund_request(&state.cx, &id, &verdict, images).await.map(|_| match verdict {
+                        RefundVerdict::Approve { .. } => "refund_approved",
+                        RefundVerdict::Reject { .. } => "refund_rejected",
+                    })
+                }
                 Err(e) => Err(e),
             }
         }

@@ -426,13 +426,9 @@ async fn refund_request(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<RefundRequestBody>,
 ) -> Result<Response> {
-    let verdict = RefundVerdict::parse(
-        &body.action,
-        body.launch_refund_days,
-        body.reason.as_deref(),
-        body.remark.as_deref(),
-    )
-    .map_err(|(code, why)| Error::unprocessable(code, why))?;
+    let verdict =
+        RefundVerdict::parse(&body.action, body.launch_refund_days, body.reason.as_deref(), body.remark.as_deref())
+            .map_err(|(code, why)| Error::unprocessable(code, why))?;
     let images = decode_images(&body.images)?;
     Ok(axum::Json(uc::answer_refund_request(&state.cx, &id, &verdict, images).await?).into_response())
 }

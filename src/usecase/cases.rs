@@ -298,7 +298,11 @@ pub async fn register_notify_url(cx: &Context, provider: &str, url: Option<&str>
     }
     let registered = gateway.register_case_notify_url(&url).await.map_err(action_error)?;
     tracing::info!(provider, url = %registered, "case notification URL registered");
-    Ok(NotifyUrl { provider: provider.to_string(), registered: Some(registered), kassa_url: kassa_notify_url(cx, provider) })
+    Ok(NotifyUrl {
+        provider: provider.to_string(),
+        registered: Some(registered),
+        kassa_url: kassa_notify_url(cx, provider),
+    })
 }
 
 /// Removes the provider's case notification URL; whether one was registered.

@@ -66,7 +66,11 @@ async fn reply_with_images(backend: Backend) {
         (vec!["not base64!".to_string()], "invalid_image"),
     ] {
         let (status, refused) = w.t.admin_post(&path, json!({"text": "您好", "images": images})).await;
-        assert_eq!((status, error_code(&refused)), (StatusCode::UNPROCESSABLE_ENTITY, expected.to_string()), "{refused}");
+        assert_eq!(
+            (status, error_code(&refused)),
+            (StatusCode::UNPROCESSABLE_ENTITY, expected.to_string()),
+            "{refused}"
+        );
     }
     assert_eq!(uploads(&w), 0);
     assert!(w.wechat.ledger.lock().unwrap().complaint_responses.is_empty());
@@ -130,7 +134,10 @@ async fn refund_requests(backend: Backend) {
     assert_eq!(s(&refund["refund_no"]), format!("case-{approved}-{amount}"));
     let (status, too_many) =
         w.t.admin_post(&path(&approved), json!({"action": "approve", "launch_refund_days": 8})).await;
-    assert_eq!((status, error_code(&too_many)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_launch_refund_days".into()));
+    assert_eq!(
+        (status, error_code(&too_many)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_launch_refund_days".into())
+    );
 
     // Rejected: a reason is required; with one (a remark and an image too), WeChat closes it.
     for body in [json!({"action": "reject"}), json!({"action": "reject", "reason": "  "})] {
@@ -140,7 +147,8 @@ async fn refund_requests(backend: Backend) {
     let (status, refused) = w.t.admin_post(&path(&rejected), json!({"action": "maybe"})).await;
     assert_eq!((status, error_code(&refused)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_action".into()));
     assert_eq!(w.wechat.ledger.lock().unwrap().complaint_refund_answers.len(), 1, "nothing sent");
-    let reject = json!({"action": "reject", "reason": "卡密已发放并已查看", "remark": "见截图", "images": [B64.encode(PNG)]});
+    let reject =
+        json!({"action": "reject", "reason": "卡密已发放并已查看", "remark": "见截图", "images": [B64.encode(PNG)]});
     let (status, body) = w.t.admin_post(&path(&rejected), reject).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
@@ -167,7 +175,9 @@ fn multipart(fields: &[(&str, &str)], files: &[(&str, &[u8])]) -> (Vec<u8>, Stri
     let boundary = "test-boundary-7d1f";
     let mut body = Vec::new();
     for (name, value) in fields {
-        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").bytes());
+        body.extend(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").bytes(),
+        );
     }
     for (name, bytes) in files {
         body.extend(
@@ -194,7 +204,10 @@ async fn console_actions(backend: Backend) {
     for form in ["reply-form", "complete-form", "approve-form", "reject-form"] {
         assert!(page.contains(&format!("id=\"{form}\"")), "{form}: {page}");
     }
-    assert!(page.contains("enctype=\"multipart/form-data\"") && page.contains("moves through the refund form"), "{page}");
+    assert!(
+        page.contains("enctype=\"multipart/form-data\"") && page.contains("moves through the refund form"),
+        "{page}"
+    );
     let t = &w.t;
     let post = |path: String, body: Vec<u8>, content_type: String| {
         let (http, cookie) = (http.clone(), cookie.clone());
@@ -223,7 +236,8 @@ async fn console_actions(backend: Backend) {
     assert!(status == StatusCode::SEE_OTHER && location.contains("error="), "{location}");
     assert_eq!(uploads(&w), 0);
     // A reply with one image and an empty file input.
-    let (body, ct) = multipart(&[("csrf", csrf.as_str()), ("text", "已补发")], &[("images", PNG), ("images", &b""[..])]);
+    let (body, ct) =
+        multipart(&[("csrf", csrf.as_str()), ("text", "已补发")], &[("images", PNG), ("images", &b""[..])]);
     let (status, location) = post(format!("/admin/cases/{id}/reply"), body, ct).await;
     assert_eq!((status, location), (StatusCode::SEE_OTHER, format!("/admin/cases/{id}?done=replied")));
     assert_eq!(w.wechat.ledger.lock().unwrap().complaint_responses[0]["response_images"], json!(["MEDIA-1"]));

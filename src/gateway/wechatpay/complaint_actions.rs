@@ -5,10 +5,10 @@
 
 use serde_json::{Value, json};
 
+use super::super::GatewayError;
 use super::super::keys::nonce;
 use super::super::wechat_complaints as complaints;
 use super::super::wechat_wire::{Outgoing, refusal};
-use super::super::GatewayError;
 use super::WechatPay;
 use crate::clock::Millis;
 use crate::domain::case::{CaseImage, CaseReport};
@@ -95,9 +95,8 @@ impl WechatPay {
         if r.status != 200 {
             return Err(refusal("complaint notification URL", &r));
         }
-        complaints::registered_url(&r.body).ok_or_else(|| {
-            GatewayError::unavailable("wechatpay complaint notification URL: the answer names no url")
-        })
+        complaints::registered_url(&r.body)
+            .ok_or_else(|| GatewayError::unavailable("wechatpay complaint notification URL: the answer names no url"))
     }
 
     /// Removes the registered URL; whether one was.
