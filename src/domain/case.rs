@@ -429,6 +429,11 @@ impl RefundVerdict {
         }
     }
 
+    /// Whether images go with the verdict: a refusal's evidence; an approval takes none.
+    pub fn takes_images(&self) -> bool {
+        matches!(self, RefundVerdict::Reject { .. })
+    }
+
     /// A verdict from what the operator sent: `approve` with the days (0 when none), or `reject`
     /// with a reason (1-200 characters, not blank) and an optional remark (at most 200).
     pub fn parse(
@@ -667,6 +672,8 @@ mod tests {
             "invalid_remark"
         );
         assert_eq!(RefundVerdict::parse("maybe", None, None, None).unwrap_err().0, "invalid_action");
+        assert!(!RefundVerdict::Approve { launch_refund_days: 0 }.takes_images());
+        assert!(RefundVerdict::Reject { reason: "x".into(), remark: None }.takes_images());
         let refund = Some(REFUND_REQUEST_REASON);
         assert!(refund_request_answerable(CaseKind::Complaint, CaseState::NeedsResponse, refund).is_ok());
         assert_eq!(

@@ -96,8 +96,10 @@ impl WechatPay {
     /// added. Returns how many certificates were new. Callers hold `last_download`.
     async fn download_certificates(&self, now: Millis) -> Result<usize, String> {
         let path = "/v3/certificates?algorithm_type=RSA";
-        let (status, headers, bytes) =
-            self.send("GET", path, None).await.map_err(|e| format!("downloading the platform certificates: {e}"))?;
+        let (status, headers, bytes) = self
+            .send("GET", path, Outgoing::json(None))
+            .await
+            .map_err(|e| format!("downloading the platform certificates: {e}"))?;
         if status == 404
             || (status >= 500 && self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner).has_public_key())
         {
@@ -129,18 +131,9 @@ impl WechatPay {
         )
     }
 
-    /// Sends a signed request; the answer as it came.
+    /// Sends `out` signed over its signed text (a GET or DELETE without a body); the answer as it
+    /// came.
     async fn send(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<(u16, reqwest::header::HeaderMap, bytes::Bytes), GatewayError> {
-        self.send_out(method, path, Outgoing::json(body)).await
-    }
-
-    /// Sends `out` signed over its signed text (a GET or DELETE without a body).
-    async fn send_out(
         &self,
         method: &str,
         path: &str,
@@ -173,7 +166,7 @@ impl WechatPay {
     /// certificate not seen yet: one download, then again); error answers are read for their code
     /// only.
     async fn call_out(&self, method: &str, path: &str, out: Outgoing) -> Result<Answer, GatewayError> {
-        let (status, headers, bytes) = self.send_out(method, path, out).await?;
+        let (status, headers, bytes) = self.send(method, path, out).await?;
         if status >= 500 {
             return Err(GatewayError::unavailable(format!("wechatpay answered {status}")));
         }

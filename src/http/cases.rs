@@ -252,7 +252,13 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             .errors(409, &["not_a_refund_request"])
             .errors(
                 422,
-                &["invalid_action", "invalid_launch_refund_days", "invalid_reject_reason", "invalid_remark"],
+                &[
+                    "invalid_action",
+                    "invalid_launch_refund_days",
+                    "invalid_reject_reason",
+                    "invalid_remark",
+                    "images_not_taken",
+                ],
             )
             .errors(422, IMAGE_422)
             .errors(422, &["gateway_refused", "case_refused"])

@@ -240,8 +240,8 @@ pub async fn answer_refund_request(
     let detail = cases::get(&cx.db, id).await?;
     case::refund_request_answerable(key.kind, key.state, detail.case.reason.as_deref())
         .map_err(|(code, why)| Error::conflict(code, why))?;
-    if matches!(verdict, case::RefundVerdict::Approve { .. }) && !images.is_empty() {
-        return Err(Error::unprocessable("too_many_images", "images go with a refusal only"));
+    if !verdict.takes_images() && !images.is_empty() {
+        return Err(Error::unprocessable("images_not_taken", "images go with a refusal only"));
     }
     let gateway = gateway_of(cx, &key.provider)?;
     let media_ids = upload_images(gateway.as_ref(), images).await?;

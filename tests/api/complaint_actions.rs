@@ -139,6 +139,11 @@ async fn refund_requests(backend: Backend) {
         (StatusCode::UNPROCESSABLE_ENTITY, "invalid_launch_refund_days".into())
     );
 
+    let with_image = json!({"action": "approve", "images": [B64.encode(PNG)]});
+    let (status, refused) = w.t.admin_post(&path(&approved), with_image).await;
+    assert_eq!((status, error_code(&refused)), (StatusCode::UNPROCESSABLE_ENTITY, "images_not_taken".into()));
+    assert_eq!(uploads(&w), 0);
+
     // Rejected: a reason is required; with one (a remark and an image too), WeChat closes it.
     for body in [json!({"action": "reject"}), json!({"action": "reject", "reason": "  "})] {
         let (status, refused) = w.t.admin_post(&path(&rejected), body).await;
