@@ -504,36 +504,40 @@ async fn refund_request_form(
     multipart: Multipart,
 ) -> Result<Response> {
     let outcome = match multipart_form(&op, multipart).await? {
-        Ok((fields, images)) => {
-            let get = |k: &str| fields.get(k).map(String::as_str);
-            let days = match get("launch_refund_days").map(str::trim).filter(|d| !d.is_empty()) {
-                None => Ok(None),
-                Some(d) => d.parse::<u32>().map(Some).map_err(|_| {
-                    Error::unprocessable("invalid_launch_refund_days", "the working days are a whole number")
-                }),
-            };
-            match days.and_then(|days| {
-                RefundVerdict::parse(get("action").unwrap_or_default(), days, get("reason"), get("remark"))
-                    .map_err(|(code, why)| Error::unprocessable(code, why))
-            }) {
-                Ok(verdict) => {
-                    uc::answer_refund_request(&state.cx, &id, &verdict, images).await.map(|_| match verdict {
-                        RefundVerdict::Approve { .. } => "refund_approved",
-                        RefundVerdict::Reject { .. } => "refund_rejected",
-                    })
-                }
-                Err(e) => Err(e),
-            }
-        }
+        Ok((fields, images)) => answer_refund_request(&state, &id, &fields, images).await,
         Err(e) => Err(e),
     };
-    let approved = matches!(outcome, Ok("refund_approved"));
-    let response = back(&id, outcome)?;
-    if !approved {
-        return Ok(response);
+    match outcome {
+        // After approving, straight to the refund form: approving moved no money.
+        Ok("refund_approved") => {
+            Ok(Redirect::to(&format!("{}?done=refund_approved#refund-form", case_path(&id))).into_response())
+        }
+        outcome => back(&id, outcome),
     }
-    // After approving, straight to the refund form: approving moved no money.
-    Ok(Redirect::to(&format!("{}?done=refund_approved#refund-form", case_path(&id))).into_response())
+}
+
+/// The refund request's answer the form gives, sent; what was done.
+async fn answer_refund_request(
+    state: &AppState,
+    id: &str,
+    fields: &BTreeMap<String, String>,
+    images: Vec<Vec<u8>>,
+) -> Result<&'static str> {
+    let get = |k: &str| fields.get(k).map(String::as_str);
+    let days =
+        match get("launch_refund_days").map(str::trim).filter(|d| !d.is_empty()) {
+            None => None,
+            Some(d) => Some(d.parse::<u32>().map_err(|_| {
+                Error::unprocessable("invalid_launch_refund_days", "the working days are a whole number")
+            })?),
+        };
+    let verdict = RefundVerdict::parse(get("action").unwrap_or_default(), days, get("reason"), get("remark"))
+        .map_err(|(code, why)| Error::unprocessable(code, why))?;
+    uc::answer_refund_request(&state.cx, id, &verdict, images).await?;
+    Ok(match verdict {
+        RefundVerdict::Approve { .. } => "refund_approved",
+        RefundVerdict::Reject { .. } => "refund_rejected",
+    })
 }
 
 #[derive(Template)]

@@ -271,6 +271,10 @@ async fn console_actions(backend: Backend) {
     let r = r.send().await.unwrap();
     assert_eq!(r.headers()["location"], format!("/admin/cases/{id}?done=completed").as_str());
     assert_eq!(w.wechat.ledger.lock().unwrap().complaints_completed, vec![cid]);
+    // Closed: the page offers none of the complaint's forms any more.
+    let page = http.get(w.t.url(&format!("/admin/cases/{id}"))).header("cookie", &cookie).send().await.unwrap();
+    let page = page.text().await.unwrap();
+    assert!(!page.contains("id=\"reply-form\"") && !page.contains("id=\"approve-form\""), "{page}");
     w.t.assert_clean().await;
 }
 
