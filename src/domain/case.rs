@@ -365,6 +365,185 @@ pub fn merge_evidence(suggested: Vec<(String, String)>, edits: &[(String, String
     merged.into_iter().collect()
 }
 
+/// WeChat Pay: images sent with a reply, or with a refusal of the buyer's refund request, at most.
+pub const CASE_IMAGES_MAX: usize = 4;
+/// The largest image WeChat Pay takes (2 MB).
+pub const CASE_IMAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// The kinds of image WeChat Pay takes, told by their first bytes (never by a name the operator's
+/// file happened to have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageKind {
+    Jpeg,
+    Png,
+    Bmp,
+}
+
+impl ImageKind {
+    /// The kind of `bytes`, by their signature; `None` for anything else.
+    pub fn sniff(bytes: &[u8]) -> Option<ImageKind> {
+        if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+            Some(ImageKind::Jpeg)
+        } else if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some(ImageKind::Png)
+        } else if bytes.starts_with(b"BM") {
+            Some(ImageKind::Bmp)
+        } else {
+            None
+        }
+    }
+
+    /// The file name's ending WeChat asks for.
+    pub fn extension(self) -> &'static str {
+        match self {
+            ImageKind::Jpeg => "jpg",
+            ImageKind::Png => "png",
+            ImageKind::Bmp => "bmp",
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            ImageKind::Jpeg => "image/jpeg",
+            ImageKind::Png => "image/png",
+            ImageKind::Bmp => "image/bmp",
+        }
+    }
+}
+
+/// An image the operator sends with a complaint's reply or refusal, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseImage {
+    pub kind: ImageKind,
+    pub bytes: Vec<u8>,
+}
+
+/// Why images may not be sent: a refusal's code and message.
+pub type ImageRefusal = (&'static str, String);
+
+/// The operator's images, checked: at most [`CASE_IMAGES_MAX`], each a JPEG, PNG or BMP of 1 byte
+/// to [`CASE_IMAGE_BYTES_MAX`].
+pub fn check_images(images: Vec<Vec<u8>>) -> Result<Vec<CaseImage>, ImageRefusal> {
+    if images.len() > CASE_IMAGES_MAX {
+        return Err(("too_many_images", format!("at most {CASE_IMAGES_MAX} images")));
+    }
+    images
+        .into_iter()
+        .enumerate()
+        .map(|(n, bytes)| {
+            if bytes.len() > CASE_IMAGE_BYTES_MAX {
+                return Err(("image_too_large", format!("image {}: at most {CASE_IMAGE_BYTES_MAX} bytes", n + 1)));
+            }
+            let kind = ImageKind::sniff(&bytes)
+                .ok_or_else(|| ("image_type_refused", format!("image {}: JPEG, PNG or BMP only", n + 1)))?;
+            Ok(CaseImage { kind, bytes })
+        })
+        .collect()
+}
+
+/// The provider's reason of a complaint that asks for a refund (WeChat Pay's `problem_type`).
+pub const REFUND_REQUEST_REASON: &str = "REFUND";
+/// The longest reason for refusing a refund request, and the longest remark to the provider's
+/// staff, in characters (WeChat Pay's).
+pub const REJECT_REASON_CHARS_MAX: usize = 200;
+pub const REMARK_CHARS_MAX: usize = 200;
+/// The most working days the merchant may say it will take to start an approved refund: kassa's
+/// bound, well inside the 72 hours a complaint has to be resolved in plus weekends.
+pub const LAUNCH_REFUND_DAYS_MAX: u32 = 7;
+
+/// The merchant's answer to a buyer's refund request. Approving says the merchant will refund
+/// within `launch_refund_days` working days (0: today); the money moves only through a refund.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundVerdict {
+    Approve { launch_refund_days: u32 },
+    Reject { reason: String, remark: Option<String> },
+}
+
+impl RefundVerdict {
+    /// The verdict's name as the API and the case's log say it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RefundVerdict::Approve { .. } => "approve",
+            RefundVerdict::Reject { .. } => "reject",
+        }
+    }
+
+    /// Whether images go with the verdict: a refusal's evidence; an approval takes none.
+    pub fn takes_images(&self) -> bool {
+        matches!(self, RefundVerdict::Reject { .. })
+    }
+
+    /// A verdict from what the operator sent: `approve` with the days (0 when none), or `reject`
+    /// with a reason (1-200 characters, not blank) and an optional remark (at most 200).
+    pub fn parse(
+        action: &str,
+        launch_refund_days: Option<u32>,
+        reason: Option<&str>,
+        remark: Option<&str>,
+    ) -> Result<RefundVerdict, ImageRefusal> {
+        let remark = remark.map(str::trim).filter(|r| !r.is_empty());
+        match action {
+            "approve" => {
+                let days = launch_refund_days.unwrap_or(0);
+                if days > LAUNCH_REFUND_DAYS_MAX {
+                    return Err((
+                        "invalid_launch_refund_days",
+                        format!("the refund starts within 0-{LAUNCH_REFUND_DAYS_MAX} working days"),
+                    ));
+                }
+                Ok(RefundVerdict::Approve { launch_refund_days: days })
+            }
+            "reject" => {
+                let reason = reason.map(str::trim).unwrap_or_default();
+                if reason.is_empty() || reason.chars().count() > REJECT_REASON_CHARS_MAX {
+                    return Err((
+                        "invalid_reject_reason",
+                        format!("a refusal gives its reason in 1-{REJECT_REASON_CHARS_MAX} characters"),
+                    ));
+                }
+                if remark.is_some_and(|r| r.chars().count() > REMARK_CHARS_MAX) {
+                    return Err(("invalid_remark", format!("a remark is at most {REMARK_CHARS_MAX} characters")));
+                }
+                Ok(RefundVerdict::Reject { reason: reason.to_string(), remark: remark.map(str::to_string) })
+            }
+            _ => Err(("invalid_action", "the action is approve or reject".to_string())),
+        }
+    }
+}
+
+/// Whether a case's refund request may be answered now: an open complaint whose reason is a
+/// refund request. The refusal's code and message otherwise.
+pub fn refund_request_answerable(
+    kind: CaseKind,
+    state: CaseState,
+    reason: Option<&str>,
+) -> Result<(), (&'static str, &'static str)> {
+    if kind != CaseKind::Complaint {
+        return Err(("case_not_a_complaint", "only a complaint asks for a refund"));
+    }
+    if state == CaseState::Closed {
+        return Err(("case_closed", "the case is closed"));
+    }
+    if reason != Some(REFUND_REQUEST_REASON) {
+        return Err(("not_a_refund_request", "the buyer did not ask for a refund in this complaint"));
+    }
+    Ok(())
+}
+
+/// The longest notification URL kassa registers with a provider.
+pub const NOTIFY_URL_CHARS_MAX: usize = 256;
+
+/// Whether `url` may be registered as where a provider sends its case notifications: HTTPS, with
+/// a host, no query or fragment, at most [`NOTIFY_URL_CHARS_MAX`] characters.
+pub fn notify_url_fits(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("https://") else { return false };
+    let host = rest.split('/').next().unwrap_or_default();
+    url.chars().count() <= NOTIFY_URL_CHARS_MAX
+        && !host.is_empty()
+        && !url.contains(['?', '#'])
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,5 +700,73 @@ mod tests {
         assert_eq!(urgency(100, 10, 50), Urgency::Later);
         assert_eq!(urgency(100, 50, 50), Urgency::DueSoon);
         assert_eq!(urgency(100, 100, 50), Urgency::Overdue);
+    }
+    #[test]
+    fn images_are_told_by_their_bytes_and_bounded() {
+        let png = b"\x89PNG\r\n\x1a\nrest".to_vec();
+        let jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 1];
+        let checked = check_images(vec![png.clone(), jpeg, b"BM..".to_vec()]).unwrap();
+        let kinds: Vec<ImageKind> = checked.iter().map(|i| i.kind).collect();
+        assert_eq!(kinds, vec![ImageKind::Png, ImageKind::Jpeg, ImageKind::Bmp]);
+        assert_eq!((ImageKind::Png.extension(), ImageKind::Jpeg.content_type()), ("png", "image/jpeg"));
+        assert_eq!(check_images(vec![png.clone(); CASE_IMAGES_MAX]).map(|v| v.len()), Ok(CASE_IMAGES_MAX));
+        assert_eq!(check_images(vec![png.clone(); CASE_IMAGES_MAX + 1]).unwrap_err().0, "too_many_images");
+        assert_eq!(check_images(vec![b"GIF89a".to_vec()]).unwrap_err().0, "image_type_refused");
+        assert_eq!(check_images(vec![Vec::new()]).unwrap_err().0, "image_type_refused");
+        let mut large = png.clone();
+        large.resize(CASE_IMAGE_BYTES_MAX, 0);
+        assert!(check_images(vec![large.clone()]).is_ok());
+        large.push(0);
+        assert_eq!(check_images(vec![large]).unwrap_err().0, "image_too_large");
+    }
+
+    #[test]
+    fn a_refund_request_is_approved_or_refused_with_a_reason() {
+        assert_eq!(
+            RefundVerdict::parse("approve", None, None, None),
+            Ok(RefundVerdict::Approve { launch_refund_days: 0 })
+        );
+        assert_eq!(
+            RefundVerdict::parse("approve", Some(LAUNCH_REFUND_DAYS_MAX + 1), None, None).unwrap_err().0,
+            "invalid_launch_refund_days"
+        );
+        assert_eq!(
+            RefundVerdict::parse("reject", None, Some(" 已发货 "), Some("  ")),
+            Ok(RefundVerdict::Reject { reason: "已发货".into(), remark: None })
+        );
+        for reason in [None, Some("  "), Some("字".repeat(201)).as_deref()] {
+            assert_eq!(RefundVerdict::parse("reject", None, reason, None).unwrap_err().0, "invalid_reject_reason");
+        }
+        assert_eq!(
+            RefundVerdict::parse("reject", None, Some("x"), Some(&"字".repeat(201))).unwrap_err().0,
+            "invalid_remark"
+        );
+        assert_eq!(RefundVerdict::parse("maybe", None, None, None).unwrap_err().0, "invalid_action");
+        assert!(!RefundVerdict::Approve { launch_refund_days: 0 }.takes_images());
+        assert!(RefundVerdict::Reject { reason: "x".into(), remark: None }.takes_images());
+        let refund = Some(REFUND_REQUEST_REASON);
+        assert!(refund_request_answerable(CaseKind::Complaint, CaseState::NeedsResponse, refund).is_ok());
+        assert_eq!(
+            refund_request_answerable(CaseKind::Complaint, CaseState::Closed, refund).unwrap_err().0,
+            "case_closed"
+        );
+        assert_eq!(
+            refund_request_answerable(CaseKind::Complaint, CaseState::UnderReview, Some("OTHERS")).unwrap_err().0,
+            "not_a_refund_request"
+        );
+        assert_eq!(
+            refund_request_answerable(CaseKind::Dispute, CaseState::NeedsResponse, refund).unwrap_err().0,
+            "case_not_a_complaint"
+        );
+    }
+
+    #[test]
+    fn a_notify_url_is_https_and_bounded() {
+        assert!(notify_url_fits("https://shop.example/notify/wechatpay"));
+        for bad in ["http://shop.example/notify", "https:///x", "https://a.example/n?x=1", "https://a.example/a b"] {
+            assert!(!notify_url_fits(bad), "{bad}");
+        }
+        let long = format!("https://a.example/{}", "x".repeat(NOTIFY_URL_CHARS_MAX));
+        assert!(!notify_url_fits(&long));
     }
 }

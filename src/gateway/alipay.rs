@@ -572,9 +572,13 @@ impl Gateway for Alipay {
         &'a self,
         case_id: &'a str,
         text: &'a str,
+        media_ids: &'a [String],
         now: Millis,
     ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         Box::pin(async move {
+            if !media_ids.is_empty() {
+                return Err(GatewayError::invalid("action_unsupported", "an Alipay complaint's reply takes text only"));
+            }
             let biz =
                 complaints::reply_biz(case_id, text).map_err(|why| GatewayError::invalid("invalid_reply", why))?;
             self.complaint_action(case_id, complaints::REPLY, biz, now).await

@@ -30,7 +30,7 @@ use axum::http::HeaderMap;
 use serde::Serialize;
 
 use crate::clock::Millis;
-use crate::domain::case::{CaseReport, Completion};
+use crate::domain::case::{CaseImage, CaseReport, Completion, RefundVerdict};
 use crate::domain::event::VerifiedEvent;
 pub use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::domain::statement::Statement;
@@ -283,15 +283,50 @@ pub trait Gateway: Send + Sync {
             Err(GatewayError::invalid("cases_unsupported", "this gateway has no complaints or disputes"))
         })
     }
-    /// Sends the operator's reply `text` to the complaint `case_id`; the case as it stands after.
+    /// Uploads an image for a reply or a refusal (checked by the domain already); its media id at
+    /// the provider.
+    fn upload_case_image<'a>(&'a self, image: &'a CaseImage) -> BoxFuture<'a, Result<String, GatewayError>> {
+        let _ = image;
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway takes no images")) })
+    }
+    /// Sends the operator's reply `text`, with the images uploaded for it (`media_ids`), to the
+    /// complaint `case_id`; the case as it stands after.
     fn reply_case<'a>(
         &'a self,
         case_id: &'a str,
         text: &'a str,
+        media_ids: &'a [String],
         now: Millis,
     ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
-        let _ = (case_id, text, now);
+        let _ = (case_id, text, media_ids, now);
         Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway takes no complaint reply")) })
+    }
+    /// Answers the buyer's refund request of the complaint `case_id` (a refusal with the images
+    /// uploaded for it); the case as it stands after.
+    fn answer_refund_request<'a>(
+        &'a self,
+        case_id: &'a str,
+        verdict: &'a RefundVerdict,
+        media_ids: &'a [String],
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let _ = (case_id, verdict, media_ids, now);
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway takes no refund requests")) })
+    }
+    /// The URL the provider sends its case notifications to, as registered with it; `None` when
+    /// none is.
+    fn case_notify_url(&self) -> BoxFuture<'_, Result<Option<String>, GatewayError>> {
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway registers no case URL")) })
+    }
+    /// Registers `url` as where the provider sends its case notifications (replacing any); the URL
+    /// as the provider then has it.
+    fn register_case_notify_url<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<String, GatewayError>> {
+        let _ = url;
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway registers no case URL")) })
+    }
+    /// Removes the registered case notification URL; whether one was registered.
+    fn delete_case_notify_url(&self) -> BoxFuture<'_, Result<bool, GatewayError>> {
+        Box::pin(async { Err(GatewayError::invalid("action_unsupported", "this gateway registers no case URL")) })
     }
     /// Tells the provider the complaint `case_id` is dealt with (`completion`: what kassa knows of
     /// how); the case as it stands after.

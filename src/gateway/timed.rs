@@ -15,7 +15,7 @@ use super::{
 };
 use crate::clock::Millis;
 use crate::domain::Currency;
-use crate::domain::case::CaseReport;
+use crate::domain::case::{CaseImage, CaseReport, RefundVerdict};
 use crate::domain::event::VerifiedEvent;
 use crate::domain::statement::Statement;
 
@@ -122,13 +122,35 @@ impl Gateway for Timed {
     fn fetch_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         timed(self.name(), "fetch_case", self.0.fetch_case(case_id, now))
     }
+    fn upload_case_image<'a>(&'a self, image: &'a CaseImage) -> BoxFuture<'a, Result<String, GatewayError>> {
+        timed(self.name(), "upload_case_image", self.0.upload_case_image(image))
+    }
     fn reply_case<'a>(
         &'a self,
         case_id: &'a str,
         text: &'a str,
+        media_ids: &'a [String],
         now: Millis,
     ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
-        timed(self.name(), "reply_case", self.0.reply_case(case_id, text, now))
+        timed(self.name(), "reply_case", self.0.reply_case(case_id, text, media_ids, now))
+    }
+    fn answer_refund_request<'a>(
+        &'a self,
+        case_id: &'a str,
+        verdict: &'a RefundVerdict,
+        media_ids: &'a [String],
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        timed(self.name(), "answer_refund_request", self.0.answer_refund_request(case_id, verdict, media_ids, now))
+    }
+    fn case_notify_url(&self) -> BoxFuture<'_, Result<Option<String>, GatewayError>> {
+        timed(self.name(), "case_notify_url", self.0.case_notify_url())
+    }
+    fn register_case_notify_url<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<String, GatewayError>> {
+        timed(self.name(), "register_case_notify_url", self.0.register_case_notify_url(url))
+    }
+    fn delete_case_notify_url(&self) -> BoxFuture<'_, Result<bool, GatewayError>> {
+        timed(self.name(), "delete_case_notify_url", self.0.delete_case_notify_url())
     }
     fn complete_case<'a>(
         &'a self,

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::format_at_offset;
 use crate::clock::Millis;
-use crate::domain::case::{CaseKind, CaseReport, REPLY_CHARS_MAX, reply_fits};
+use crate::domain::case::{CaseImage, CaseKind, CaseReport, REPLY_CHARS_MAX, RefundVerdict, reply_fits};
 use crate::domain::ids::is_plain_id;
 use crate::domain::{Currency, Money};
 
@@ -121,12 +121,107 @@ pub fn list_path(since: Millis, now: Millis, offset: usize) -> String {
     )
 }
 
-/// The body of a reply: the merchant complained about and the text (1-200 characters).
-pub fn response_body(mchid: &str, reply: &str) -> Result<Value, String> {
+/// The body of a reply: the merchant complained about, the text (1-200 characters) and the
+/// images uploaded for it (their media ids), when there are any.
+pub fn response_body(mchid: &str, reply: &str, media_ids: &[String]) -> Result<Value, String> {
     if !reply_fits(reply) {
         return Err(format!("a reply is 1-{REPLY_CHARS_MAX} characters"));
     }
-    Ok(json!({"complainted_mchid": mchid, "response_content": reply}))
+    let mut body = json!({"complainted_mchid": mchid, "response_content": reply});
+    if !media_ids.is_empty() {
+        body["response_images"] = json!(media_ids);
+    }
+    Ok(body)
+}
+
+/// Where images are uploaded for replies and refusals.
+pub const IMAGES_PATH: &str = "/v3/merchant-service/images/upload";
+/// The longest media id kassa takes from WeChat (WeChat's own bound).
+pub const MEDIA_ID_LEN_MAX: usize = 512;
+/// Where the complaint notification URL is registered (one per merchant).
+pub const NOTIFICATIONS_PATH: &str = "/v3/merchant-service/complaint-notifications";
+
+/// An upload's `meta` part, which is also the text its request signature covers: a file name
+/// ending in the image's kind, and the hex SHA-256 of its bytes.
+pub fn image_meta(image: &CaseImage) -> String {
+    let digest = hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &image.bytes));
+    let filename = format!("{}.{}", &digest[..32], image.kind.extension());
+    json!({"filename": filename, "sha256": digest}).to_string()
+}
+
+/// The multipart/form-data body of an upload under `boundary`: the `meta` part (JSON) and the
+/// `file` part (the image). The boundary must not occur in either part.
+pub fn upload_body(boundary: &str, meta: &str, image: &CaseImage) -> Vec<u8> {
+    let filename = serde_json::from_str::<Value>(meta)
+        .ok()
+        .and_then(|m| m.get("filename").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    let mut body = Vec::with_capacity(image.bytes.len() + meta.len() + 512);
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"meta\"\r\nContent-Type: application/json\r\n\r\n{meta}\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\nContent-Type: {}\r\n\r\n",
+            image.kind.content_type()
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(&image.bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    body
+}
+
+/// A boundary that occurs in neither part: `seed` (random hex) lengthened until it does not.
+pub fn upload_boundary(seed: &str, meta: &str, image: &CaseImage) -> String {
+    let mut boundary = format!("kassa-{seed}");
+    while meta.contains(&boundary) || image.bytes.windows(boundary.len()).any(|w| w == boundary.as_bytes()) {
+        boundary.push_str(seed);
+    }
+    boundary
+}
+
+/// The media id of an upload's answer.
+pub fn media_id(answer: &Value) -> Result<String, String> {
+    let id = answer.get("media_id").and_then(Value::as_str).unwrap_or_default();
+    if id.is_empty() || id.len() > MEDIA_ID_LEN_MAX || id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("the upload's answer names no media_id".into());
+    }
+    Ok(id.to_string())
+}
+
+/// The body of the merchant's answer to a refund request: `APPROVE` with the working days until
+/// the refund starts, or `REJECT` with the reason, the images (media ids) and a remark.
+pub fn refund_progress_body(verdict: &RefundVerdict, media_ids: &[String]) -> Value {
+    match verdict {
+        RefundVerdict::Approve { launch_refund_days } => {
+            json!({"action": "APPROVE", "launch_refund_day": launch_refund_days})
+        }
+        RefundVerdict::Reject { reason, remark } => {
+            let mut body = json!({"action": "REJECT", "reject_reason": reason});
+            if !media_ids.is_empty() {
+                body["reject_media_list"] = json!(media_ids);
+            }
+            if let Some(remark) = remark {
+                body["remark"] = json!(remark);
+            }
+            body
+        }
+    }
+}
+
+/// How the notification URL is registered: created (`POST`) when none is, replaced (`PUT`)
+/// otherwise.
+pub fn registration_method(registered: Option<&str>) -> &'static str {
+    if registered.is_some() { "PUT" } else { "POST" }
+}
+
+/// The URL of a registration's answer (`{mchid, url}`); `None` when it names none.
+pub fn registered_url(answer: &Value) -> Option<String> {
+    answer.get("url").and_then(Value::as_str).filter(|u| !u.is_empty()).map(str::to_string)
 }
 
 /// A page of the list: its complaints, and whether another page follows.
@@ -191,7 +286,48 @@ mod tests {
         assert!(list_page(&page, 0).1);
         assert!(!list_page(&page, 1).1);
         assert_eq!(complaint_path("../1", ""), None);
-        assert!(response_body("1900000001", "").is_err());
-        assert_eq!(response_body("1900000001", "好").unwrap()["response_content"], "好");
+        assert!(response_body("1900000001", "", &[]).is_err());
+        let body = response_body("1900000001", "好", &[]).unwrap();
+        assert_eq!((body["response_content"].as_str(), body.get("response_images")), (Some("好"), None));
+        let body = response_body("1900000001", "好", &["M1".to_string()]).unwrap();
+        assert_eq!(body["response_images"], json!(["M1"]));
+    }
+
+    #[test]
+    fn an_upload_is_signed_over_its_meta_and_sent_as_multipart() {
+        use crate::domain::case::ImageKind;
+        let image = CaseImage { kind: ImageKind::Png, bytes: b"\x89PNG\r\n\x1a\nkassa-ab".to_vec() };
+        let meta = image_meta(&image);
+        let m: Value = serde_json::from_str(&meta).unwrap();
+        let digest = hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &image.bytes));
+        assert_eq!(m["sha256"], json!(digest));
+        assert!(m["filename"].as_str().unwrap().ends_with(".png") && m["filename"].as_str().unwrap().len() <= 128);
+        // The image holds `kassa-ab`: the boundary grows until it is not in the image.
+        let boundary = upload_boundary("ab", &meta, &image);
+        assert_eq!(boundary, "kassa-abab");
+        let body = upload_body(&boundary, &meta, &image);
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.starts_with("--kassa-abab\r\nContent-Disposition: form-data; name=\"meta\""), "{text}");
+        assert!(text.contains(&format!("\r\n\r\n{meta}\r\n--kassa-abab\r\n")), "{text}");
+        assert!(text.contains("name=\"file\"; filename=\"") && text.contains("Content-Type: image/png"), "{text}");
+        assert!(body.ends_with(b"\x89PNG\r\n\x1a\nkassa-ab\r\n--kassa-abab--\r\n"));
+        assert_eq!(media_id(&json!({"media_id": "MEDIA-1"})), Ok("MEDIA-1".to_string()));
+        assert!(media_id(&json!({})).is_err() && media_id(&json!({"media_id": "a b"})).is_err());
+    }
+
+    #[test]
+    fn a_refund_request_is_answered_in_wechats_words() {
+        let approve = refund_progress_body(&RefundVerdict::Approve { launch_refund_days: 3 }, &[]);
+        assert_eq!(approve, json!({"action": "APPROVE", "launch_refund_day": 3}));
+        let verdict = RefundVerdict::Reject { reason: "已发货".into(), remark: Some("见物流".into()) };
+        assert_eq!(
+            refund_progress_body(&verdict, &["M1".to_string()]),
+            json!({"action": "REJECT", "reject_reason": "已发货", "reject_media_list": ["M1"], "remark": "见物流"})
+        );
+        let bare = RefundVerdict::Reject { reason: "x".into(), remark: None };
+        assert_eq!(refund_progress_body(&bare, &[]), json!({"action": "REJECT", "reject_reason": "x"}));
+        assert_eq!((registration_method(None), registration_method(Some("https://a"))), ("POST", "PUT"));
+        assert_eq!(registered_url(&json!({"mchid": "1", "url": "https://a/n"})).as_deref(), Some("https://a/n"));
+        assert_eq!(registered_url(&json!({"mchid": "1"})), None);
     }
 }

@@ -49,6 +49,22 @@ impl Answer {
     }
 }
 
+/// A request's body as sent, and the text its signature covers: a JSON body signs itself, an
+/// image upload only its `meta` part.
+pub(super) struct Outgoing {
+    pub(super) signed: String,
+    pub(super) content_type: String,
+    pub(super) bytes: Vec<u8>,
+}
+
+impl Outgoing {
+    /// A JSON body (none: an empty one).
+    pub(super) fn json(body: Option<&Value>) -> Outgoing {
+        let text = body.map(Value::to_string).unwrap_or_default();
+        Outgoing { signed: text.clone(), content_type: "application/json".into(), bytes: text.into_bytes() }
+    }
+}
+
 /// A notification's resource decrypted with the APIv3 key (AES-256-GCM).
 pub(super) fn decrypt(api_v3_key: &[u8], resource: &Resource) -> Option<Vec<u8>> {
     if resource.algorithm != "AEAD_AES_256_GCM" {

@@ -11,18 +11,21 @@ use serde_json::{Value, json};
 use super::keys::{RsaSigner, nonce};
 use super::wechat_complaints as complaints;
 use super::wechat_keys::{self, KeyRing};
-use super::wechat_wire::{Answer, Envelope, bill_date, decrypt, int, payer_ip, payer_openid, refusal, text};
+use super::wechat_wire::{Answer, Envelope, Outgoing, bill_date, decrypt, int, payer_ip, payer_openid, refusal, text};
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, Payer, PaymentState,
     RefundAnswer, RefundQuery, RefundRequest, RefundState, Rejection, Reply, StatementError, bills, format_at_offset,
     http_client, reject, transport_error, unix_seconds,
 };
 use crate::clock::{Clock, Millis, SystemClock};
-use crate::domain::case::CaseReport;
+use crate::domain::case::{CaseImage, CaseReport, RefundVerdict};
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
 use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
+
+/// The complaint actions (reply, complete, refund requests, images, the notification URL).
+mod complaint_actions;
 
 pub use super::wechat_config::WechatPayConfig;
 pub use super::wechat_sign::{
@@ -93,8 +96,10 @@ impl WechatPay {
     /// added. Returns how many certificates were new. Callers hold `last_download`.
     async fn download_certificates(&self, now: Millis) -> Result<usize, String> {
         let path = "/v3/certificates?algorithm_type=RSA";
-        let (status, headers, bytes) =
-            self.send("GET", path, None).await.map_err(|e| format!("downloading the platform certificates: {e}"))?;
+        let (status, headers, bytes) = self
+            .send("GET", path, Outgoing::json(None))
+            .await
+            .map_err(|e| format!("downloading the platform certificates: {e}"))?;
         if status == 404
             || (status >= 500 && self.keys.read().unwrap_or_else(std::sync::PoisonError::into_inner).has_public_key())
         {
@@ -126,21 +131,23 @@ impl WechatPay {
         )
     }
 
-    /// Sends a signed request; the answer as it came.
+    /// Sends `out` signed over its signed text (a GET or DELETE without a body); the answer as it
+    /// came.
     async fn send(
         &self,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        out: Outgoing,
     ) -> Result<(u16, reqwest::header::HeaderMap, bytes::Bytes), GatewayError> {
-        let body_text = body.map(Value::to_string).unwrap_or_default();
         let url = format!("{}{path}", self.base_url);
         let request = match method {
             "GET" => self.http.get(&url),
-            _ => self.http.post(&url).header("Content-Type", "application/json").body(body_text.clone()),
+            "DELETE" => self.http.delete(&url),
+            "PUT" => self.http.put(&url).header("Content-Type", out.content_type).body(out.bytes),
+            _ => self.http.post(&url).header("Content-Type", out.content_type).body(out.bytes),
         };
         let response = request
-            .header("Authorization", self.authorization(method, path, &body_text))
+            .header("Authorization", self.authorization(method, path, &out.signed))
             .header("Accept", "application/json")
             .send()
             .await
@@ -151,11 +158,15 @@ impl WechatPay {
         Ok((status, headers, bytes))
     }
 
+    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Answer, GatewayError> {
+        self.call_out(method, path, Outgoing::json(body)).await
+    }
+
     /// Sends a signed request. A 2xx answer must carry a valid platform signature (signed under a
     /// certificate not seen yet: one download, then again); error answers are read for their code
     /// only.
-    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Answer, GatewayError> {
-        let (status, headers, bytes) = self.send(method, path, body).await?;
+    async fn call_out(&self, method: &str, path: &str, out: Outgoing) -> Result<Answer, GatewayError> {
+        let (status, headers, bytes) = self.send(method, path, out).await?;
         if status >= 500 {
             return Err(GatewayError::unavailable(format!("wechatpay answered {status}")));
         }
@@ -305,36 +316,6 @@ impl WechatPay {
         let r = serde_json::from_slice(&plain)
             .map_err(|_| reject("malformed_body", "decrypted resource is not JSON", claimed))?;
         Ok((envelope, r))
-    }
-
-    /// A complaint request (`path` from [`complaints::complaint_path`]); then the complaint as it
-    /// stands, fetched.
-    async fn complaint_action(
-        &self,
-        case_id: &str,
-        suffix: &str,
-        body: Value,
-        now: Millis,
-    ) -> Result<CaseReport, GatewayError> {
-        let path = complaints::complaint_path(case_id, suffix)
-            .ok_or_else(|| GatewayError::invalid("case_refused", "not a WeChat Pay complaint id"))?;
-        let r = self.call("POST", &path, Some(&body)).await?;
-        if !matches!(r.status, 200 | 204) {
-            return Err(refusal("complaint", &r));
-        }
-        self.complaint_detail(case_id, now).await
-    }
-
-    /// `GET …/complaints-v2/{id}`: the complaint as it stands at `now`.
-    async fn complaint_detail(&self, case_id: &str, now: Millis) -> Result<CaseReport, GatewayError> {
-        let path = complaints::complaint_path(case_id, "")
-            .ok_or_else(|| GatewayError::invalid("case_refused", "not a WeChat Pay complaint id"))?;
-        let r = self.call("GET", &path, None).await?;
-        if r.status != 200 {
-            return Err(refusal("complaint", &r));
-        }
-        complaints::detail_report(&r.body, &format!("GET {}", complaints::COMPLAINTS_PATH), now)
-            .map_err(|why| GatewayError::unavailable(format!("wechatpay complaint: {why}")))
     }
 
     fn paid_event(&self, key: &AttemptKey, t: &Value) -> Result<VerifiedEvent, GatewayError> {
@@ -660,17 +641,18 @@ impl Gateway for WechatPay {
         })
     }
 
+    fn upload_case_image<'a>(&'a self, image: &'a CaseImage) -> BoxFuture<'a, Result<String, GatewayError>> {
+        Box::pin(self.upload_image(image))
+    }
+
     fn reply_case<'a>(
         &'a self,
         case_id: &'a str,
         text: &'a str,
+        media_ids: &'a [String],
         now: Millis,
     ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
-        Box::pin(async move {
-            let body = complaints::response_body(&self.mchid, text)
-                .map_err(|why| GatewayError::invalid("invalid_reply", why))?;
-            self.complaint_action(case_id, "/response", body, now).await
-        })
+        Box::pin(self.reply(case_id, text, media_ids, now))
     }
 
     /// WeChat's completion names no result: `completion` is not sent.
@@ -681,5 +663,28 @@ impl Gateway for WechatPay {
         now: Millis,
     ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         Box::pin(self.complaint_action(case_id, "/complete", json!({"complainted_mchid": self.mchid}), now))
+    }
+
+    fn answer_refund_request<'a>(
+        &'a self,
+        case_id: &'a str,
+        verdict: &'a RefundVerdict,
+        media_ids: &'a [String],
+        now: Millis,
+    ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
+        let body = complaints::refund_progress_body(verdict, media_ids);
+        Box::pin(self.complaint_action(case_id, "/update-refund-progress", body, now))
+    }
+
+    fn case_notify_url(&self) -> BoxFuture<'_, Result<Option<String>, GatewayError>> {
+        Box::pin(self.notify_url_registered())
+    }
+
+    fn register_case_notify_url<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<String, GatewayError>> {
+        Box::pin(self.register_notify_url(url))
+    }
+
+    fn delete_case_notify_url(&self) -> BoxFuture<'_, Result<bool, GatewayError>> {
+        Box::pin(self.delete_notify_url())
     }
 }

@@ -1,23 +1,28 @@
 //! The console's complaints and disputes desk: the cases, open first by the deadline that matters
 //! next, with *Poll the providers now*; a page per case with its facts, the provider's messages and
 //! the changes of its state, and for an open Stripe dispute the evidence form (kassa's suggestion
-//! to edit, submitted or saved) and *Accept the loss* — all through the same use cases as the admin
-//! API ([`super::cases`]).
+//! to edit, submitted or saved) and *Accept the loss*; for an open WeChat Pay complaint the reply
+//! (with images), *Complete*, and the buyer's refund request approved or rejected; WeChat Pay's
+//! complaint notification URL shown, registered or removed — all through the same use cases as the
+//! admin API ([`super::cases`]).
 
 use std::collections::BTreeMap;
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
+use super::cases::IMAGES_BODY_LIMIT_BYTES;
 use super::console::Operator;
 use super::i18n::{Lang, Texts};
 use super::{AppState, Content, FormBody, RouteDoc, render};
+use crate::domain::case::{self as rules, CASE_IMAGES_MAX, REFUND_REQUEST_REASON, RefundVerdict};
 use crate::domain::ids;
 use crate::domain::money::format_minor;
 use crate::error::{Error, Result};
 use crate::gateway::stripe_cases::{self, EVIDENCE_FIELDS};
+use crate::gateway::wechat_complaints;
 use crate::store::cases::{self, CASES_PAGE_MAX, CaseEventView, CaseMessageView, CaseView};
 use crate::usecase::cases as uc;
 
@@ -68,6 +73,53 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         ),
         (
             form(
+                "/admin/cases/{id}/reply",
+                "Admin console: reply to a WeChat Pay complaint with up to four images (multipart/form-data)",
+                "to the case's page",
+            ),
+            post(reply_form).layer(DefaultBodyLimit::max(IMAGES_BODY_LIMIT_BYTES)),
+        ),
+        (
+            form(
+                "/admin/cases/{id}/complete",
+                "Admin console: tell WeChat Pay a complaint is dealt with",
+                "to the case's page",
+            ),
+            post(complete_form),
+        ),
+        (
+            form(
+                "/admin/cases/{id}/refund-request",
+                "Admin console: approve or reject the buyer's refund request of a WeChat Pay complaint (multipart/form-data)",
+                "to the case's page (its refund form, after approving)",
+            ),
+            post(refund_request_form).layer(DefaultBodyLimit::max(IMAGES_BODY_LIMIT_BYTES)),
+        ),
+        (
+            page(
+                "/admin/cases/notify-url",
+                "Admin console: the URL WeChat Pay sends complaint notifications to, and kassa's own",
+            ),
+            get(notify_url_page),
+        ),
+        (
+            form(
+                "/admin/cases/notify-url",
+                "Admin console: register kassa's own URL for WeChat Pay's complaint notifications",
+                "back to the URL's page",
+            ),
+            post(notify_url_form),
+        ),
+        (
+            form(
+                "/admin/cases/notify-url/delete",
+                "Admin console: remove WeChat Pay's complaint notification URL",
+                "back to the URL's page",
+            ),
+            post(notify_url_delete_form),
+        ),
+        (
+            form(
                 "/admin/cases/{id}/release-keys",
                 "Admin console: show the buyer the card keys the case holds back",
                 "to the case's page",
@@ -109,6 +161,8 @@ struct ListPage<'a> {
     csrf: &'a str,
     rows: Vec<Shown>,
     all: bool,
+    /// Whether WeChat Pay is configured (its notification URL page is linked).
+    wechat: bool,
     message: String,
     error: String,
 }
@@ -154,7 +208,8 @@ async fn list_page(
     let t = lang.texts();
     let message = query.get("polled").map(|p| polled_message(t, p)).unwrap_or_default();
     let error = query.get("error").cloned().unwrap_or_default();
-    Ok(render(&ListPage { t, csrf: &op.csrf, rows, all, message, error }))
+    let wechat = state.cx.gateways.get(wechat_complaints::PROVIDER).is_some();
+    Ok(render(&ListPage { t, csrf: &op.csrf, rows, all, wechat, message, error }))
 }
 
 /// What a refusal says on the page; anything else is logged and named only as a failure.
@@ -207,6 +262,15 @@ struct CasePage<'a> {
     events: Vec<CaseEventView>,
     /// The evidence form's fields; empty when the case takes no evidence here.
     fields: Vec<Field>,
+    /// An open WeChat Pay complaint: the reply and complete forms; and whether the buyer asked
+    /// for a refund in it (the approve and reject forms).
+    complaint: bool,
+    refund_request: bool,
+    /// The limits the forms state.
+    reply_max: usize,
+    reason_max: usize,
+    images_max: usize,
+    days_max: u32,
     message: String,
     error: String,
 }
@@ -248,9 +312,17 @@ async fn case_page(
         Some("accepted") => t.t("admin.cases.done_accepted").to_string(),
         Some("refunded") => t.t("admin.cases.done_refunded").to_string(),
         Some("released") => t.t("admin.cases.done_released").to_string(),
+        Some("replied") => t.t("admin.cases.done_replied").to_string(),
+        Some("completed") => t.t("admin.cases.done_completed").to_string(),
+        Some("refund_approved") => t.t("admin.cases.done_refund_approved").to_string(),
+        Some("refund_rejected") => t.t("admin.cases.done_refund_rejected").to_string(),
         _ => String::new(),
     };
     let error = query.get("error").cloned().unwrap_or_default();
+    let complaint = detail.case.provider == wechat_complaints::PROVIDER
+        && detail.case.kind == "complaint"
+        && detail.case.state != "closed";
+    let refund_request = complaint && detail.case.reason.as_deref() == Some(REFUND_REQUEST_REASON);
     let s = Shown::new(detail.case, state.now_ms());
     Ok(render(&CasePage {
         t,
@@ -259,6 +331,12 @@ async fn case_page(
         messages: detail.messages,
         events: detail.events,
         fields,
+        complaint,
+        refund_request,
+        reply_max: rules::REPLY_CHARS_MAX,
+        reason_max: rules::REJECT_REASON_CHARS_MAX,
+        images_max: CASE_IMAGES_MAX,
+        days_max: rules::LAUNCH_REFUND_DAYS_MAX,
         message,
         error,
     }))
@@ -352,6 +430,182 @@ async fn release_form(
 ) -> Result<Response> {
     op.check(&form)?;
     back(&id, uc::release_keys(&state.cx, &id).await.map(|_| "released"))
+}
+
+/// A multipart form's text fields and its image files (a file input left empty sends an empty
+/// part, which is skipped). More than [`CASE_IMAGES_MAX`] files are refused before the rest is
+/// read.
+async fn read_multipart(mut multipart: Multipart) -> Result<(BTreeMap<String, String>, Vec<Vec<u8>>)> {
+    let unreadable = |_| Error::invalid("invalid_form", "the form could not be read");
+    let (mut fields, mut images) = (BTreeMap::new(), Vec::new());
+    while let Some(field) = multipart.next_field().await.map_err(unreadable)? {
+        let name = field.name().unwrap_or_default().to_string();
+        if name == "images" {
+            let bytes = field.bytes().await.map_err(unreadable)?;
+            if bytes.is_empty() {
+                continue;
+            }
+            if images.len() == CASE_IMAGES_MAX {
+                return Err(Error::unprocessable("too_many_images", format!("at most {CASE_IMAGES_MAX} images")));
+            }
+            images.push(bytes.to_vec());
+        } else {
+            fields.insert(name, field.text().await.map_err(unreadable)?.replace("\r\n", "\n"));
+        }
+    }
+    Ok((fields, images))
+}
+
+/// The CSRF check of a multipart form: a refusal of the form itself is answered as it is (403),
+/// anything else goes back to the case's page.
+async fn multipart_form(
+    op: &Operator,
+    multipart: Multipart,
+) -> Result<Result<(BTreeMap<String, String>, Vec<Vec<u8>>)>> {
+    match read_multipart(multipart).await {
+        Ok((fields, images)) => {
+            op.check(&fields)?;
+            Ok(Ok((fields, images)))
+        }
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+async fn reply_form(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    multipart: Multipart,
+) -> Result<Response> {
+    let outcome = match multipart_form(&op, multipart).await? {
+        Ok((fields, images)) => {
+            let text = fields.get("text").map(String::as_str).unwrap_or_default();
+            uc::reply(&state.cx, &id, text, images).await.map(|_| "replied")
+        }
+        Err(e) => Err(e),
+    };
+    back(&id, outcome)
+}
+
+async fn complete_form(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    back(&id, uc::complete(&state.cx, &id).await.map(|_| "completed"))
+}
+
+async fn refund_request_form(
+    State(state): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    multipart: Multipart,
+) -> Result<Response> {
+    let outcome = match multipart_form(&op, multipart).await? {
+        Ok((fields, images)) => answer_refund_request(&state, &id, &fields, images).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        // After approving, straight to the refund form: approving moved no money.
+        Ok("refund_approved") => {
+            Ok(Redirect::to(&format!("{}?done=refund_approved#refund-form", case_path(&id))).into_response())
+        }
+        outcome => back(&id, outcome),
+    }
+}
+
+/// The refund request's answer the form gives, sent; what was done.
+async fn answer_refund_request(
+    state: &AppState,
+    id: &str,
+    fields: &BTreeMap<String, String>,
+    images: Vec<Vec<u8>>,
+) -> Result<&'static str> {
+    let get = |k: &str| fields.get(k).map(String::as_str);
+    let days =
+        match get("launch_refund_days").map(str::trim).filter(|d| !d.is_empty()) {
+            None => None,
+            Some(d) => Some(d.parse::<u32>().map_err(|_| {
+                Error::unprocessable("invalid_launch_refund_days", "the working days are a whole number")
+            })?),
+        };
+    let verdict = RefundVerdict::parse(get("action").unwrap_or_default(), days, get("reason"), get("remark"))
+        .map_err(|(code, why)| Error::unprocessable(code, why))?;
+    uc::answer_refund_request(&state.cx, id, &verdict, images).await?;
+    Ok(match verdict {
+        RefundVerdict::Approve { .. } => "refund_approved",
+        RefundVerdict::Reject { .. } => "refund_rejected",
+    })
+}
+
+#[derive(Template)]
+#[template(path = "admin/notify_url.html")]
+struct NotifyUrlPage<'a> {
+    t: &'static Texts,
+    csrf: &'a str,
+    /// The URL WeChat Pay has, when it could be asked; why not otherwise.
+    url: Option<uc::NotifyUrl>,
+    message: String,
+    error: String,
+}
+
+async fn notify_url_page(
+    State(state): State<AppState>,
+    op: Operator,
+    lang: Lang,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Response> {
+    let t = lang.texts();
+    let (url, mut error) = match uc::notify_url(&state.cx, wechat_complaints::PROVIDER).await {
+        Ok(url) => (Some(url), String::new()),
+        Err(e) => (None, refusal_text(t, &e)),
+    };
+    if let Some(e) = query.get("error") {
+        error = e.clone();
+    }
+    let message = match query.get("done").map(String::as_str) {
+        Some("registered") => t.t("admin.cases.done_notify_registered").to_string(),
+        Some("removed") => t.t("admin.cases.done_notify_removed").to_string(),
+        Some("none") => t.t("admin.cases.done_notify_none").to_string(),
+        _ => String::new(),
+    };
+    Ok(render(&NotifyUrlPage { t, csrf: &op.csrf, url, message, error }))
+}
+
+/// Back to the notification URL's page, saying what was done or why not.
+fn back_to_notify_url(outcome: Result<&str>) -> Result<Response> {
+    let (key, value) = match outcome {
+        Ok(done) => ("done", done.to_string()),
+        Err(Error::Refused(r)) => ("error", r.message),
+        Err(e) => return Err(e),
+    };
+    let query = serde_urlencoded::to_string([(key, value)]).unwrap_or_default();
+    Ok(Redirect::to(&format!("/admin/cases/notify-url?{query}")).into_response())
+}
+
+async fn notify_url_form(
+    State(state): State<AppState>,
+    op: Operator,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    let outcome = uc::register_notify_url(&state.cx, wechat_complaints::PROVIDER, None).await;
+    back_to_notify_url(outcome.map(|_| "registered"))
+}
+
+async fn notify_url_delete_form(
+    State(state): State<AppState>,
+    op: Operator,
+    FormBody(form): FormBody<BTreeMap<String, String>>,
+) -> Result<Response> {
+    op.check(&form)?;
+    let outcome = match form.get("confirm").map(String::as_str) {
+        Some("yes") => uc::delete_notify_url(&state.cx, wechat_complaints::PROVIDER).await,
+        _ => Err(Error::invalid("unconfirmed", "tick the box to confirm removing the URL")),
+    };
+    back_to_notify_url(outcome.map(|removed| if removed { "removed" } else { "none" }))
 }
 
 #[cfg(test)]

@@ -1,16 +1,18 @@
 //! The complaints and disputes desk over JSON (admin API): cases, open first by the deadline that
 //! matters next; one case with its messages and state changes; the evidence kassa suggests; the
-//! operator's actions; the backstop poll on demand.
+//! operator's actions (a reply with images, a refund request answered); the backstop poll on
+//! demand; the provider's complaint notification URL.
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{Admin, ApiJson, AppState, Auth, RouteDoc};
+use crate::domain::case::RefundVerdict;
 use crate::error::{Error, Result};
 use crate::store::cases::{self, CASES_PAGE_MAX, CaseDetail, CaseView};
 use crate::store::refunds::RefundView;
@@ -53,12 +55,76 @@ pub struct EvidenceBody {
     pub submit: Option<bool>,
 }
 
-/// The operator's reply to a complaint (WeChat Pay takes 1-200 characters).
+/// The largest body of a request that carries images (four of 2 MB, base64-encoded, with room for
+/// the text); every other request keeps [`super::BODY_LIMIT_BYTES`].
+pub const IMAGES_BODY_LIMIT_BYTES: usize = 12 * 1024 * 1024;
+
+/// The operator's reply to a complaint (WeChat Pay takes 1-200 characters), with up to four
+/// images: JPEG, PNG or BMP, each at most 2 MB, base64-encoded.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplyBody {
     #[schema(min_length = 1, max_length = 200)]
     pub text: String,
+    #[serde(default)]
+    #[schema(max_items = 4)]
+    pub images: Vec<String>,
+}
+
+/// The answer to the buyer's refund request of a WeChat Pay complaint: `approve` (with the working
+/// days until the refund starts, 0-7, 0 by default), or `reject` with a reason (1-200 characters),
+/// an optional remark to WeChat's staff (at most 200) and up to four images.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefundRequestBody {
+    #[schema(pattern = "^(approve|reject)$")]
+    pub action: String,
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 7)]
+    pub launch_refund_days: Option<u32>,
+    #[serde(default)]
+    #[schema(max_length = 200)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    #[schema(max_length = 200)]
+    pub remark: Option<String>,
+    #[serde(default)]
+    #[schema(max_items = 4)]
+    pub images: Vec<String>,
+}
+
+/// The URL to register: kassa's own notification URL when none is given.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyUrlBody {
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub url: Option<String>,
+}
+
+/// Whether a notification URL was registered before it was removed.
+#[derive(Serialize, ToSchema)]
+pub struct NotifyUrlRemoved {
+    pub provider: String,
+    pub removed: bool,
+}
+
+/// The images of a body, decoded; 422 `invalid_image` for one that is not base64.
+pub fn decode_images(images: &[String]) -> Result<Vec<Vec<u8>>> {
+    use base64::Engine as _;
+    if images.len() > crate::domain::case::CASE_IMAGES_MAX {
+        let why = format!("at most {} images", crate::domain::case::CASE_IMAGES_MAX);
+        return Err(Error::unprocessable("too_many_images", why));
+    }
+    images
+        .iter()
+        .enumerate()
+        .map(|(n, text)| {
+            base64::engine::general_purpose::STANDARD
+                .decode(text.trim())
+                .map_err(|_| Error::unprocessable("invalid_image", format!("image {}: not base64", n + 1)))
+        })
+        .collect()
 }
 
 /// Which provider to poll; every configured one with cases when none is named.
@@ -86,6 +152,8 @@ pub struct PollAnswer {
 
 const ACTION_409: &[&str] = &["case_not_a_dispute", "case_closed", "gateway_not_configured"];
 const COMPLAINT_409: &[&str] = &["case_not_a_complaint", "case_closed", "gateway_not_configured"];
+const IMAGE_422: &[&str] = &["too_many_images", "image_too_large", "image_type_refused", "invalid_image"];
+const NOTIFY_URL_PATH: &str = "/api/v1/admin/cases/notify-url/{provider}";
 
 pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
     let op = RouteDoc::new;
@@ -153,14 +221,86 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             post(accept),
         ),
         (
-            op("post", "/api/v1/admin/cases/{id}/reply", "Reply to a complaint (WeChat Pay)", "admin", Auth::Admin)
-                .body::<ReplyBody>("the reply's text")
-                .ok::<CaseDetail>(200, "the case as the provider answered")
-                .errors(404, &["not_found"])
-                .errors(409, COMPLAINT_409)
-                .errors(422, &["invalid_reply", "gateway_refused", "case_refused"])
+            op(
+                "post",
+                "/api/v1/admin/cases/{id}/reply",
+                "Reply to a complaint (WeChat Pay), with up to four images uploaded first",
+                "admin",
+                Auth::Admin,
+            )
+            .body::<ReplyBody>("the reply's text and images")
+            .ok::<CaseDetail>(200, "the case as the provider answered")
+            .errors(404, &["not_found"])
+            .errors(409, COMPLAINT_409)
+            .errors(422, &["invalid_reply", "gateway_refused", "case_refused"])
+            .errors(422, IMAGE_422)
+            .errors(502, &["gateway_unavailable"]),
+            post(reply).layer(DefaultBodyLimit::max(IMAGES_BODY_LIMIT_BYTES)),
+        ),
+        (
+            op(
+                "post",
+                "/api/v1/admin/cases/{id}/refund-request",
+                "Approve or reject the buyer's refund request of a complaint (WeChat Pay); approving moves no money: refund through POST /api/v1/admin/cases/{id}/refund",
+                "admin",
+                Auth::Admin,
+            )
+            .body::<RefundRequestBody>("the answer")
+            .ok::<CaseDetail>(200, "the case as the provider answered")
+            .errors(404, &["not_found"])
+            .errors(409, COMPLAINT_409)
+            .errors(409, &["not_a_refund_request"])
+            .errors(
+                422,
+                &[
+                    "invalid_action",
+                    "invalid_launch_refund_days",
+                    "invalid_reject_reason",
+                    "invalid_remark",
+                    "images_not_taken",
+                ],
+            )
+            .errors(422, IMAGE_422)
+            .errors(422, &["gateway_refused", "case_refused"])
+            .errors(502, &["gateway_unavailable"]),
+            post(refund_request).layer(DefaultBodyLimit::max(IMAGES_BODY_LIMIT_BYTES)),
+        ),
+        (
+            op(
+                "get",
+                NOTIFY_URL_PATH,
+                "The URL the provider sends its complaint notifications to (WeChat Pay), and kassa's own",
+                "admin",
+                Auth::Admin,
+            )
+            .ok::<uc::NotifyUrl>(200, "the registered URL, if any")
+            .errors(409, &["gateway_not_configured"])
+            .errors(422, &["action_unsupported", "gateway_refused"])
+            .errors(502, &["gateway_unavailable"]),
+            get(notify_url),
+        ),
+        (
+            op(
+                "put",
+                NOTIFY_URL_PATH,
+                "Register where the provider sends its complaint notifications (WeChat Pay): kassa's own URL unless one is given",
+                "admin",
+                Auth::Admin,
+            )
+            .body::<NotifyUrlBody>("the URL, or none for kassa's own")
+            .ok::<uc::NotifyUrl>(200, "the URL as registered")
+            .errors(409, &["gateway_not_configured"])
+            .errors(422, &["invalid_notify_url", "action_unsupported", "gateway_refused"])
+            .errors(502, &["gateway_unavailable"]),
+            put(register_notify_url),
+        ),
+        (
+            op("delete", NOTIFY_URL_PATH, "Remove the provider's complaint notification URL (WeChat Pay)", "admin", Auth::Admin)
+                .ok::<NotifyUrlRemoved>(200, "whether one was registered")
+                .errors(409, &["gateway_not_configured"])
+                .errors(422, &["action_unsupported", "gateway_refused"])
                 .errors(502, &["gateway_unavailable"]),
-            post(reply),
+            delete(delete_notify_url),
         ),
         (
             op(
@@ -282,7 +422,43 @@ async fn reply(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ReplyBody>,
 ) -> Result<Response> {
-    Ok(axum::Json(uc::reply(&state.cx, &id, &body.text).await?).into_response())
+    let images = decode_images(&body.images)?;
+    Ok(axum::Json(uc::reply(&state.cx, &id, &body.text, images).await?).into_response())
+}
+
+async fn refund_request(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RefundRequestBody>,
+) -> Result<Response> {
+    let verdict =
+        RefundVerdict::parse(&body.action, body.launch_refund_days, body.reason.as_deref(), body.remark.as_deref())
+            .map_err(|(code, why)| Error::unprocessable(code, why))?;
+    let images = decode_images(&body.images)?;
+    Ok(axum::Json(uc::answer_refund_request(&state.cx, &id, &verdict, images).await?).into_response())
+}
+
+async fn notify_url(State(state): State<AppState>, _admin: Admin, Path(provider): Path<String>) -> Result<Response> {
+    Ok(axum::Json(uc::notify_url(&state.cx, &provider).await?).into_response())
+}
+
+async fn register_notify_url(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(provider): Path<String>,
+    ApiJson(body): ApiJson<NotifyUrlBody>,
+) -> Result<Response> {
+    Ok(axum::Json(uc::register_notify_url(&state.cx, &provider, body.url.as_deref()).await?).into_response())
+}
+
+async fn delete_notify_url(
+    State(state): State<AppState>,
+    _admin: Admin,
+    Path(provider): Path<String>,
+) -> Result<Response> {
+    let removed = uc::delete_notify_url(&state.cx, &provider).await?;
+    Ok(axum::Json(NotifyUrlRemoved { provider, removed }).into_response())
 }
 
 async fn complete(State(state): State<AppState>, _admin: Admin, Path(id): Path<String>) -> Result<Response> {

@@ -1,7 +1,8 @@
 //! The complaints and disputes desk: cases taken in from the providers' notifications and from a
 //! daily backstop poll, and the operator's actions on them (evidence, accepting the loss, a reply,
-//! completing a complaint), each sent to the provider outside any transaction and its answer
-//! recorded as the provider's word; refunds through the refund engine; held-back keys released.
+//! completing a complaint, answering its refund request, with images uploaded first), each sent to
+//! the provider outside any transaction and its answer recorded as the provider's word; refunds
+//! through the refund engine; held-back keys released; the provider's notification URL registered.
 
 use super::Context;
 use crate::domain::case::{self, CaseKind, CaseReport, CaseState};
@@ -193,9 +194,20 @@ fn open_complaint(key: &CaseKey) -> Result<()> {
     Ok(())
 }
 
-/// Sends the operator's reply to a complaint (1-200 characters); records it and the complaint as
-/// the provider then has it.
-pub async fn reply(cx: &Context, id: &str, text: &str) -> Result<CaseDetail> {
+/// Checks the operator's images and uploads each to the provider, one after the other and outside
+/// any transaction: their media ids, in order.
+async fn upload_images(gateway: &dyn Gateway, images: Vec<Vec<u8>>) -> Result<Vec<String>> {
+    let images = case::check_images(images).map_err(|(code, why)| Error::unprocessable(code, why))?;
+    let mut media_ids = Vec::with_capacity(images.len());
+    for image in &images {
+        media_ids.push(gateway.upload_case_image(image).await.map_err(action_error)?);
+    }
+    Ok(media_ids)
+}
+
+/// Sends the operator's reply to a complaint (1-200 characters) with up to four images (each
+/// uploaded first); records it and the complaint as the provider then has it.
+pub async fn reply(cx: &Context, id: &str, text: &str, images: Vec<Vec<u8>>) -> Result<CaseDetail> {
     let key = cases::key_of(&cx.db, id).await?;
     open_complaint(&key)?;
     if !case::reply_fits(text) {
@@ -203,11 +215,102 @@ pub async fn reply(cx: &Context, id: &str, text: &str) -> Result<CaseDetail> {
         return Err(Error::unprocessable("invalid_reply", why));
     }
     let gateway = gateway_of(cx, &key.provider)?;
-    let answer = gateway.reply_case(&key.provider_case_id, text, cx.now_ms()).await.map_err(action_error)?;
-    let sent = serde_json::json!({ "text": text }).to_string();
-    cases::record_operator(&cx.db, id, "replied", &sent, cx.now_ms()).await?;
+    let media_ids = upload_images(gateway.as_ref(), images).await?;
+    let answer =
+        gateway.reply_case(&key.provider_case_id, text, &media_ids, cx.now_ms()).await.map_err(action_error)?;
+    let mut sent = serde_json::json!({ "text": text });
+    if !media_ids.is_empty() {
+        sent["media_ids"] = serde_json::json!(media_ids);
+    }
+    cases::record_operator(&cx.db, id, "replied", &sent.to_string(), cx.now_ms()).await?;
     cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
     cases::get(&cx.db, id).await
+}
+
+/// Answers the buyer's refund request of a complaint: approving says the merchant will refund
+/// (the money moves only through [`refund`]); refusing gives the reason, with up to four images.
+/// Records the answer and the complaint as the provider then has it.
+pub async fn answer_refund_request(
+    cx: &Context,
+    id: &str,
+    verdict: &case::RefundVerdict,
+    images: Vec<Vec<u8>>,
+) -> Result<CaseDetail> {
+    let key = cases::key_of(&cx.db, id).await?;
+    let detail = cases::get(&cx.db, id).await?;
+    case::refund_request_answerable(key.kind, key.state, detail.case.reason.as_deref())
+        .map_err(|(code, why)| Error::conflict(code, why))?;
+    if !verdict.takes_images() && !images.is_empty() {
+        return Err(Error::unprocessable("images_not_taken", "images go with a refusal only"));
+    }
+    let gateway = gateway_of(cx, &key.provider)?;
+    let media_ids = upload_images(gateway.as_ref(), images).await?;
+    let answer = gateway
+        .answer_refund_request(&key.provider_case_id, verdict, &media_ids, cx.now_ms())
+        .await
+        .map_err(action_error)?;
+    let sent = match verdict {
+        case::RefundVerdict::Approve { launch_refund_days } => {
+            serde_json::json!({"launch_refund_days": launch_refund_days})
+        }
+        case::RefundVerdict::Reject { reason, remark } => {
+            serde_json::json!({"reason": reason, "remark": remark, "media_ids": media_ids})
+        }
+    };
+    let kind = match verdict {
+        case::RefundVerdict::Approve { .. } => "refund_approved",
+        case::RefundVerdict::Reject { .. } => "refund_rejected",
+    };
+    cases::record_operator(&cx.db, id, kind, &sent.to_string(), cx.now_ms()).await?;
+    cases::record(&cx.db, &answer, cases::FROM_POLL, cx.now_ms()).await?;
+    cases::get(&cx.db, id).await
+}
+
+/// Where a provider sends its case notifications: the URL registered with it, and kassa's own.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct NotifyUrl {
+    pub provider: String,
+    /// The URL the provider has; none when none is registered.
+    pub registered: Option<String>,
+    /// kassa's own notification URL for the provider (from the public base URL).
+    pub kassa_url: String,
+}
+
+fn kassa_notify_url(cx: &Context, provider: &str) -> String {
+    format!("{}/notify/{provider}", cx.public_url.trim_end_matches('/'))
+}
+
+/// The URL the provider sends its case notifications to, asked of the provider now.
+pub async fn notify_url(cx: &Context, provider: &str) -> Result<NotifyUrl> {
+    let gateway = gateway_of(cx, provider)?;
+    let registered = gateway.case_notify_url().await.map_err(action_error)?;
+    Ok(NotifyUrl { provider: provider.to_string(), registered, kassa_url: kassa_notify_url(cx, provider) })
+}
+
+/// Registers `url` (kassa's own when none is given) as where the provider sends its case
+/// notifications, replacing any other.
+pub async fn register_notify_url(cx: &Context, provider: &str, url: Option<&str>) -> Result<NotifyUrl> {
+    let gateway = gateway_of(cx, provider)?;
+    let url = url.map_or_else(|| kassa_notify_url(cx, provider), str::to_string);
+    if !case::notify_url_fits(&url) {
+        let why = format!("the URL is https://, without a query, at most {} characters", case::NOTIFY_URL_CHARS_MAX);
+        return Err(Error::unprocessable("invalid_notify_url", why));
+    }
+    let registered = gateway.register_case_notify_url(&url).await.map_err(action_error)?;
+    tracing::info!(provider, url = %registered, "case notification URL registered");
+    Ok(NotifyUrl {
+        provider: provider.to_string(),
+        registered: Some(registered),
+        kassa_url: kassa_notify_url(cx, provider),
+    })
+}
+
+/// Removes the provider's case notification URL; whether one was registered.
+pub async fn delete_notify_url(cx: &Context, provider: &str) -> Result<bool> {
+    let gateway = gateway_of(cx, provider)?;
+    let removed = gateway.delete_case_notify_url().await.map_err(action_error)?;
+    tracing::info!(provider, removed, "case notification URL removed");
+    Ok(removed)
 }
 
 /// Tells the provider a complaint is dealt with (and, where the provider asks, whether its order

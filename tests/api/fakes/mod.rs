@@ -162,6 +162,14 @@ pub struct Ledger {
     pub complaint_replies: Vec<(String, String)>,
     pub complaints_completed: Vec<String>,
     pub complaint_lists: Vec<String>,
+    /// WeChat: the images uploaded (media id, bytes), every reply's body as sent, the answers to
+    /// refund requests (complaint id, body), the complaint notification URL registered, and the
+    /// methods of the calls that registered or removed it.
+    pub complaint_images: Vec<(String, Vec<u8>)>,
+    pub complaint_responses: Vec<Value>,
+    pub complaint_refund_answers: Vec<(String, Value)>,
+    pub complaint_notify_url: Option<String>,
+    pub complaint_notify_calls: Vec<String>,
     /// Bill files downloaded.
     pub bill_downloads: usize,
     /// The fake's own address (for the links it hands out).

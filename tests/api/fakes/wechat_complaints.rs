@@ -2,7 +2,10 @@
 //! them: the merchant's request signature, the list's limit (at most 50) and window (both dates,
 //! at most 30 days), a reply of 1-200 characters for the merchant complained about. A reply moves
 //! a pending complaint to `PROCESSING`, completing it to `PROCESSED`. The complaint notification
-//! is signed and encrypted like a payment's, and names the complaint only.
+//! is signed and encrypted like a payment's, and names the complaint only. Images are uploaded as
+//! multipart/form-data signed over the `meta` part, whose SHA-256 must be the file's; a refund
+//! request is approved (the complaint stays in processing) or rejected with a reason (processed);
+//! one complaint notification URL is created, read, replaced and deleted.
 
 use super::*;
 
@@ -14,6 +17,139 @@ pub(super) fn routes(router: Router<Shared>) -> Router<Shared> {
         .route(&format!("{PATH}/{{id}}"), get(detail))
         .route(&format!("{PATH}/{{id}}/response"), post(respond))
         .route(&format!("{PATH}/{{id}}/complete"), post(complete))
+        .route(&format!("{PATH}/{{id}}/update-refund-progress"), post(refund_progress))
+        .route(IMAGES, post(upload))
+        .route(NOTIFICATIONS, get(notify_url).post(create_notify_url).put(update_notify_url).delete(delete_notify_url))
+}
+
+const IMAGES: &str = "/v3/merchant-service/images/upload";
+const NOTIFICATIONS: &str = "/v3/merchant-service/complaint-notifications";
+/// WeChat's bounds: an image of at most 2 MB, four images to a reply or a refusal, a reason of at
+/// most 200 characters.
+const IMAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
+const IMAGES_MAX: usize = 4;
+const REASON_CHARS_MAX: usize = 200;
+
+/// An upload: the `meta` part (JSON, the text the signature covers) and the `file` part; the
+/// file's SHA-256 must be the meta's, its name must end in JPG, BMP or PNG.
+async fn upload(State(ledger): State<Shared>, headers: HeaderMap, mut form: axum::extract::Multipart) -> Response {
+    let (mut meta, mut file) = (None, None);
+    while let Ok(Some(field)) = form.next_field().await {
+        match field.name() {
+            Some("meta") => meta = field.text().await.ok(),
+            Some("file") => file = field.bytes().await.ok(),
+            _ => {}
+        }
+    }
+    let (Some(meta), Some(file)) = (meta, file) else {
+        return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
+    };
+    if !wechat_authorized(&headers, "POST", IMAGES, &meta) {
+        return refused(&ledger);
+    }
+    let m: Value = serde_json::from_str(&meta).unwrap_or(Value::Null);
+    let digest = hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &file));
+    let name = m["filename"].as_str().unwrap_or_default().to_ascii_lowercase();
+    let named = [".jpg", ".png", ".bmp"].iter().any(|e| name.ends_with(e)) && name.len() <= 128;
+    if m["sha256"] != digest.as_str() || !named || file.is_empty() || file.len() > IMAGE_BYTES_MAX {
+        return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
+    }
+    let mut l = lock(&ledger);
+    let media_id = format!("MEDIA-{}", l.complaint_images.len() + 1);
+    l.complaint_images.push((media_id.clone(), file.to_vec()));
+    wechat_answer(StatusCode::OK, Some(json!({"media_id": media_id})))
+}
+
+/// Whether every media id of `ids` (absent: none) was uploaded, and there are at most four.
+fn known_media(l: &Ledger, ids: &Value) -> bool {
+    match ids {
+        Value::Null => true,
+        Value::Array(ids) => {
+            ids.len() <= IMAGES_MAX && ids.iter().all(|id| l.complaint_images.iter().any(|(m, _)| id == m.as_str()))
+        }
+        _ => false,
+    }
+}
+
+async fn refund_progress(
+    State(ledger): State<Shared>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    if !wechat_authorized(&headers, "POST", &format!("{PATH}/{id}/update-refund-progress"), &body) {
+        return refused(&ledger);
+    }
+    let b: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let mut l = lock(&ledger);
+    let next = match b["action"].as_str() {
+        Some("APPROVE") if b["launch_refund_day"].is_null() || b["launch_refund_day"].is_u64() => "PROCESSING",
+        Some("REJECT")
+            if b["reject_reason"].as_str().is_some_and(|r| (1..=REASON_CHARS_MAX).contains(&r.chars().count()))
+                && known_media(&l, &b["reject_media_list"]) =>
+        {
+            "PROCESSED"
+        }
+        _ => return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR"),
+    };
+    let Some(c) = l.wechat_complaints.iter_mut().find(|c| c["complaint_id"] == id) else {
+        return wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS");
+    };
+    if c["complaint_state"] == "PROCESSED" || c["problem_type"] != "REFUND" {
+        return wechat_error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    c["complaint_state"] = json!(next);
+    l.complaint_refund_answers.push((id, b));
+    wechat_answer(StatusCode::NO_CONTENT, None)
+}
+
+async fn notify_url(State(ledger): State<Shared>, headers: HeaderMap) -> Response {
+    if !wechat_authorized(&headers, "GET", NOTIFICATIONS, "") {
+        return refused(&ledger);
+    }
+    match lock(&ledger).complaint_notify_url.clone() {
+        Some(url) => wechat_answer(StatusCode::OK, Some(json!({"mchid": WECHAT_MCHID, "url": url}))),
+        None => wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS"),
+    }
+}
+
+/// A creation (`POST`, refused when one is registered) or a replacement (`PUT`, refused when
+/// none is) of the URL, which must be HTTPS.
+fn register(ledger: &Shared, method: &str, headers: &HeaderMap, body: &str) -> Response {
+    if !wechat_authorized(headers, method, NOTIFICATIONS, body) {
+        return refused(ledger);
+    }
+    let b: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let Some(url) = b["url"].as_str().filter(|u| u.starts_with("https://")) else {
+        return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
+    };
+    let mut l = lock(ledger);
+    if l.complaint_notify_url.is_some() != (method == "PUT") {
+        return wechat_error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    l.complaint_notify_calls.push(method.to_string());
+    l.complaint_notify_url = Some(url.to_string());
+    wechat_answer(StatusCode::OK, Some(json!({"mchid": WECHAT_MCHID, "url": url})))
+}
+
+async fn create_notify_url(State(ledger): State<Shared>, headers: HeaderMap, body: String) -> Response {
+    register(&ledger, "POST", &headers, &body)
+}
+
+async fn update_notify_url(State(ledger): State<Shared>, headers: HeaderMap, body: String) -> Response {
+    register(&ledger, "PUT", &headers, &body)
+}
+
+async fn delete_notify_url(State(ledger): State<Shared>, headers: HeaderMap) -> Response {
+    if !wechat_authorized(&headers, "DELETE", NOTIFICATIONS, "") {
+        return refused(&ledger);
+    }
+    let mut l = lock(&ledger);
+    if l.complaint_notify_url.take().is_none() {
+        return wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS");
+    }
+    l.complaint_notify_calls.push("DELETE".to_string());
+    wechat_answer(StatusCode::NO_CONTENT, None)
 }
 
 fn refused(ledger: &Shared) -> Response {
@@ -107,9 +243,10 @@ async fn respond(
     }
     let b: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let text = b["response_content"].as_str().unwrap_or_default();
-    if !(1..=200).contains(&text.chars().count()) {
+    if !(1..=200).contains(&text.chars().count()) || !known_media(&lock(&ledger), &b["response_images"]) {
         return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
     }
+    lock(&ledger).complaint_responses.push(b.clone());
     act(&ledger, &id, &b, Some(text), "PROCESSING")
 }
 
