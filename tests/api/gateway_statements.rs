@@ -436,3 +436,34 @@ async fn stripe_disputes(backend: Backend) {
     let subject = format!("{unheard_id}:reinstatement");
     assert!(run_findings(&last).contains(&state("dispute_reinstated_not_won", &subject, &b, "open")), "{last:?}");
 }
+
+on_both!(a_refund_made_on_the_desk_is_reconciled_in_wechats_bill_like_any_other, wechat_desk_refund);
+async fn wechat_desk_refund(backend: Backend) {
+    let w = world(backend).await;
+    let day = w.today(beijing());
+    let d = kassa::workers::statements::format_day(day);
+    let (a, a_ref) = w.paid("wechatpay").await;
+    let complaint = w.wechat.open_complaint(&a_ref, w.t.now_ms() / 1000 - 3_600);
+    let cid = complaint["complaint_id"].as_str().unwrap().to_string();
+    let (url, headers, body) = w.wechat.complaint_notification(&cid, "COMPLAINT.CREATE", "CREATE_COMPLAINT");
+    assert_eq!(crate::fakes::FakeWechat::deliver(&url, headers, body).await.0, 204);
+    let cases = w.t.admin_get("/api/v1/admin/cases").await;
+    let id = cases["items"][0]["id"].as_str().expect("the complaint's case").to_string();
+    let (status, made) = w.t.admin_post(&format!("/api/v1/admin/cases/{id}/refund"), json!({"amount_minor": 500})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{made}");
+    let refund_no = made["refund_no"].as_str().unwrap().to_string();
+    assert_eq!(refund_no, format!("case-{id}-500"));
+    w.t.app.refunder.step().await.unwrap();
+    let order = w.t.order(&a).await;
+    assert_eq!(order["refunds"][0]["status"], "succeeded", "{order}");
+    let rows = vec![
+        wechat_payment(&d, &a_ref, "4200000001", 8_888, "CNY", 53),
+        wechat_refund_row(&d, &a_ref, &refund_no, 500, -3),
+    ];
+    w.wechat.publish_bill(&d, &wechat_bill(&rows, rows.len()), None);
+    let run = w.run_day("wechatpay", day).await;
+    assert_eq!((run.result.as_str(), run_findings(&run)), ("reconciled", vec![]), "{run:?}");
+    let view = run.view.as_ref().unwrap();
+    assert_eq!((view.kassa_totals.refunds_minor, view.gateway_totals.refunds_minor), (500, 500));
+    assert_eq!(w.t.order(&a).await["refunds"][0]["fee_minor"], -3, "the statement's fee kept on the desk's refund");
+}
