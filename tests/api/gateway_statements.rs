@@ -415,6 +415,11 @@ async fn stripe_disputes(backend: Backend) {
         "{report}"
     );
     assert!(report.lines().any(|l| l.starts_with("finding,stripe,") && l.contains(",dispute_case_missing,")), "{report}");
+    let (browser, cookie, _) = crate::pages::console(&w.t).await;
+    let page = w.t.url(&format!("/admin/statements/stripe/{}", view.day));
+    let html = browser.get(page).header("cookie", cookie).send().await.unwrap().text().await.unwrap();
+    assert!(html.contains("<th>Disputes</th>") && html.contains("<td>177.76 CNY</td><td>88.88 CNY</td>"), "{html}");
+    assert!(html.contains("dispute_case_missing"), "{html}");
 
     // The dispute comes (the backstop poll): the day run again finds nothing missing, and counts it.
     let (status, body) = w.t.admin_post("/api/v1/admin/cases/poll", json!({"provider": "stripe"})).await;
