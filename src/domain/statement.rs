@@ -402,8 +402,8 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             subject: key.to_string(),
             order_no: order
                 .copied()
-            .or_else(|| second_captures.get(key).map(|p| p.order_no.as_str()))
-            .map(str::to_string),
+                .or_else(|| second_captures.get(key).map(|p| p.order_no.as_str()))
+                .map(str::to_string),
             ours: "once".to_string(),
             theirs: format!("the {what} appears more than once"),
         });

@@ -369,8 +369,9 @@ impl Gateway for Stripe {
     }
 
     /// The balance transactions created in `day` (UTC), page by page, each with its source (the
-    /// charge or the refund) expanded: payments and refunds become lines; payouts, fees billed
-    /// apart and other movements are not trades and are left out.
+    /// charge, the refund or the dispute) expanded: payments, refunds and disputes' withdrawals and
+    /// reinstatements become lines (`stripe_balance.rs`); payouts, fees billed apart and other
+    /// movements are left out.
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         Box::pin(async move {
             let (from, to) = crate::domain::statement::day_window(day, time::UtcOffset::UTC);

@@ -95,7 +95,9 @@ fn dispute_line(bt: &Value, category: LineKind) -> Result<StatementLine, String>
     let currency = upper_currency(id, text(bt, &["currency"]))?;
     let own = (source.get("amount").and_then(Value::as_i64), text(source, &["currency"]));
     let (amount_minor, currency) = match own {
-        (Some(own_amount), own_currency) if !own_currency.is_empty() && !own_currency.eq_ignore_ascii_case(&currency) => {
+        (Some(own_amount), own_currency)
+            if !own_currency.is_empty() && !own_currency.eq_ignore_ascii_case(&currency) =>
+        {
             (own_amount, upper_currency(id, own_currency)?)
         }
         _ => (amount, currency),

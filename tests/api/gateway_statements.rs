@@ -354,7 +354,8 @@ fn dispute_movement(category: &str, amount: i64, fee: i64, dispute: &serde_json:
     let mut bt = crate::fakes::balance_transaction("adjustment", amount, fee, dispute.clone());
     bt["reporting_category"] = json!(category);
     if fee != 0 {
-        bt["fee_details"] = json!([{"amount": fee, "currency": "cny", "description": "Dispute fee", "type": "stripe_fee"}]);
+        bt["fee_details"] =
+            json!([{"amount": fee, "currency": "cny", "description": "Dispute fee", "type": "stripe_fee"}]);
     }
     bt
 }
@@ -399,22 +400,26 @@ async fn stripe_disputes(backend: Backend) {
     assert_eq!(g.fees_minor, k.fees_minor, "the dispute fees are kept apart: {view:?}");
     let net = g.gross_minor - g.refunds_minor - g.fees_minor - 2 * 8_888 + 8_888 - 1_500;
     assert_eq!(g.net_minor, net);
-    let report = w
-        .t
-        .http
-        .get(w.t.url(&format!("/api/v1/admin/statements/stripe/{}/report.csv", view.day)))
-        .bearer_auth(crate::common::ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let report =
+        w.t.http
+            .get(w.t.url(&format!("/api/v1/admin/statements/stripe/{}/report.csv", view.day)))
+            .bearer_auth(crate::common::ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
     assert!(
-        report.lines().any(|l| l.starts_with("totals,stripe,") && l.contains(",gateway,") && l.ends_with(",177.76,88.88,15.00")),
+        report
+            .lines()
+            .any(|l| l.starts_with("totals,stripe,") && l.contains(",gateway,") && l.ends_with(",177.76,88.88,15.00")),
         "{report}"
     );
-    assert!(report.lines().any(|l| l.starts_with("finding,stripe,") && l.contains(",dispute_case_missing,")), "{report}");
+    assert!(
+        report.lines().any(|l| l.starts_with("finding,stripe,") && l.contains(",dispute_case_missing,")),
+        "{report}"
+    );
     let (browser, cookie, _) = crate::pages::console(&w.t).await;
     let page = w.t.url(&format!("/admin/statements/stripe/{}", view.day));
     let html = browser.get(page).header("cookie", cookie).send().await.unwrap().text().await.unwrap();
@@ -454,7 +459,8 @@ async fn wechat_desk_refund(backend: Backend) {
     assert_eq!(crate::fakes::FakeWechat::deliver(&url, headers, body).await.0, 204);
     let cases = w.t.admin_get("/api/v1/admin/cases").await;
     let id = cases["items"][0]["id"].as_str().expect("the complaint's case").to_string();
-    let (status, made) = w.t.admin_post(&format!("/api/v1/admin/cases/{id}/refund"), json!({"amount_minor": 500})).await;
+    let (status, made) =
+        w.t.admin_post(&format!("/api/v1/admin/cases/{id}/refund"), json!({"amount_minor": 500})).await;
     assert_eq!(status, reqwest::StatusCode::CREATED, "{made}");
     let refund_no = made["refund_no"].as_str().unwrap().to_string();
     assert_eq!(refund_no, format!("case-{id}-500"));
