@@ -20,7 +20,6 @@ pub mod shipping;
 pub mod shop;
 pub mod signin;
 pub mod statement;
-mod statement_disputes;
 pub mod status;
 pub mod subscribe;
 pub mod webhook;

@@ -289,7 +289,7 @@ pub struct Totals {
 }
 
 impl Totals {
-    pub(super) fn add(&mut self, kind: LineKind, amount: i64, fee: i64) {
+    fn add(&mut self, kind: LineKind, amount: i64, fee: i64) {
         match kind {
             LineKind::Payment => {
                 self.count += 1;
@@ -326,12 +326,12 @@ pub struct Outcome {
     pub refund_fees: BTreeMap<String, i64>,
 }
 
-pub(super) fn money(amount: i64, currency: &str) -> String {
+fn money(amount: i64, currency: &str) -> String {
     super::money::format_minor(amount, currency)
 }
 
 /// Where a line both sides have disagrees: its currency, else its amount.
-pub(super) fn differs(key: &str, order_no: &str, amount: i64, currency: &str, line: &StatementLine) -> Option<Finding> {
+fn differs(key: &str, order_no: &str, amount: i64, currency: &str, line: &StatementLine) -> Option<Finding> {
     let kind = if currency != line.currency {
         FindingKind::CurrencyDiffers
     } else if amount != line.amount_minor {
@@ -517,7 +517,7 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             }
         }
     }
-    super::statement_disputes::reconcile(&statement.lines, ours, &mut out);
+    disputes::reconcile(&statement.lines, ours, &mut out);
     for (subject, said, summed) in &statement.checks {
         if said != summed {
             out.findings.push(Finding {
@@ -595,6 +595,9 @@ pub fn parse_decimal(text: &str) -> Option<i64> {
     let minor = whole.parse::<i64>().ok()?.checked_mul(100)?.checked_add(cents)?;
     Some(if negative { -minor } else { minor })
 }
+
+#[path = "statement_disputes.rs"]
+mod disputes;
 
 #[cfg(test)]
 #[path = "statement_tests.rs"]

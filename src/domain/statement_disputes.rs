@@ -1,5 +1,6 @@
 //! A statement's dispute lines (a dispute's withdrawal and reinstatement, as Stripe's balance
-//! shows them) against kassa's cases of those disputes. Part of [`super::statement::reconcile`].
+//! shows them) against kassa's cases of those disputes: a part of [`super::reconcile`], in a file
+//! of its own.
 //!
 //! A dispute's lines of one kind and currency are added up (a fee charged on a line of its own adds
 //! to the fee), then compared with the case whose provider case id is the dispute's id: a
@@ -10,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::statement::{Finding, FindingKind, LineKind, Ours, Outcome, StatementLine, differs, money};
+use super::{Finding, FindingKind, LineKind, Ours, Outcome, StatementLine, differs, money};
 
 /// The outcome of a closed case whose money may come back.
 const WON: &str = "won";
