@@ -478,3 +478,32 @@ async fn wechat_desk_refund(backend: Backend) {
     assert_eq!((view.kassa_totals.refunds_minor, view.gateway_totals.refunds_minor), (500, 500));
     assert_eq!(w.t.order(&a).await["refunds"][0]["fee_minor"], -3, "the statement's fee kept on the desk's refund");
 }
+
+on_both!(a_refund_made_on_the_desk_is_reconciled_in_alipays_bill_like_any_other, alipay_desk_refund);
+async fn alipay_desk_refund(backend: Backend) {
+    let w = world(backend).await;
+    let day = w.today(beijing());
+    let d = kassa::workers::statements::format_day(day);
+    let (a, a_ref) = w.paid("alipay").await;
+    let complaint = w.alipay.open_complaint(Some(&a_ref), w.t.now_ms() / 1000 - 3_600);
+    let (_, push) = w.alipay.complaint_push(complaint["complain_event_id"].as_str().unwrap());
+    assert_eq!(w.alipay.deliver(&push).await.0, 200);
+    let cases = w.t.admin_get("/api/v1/admin/cases").await;
+    let id = cases["items"][0]["id"].as_str().expect("the complaint's case").to_string();
+    let (status, made) =
+        w.t.admin_post(&format!("/api/v1/admin/cases/{id}/refund"), json!({"amount_minor": 500})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{made}");
+    let refund_no = made["refund_no"].as_str().unwrap().to_string();
+    assert_eq!(refund_no, format!("case-{id}-500"));
+    w.t.app.refunder.step().await.unwrap();
+    assert_eq!(w.t.order(&a).await["refunds"][0]["status"], "succeeded");
+    let rows = vec![
+        (alipay_row("2026120122001400000000000001", &a_ref, None, 8_888, 53), false, 8_888, 53),
+        (alipay_row("2026120122001400000000000001", &a_ref, Some(&refund_no), 500, 3), true, 500, 3),
+    ];
+    w.alipay.ledger.lock().unwrap().alipay_bills.insert(d.clone(), alipay_zip(&d, &rows));
+    let run = w.run_day("alipay", day).await;
+    assert_eq!((run.result.as_str(), run_findings(&run)), ("reconciled", vec![]), "{run:?}");
+    let view = run.view.as_ref().unwrap();
+    assert_eq!((view.kassa_totals.refunds_minor, view.gateway_totals.refunds_minor), (500, 500));
+}
