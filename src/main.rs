@@ -452,6 +452,16 @@ async fn reconcile_statement(args: &ReconcileArgs) -> anyhow::Result<bool> {
         if v.kassa_totals.discounts_minor != 0 {
             println!("discounts  {} given off by promotions (kassa's side)", m(v.kassa_totals.discounts_minor));
         }
+        for (side, t) in [("gateway", &v.gateway_totals), ("kassa", &v.kassa_totals)] {
+            if (t.disputes_minor, t.reinstated_minor, t.dispute_fees_minor) != (0, 0, 0) {
+                println!(
+                    "disputes   {side}: {} taken, {} given back, {} in dispute fees",
+                    m(t.disputes_minor),
+                    m(t.reinstated_minor),
+                    m(t.dispute_fees_minor)
+                );
+            }
+        }
         println!("findings   {open} open ({} new, {} closed by this run)", run.changes.opened, run.changes.closed);
         for f in v.findings.iter().filter(|f| f.state == "open") {
             let order = f.order_no.as_deref().map(|o| format!(" (order {o})")).unwrap_or_default();

@@ -5,7 +5,8 @@
 //!
 //! Lines are matched by keys, never by position: a payment by kassa's merchant reference (the
 //! attempt reference the gateway was given) and the gateway's transaction id; a refund by kassa's
-//! refund number.
+//! refund number; a dispute's withdrawal or reinstatement by the dispute's id, against kassa's case
+//! of it (`statement_disputes.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,6 +32,17 @@ pub const STATEMENT_LINES_MAX: usize = 1_000_000;
 pub enum LineKind {
     Payment,
     Refund,
+    /// What a dispute took from the balance (the disputed amount; its fee apart).
+    DisputeWithdrawal,
+    /// What a dispute gave back to the balance (a dispute won).
+    DisputeReinstatement,
+}
+
+impl LineKind {
+    /// Whether the line is a dispute's movement rather than a trade.
+    pub fn is_dispute(self) -> bool {
+        matches!(self, LineKind::DisputeWithdrawal | LineKind::DisputeReinstatement)
+    }
 }
 
 /// One line of a gateway's statement.
@@ -39,13 +51,15 @@ pub struct StatementLine {
     pub kind: LineKind,
     /// kassa's merchant reference (`out_trade_no`: the attempt reference).
     pub merchant_ref: String,
-    /// The gateway's transaction id.
+    /// The gateway's transaction id; on a dispute line, the dispute's id (kassa's case of it has
+    /// it as its provider case id).
     pub gateway_txn_id: String,
     /// kassa's refund number (`out_refund_no`), on a refund line.
     pub refund_no: Option<String>,
     /// The amount moved, in minor units, always positive (the kind says which way).
     pub amount_minor: i64,
-    /// The gateway's fee, in minor units: positive when charged, negative when returned.
+    /// The gateway's fee, in minor units: positive when charged, negative when returned (on a
+    /// dispute line, the dispute fee).
     pub fee_minor: i64,
     /// ISO-4217, upper case.
     pub currency: String,
@@ -92,6 +106,21 @@ pub struct OurRefund {
     pub currency: String,
 }
 
+/// A dispute kassa keeps as a case (`cases`), as a dispute line is compared with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OurCase {
+    /// kassa's id of the case.
+    pub case_id: String,
+    pub order_no: Option<String>,
+    /// The disputed amount and its currency, as the provider gave them.
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    /// Still open (needs a response, or under review).
+    pub open: bool,
+    /// How a closed case ended (`won`, `lost`, …).
+    pub outcome: Option<String>,
+}
+
 /// kassa's side of the day: its payments and refunds at the gateway, and every merchant reference
 /// and refund number it ever made there (a line of another day's order is known, not foreign).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -114,6 +143,8 @@ pub struct Ours {
     pub second_captures: Vec<OurPayment>,
     /// Which of `second_captures` kassa recorded that day.
     pub second_captures_of_day: BTreeSet<String>,
+    /// kassa's cases of the disputes the statement's dispute lines name, by dispute id.
+    pub cases: BTreeMap<String, OurCase>,
 }
 
 /// The kinds of disagreement, each with a stable code.
@@ -137,10 +168,15 @@ pub enum FindingKind {
     SummaryDiffers,
     /// The file came but fails its hash or cannot be read: the day is not reconciled.
     StatementUnreadable,
+    /// The gateway moved money for a dispute kassa has no case of (yet: the statement can come
+    /// before the dispute's notification; the day's next run finds the case).
+    DisputeCaseMissing,
+    /// The gateway gave back a dispute's money while kassa's case of it is closed and not won.
+    DisputeReinstatedNotWon,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 9] = [
+    pub const ALL: [FindingKind; 11] = [
         FindingKind::PaidAtGatewayOnly,
         FindingKind::PaidInKassaOnly,
         FindingKind::AmountDiffers,
@@ -150,6 +186,8 @@ impl FindingKind {
         FindingKind::Duplicate,
         FindingKind::SummaryDiffers,
         FindingKind::StatementUnreadable,
+        FindingKind::DisputeCaseMissing,
+        FindingKind::DisputeReinstatedNotWon,
     ];
 
     pub fn code(self) -> &'static str {
@@ -163,6 +201,8 @@ impl FindingKind {
             FindingKind::Duplicate => "duplicate",
             FindingKind::SummaryDiffers => "summary_differs",
             FindingKind::StatementUnreadable => "statement_unreadable",
+            FindingKind::DisputeCaseMissing => "dispute_case_missing",
+            FindingKind::DisputeReinstatedNotWon => "dispute_reinstated_not_won",
         }
     }
 
@@ -170,8 +210,8 @@ impl FindingKind {
         FindingKind::ALL.into_iter().find(|k| k.code() == code)
     }
 
-    /// Whether money is at stake (a payment or refund one side has and the other has not, or a
-    /// different amount): raised as a critical alert, the rest as warnings.
+    /// Whether money is at stake (a payment, refund or dispute movement one side has and the other
+    /// has not, or a different amount): raised as a critical alert, the rest as warnings.
     pub fn is_critical(self) -> bool {
         matches!(
             self,
@@ -181,6 +221,8 @@ impl FindingKind {
                 | FindingKind::CurrencyDiffers
                 | FindingKind::RefundAtGatewayOnly
                 | FindingKind::RefundInKassaOnly
+                | FindingKind::DisputeCaseMissing
+                | FindingKind::DisputeReinstatedNotWon
         )
     }
 
@@ -201,7 +243,8 @@ impl FindingKind {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Finding {
     pub kind: FindingKind,
-    /// The merchant reference, refund number or summary field the finding is about.
+    /// The merchant reference, refund number, dispute id (`<id>:reinstatement` for a dispute's
+    /// reinstatement) or summary field the finding is about.
     pub subject: String,
     pub order_no: Option<String>,
     /// What kassa has, and what the statement says, for people.
@@ -229,12 +272,20 @@ pub struct Totals {
     pub count: i64,
     pub gross_minor: i64,
     pub refunds_minor: i64,
+    /// The fees on payments and refunds.
     pub fees_minor: i64,
-    /// `gross − refunds − fees`.
+    /// `gross − refunds − fees − disputes + reinstated − dispute fees`: what the day's trades and
+    /// disputes moved.
     pub net_minor: i64,
     /// Promotion discounts behind the payments (kassa's side; a gateway sees only what it
     /// charged): not money moved, so not in the net.
     pub discounts_minor: i64,
+    /// What disputes took (their withdrawals), and gave back (their reinstatements).
+    pub disputes_minor: i64,
+    pub reinstated_minor: i64,
+    /// The disputes' fees, apart from the disputed amounts: positive when charged, negative when
+    /// returned.
+    pub dispute_fees_minor: i64,
 }
 
 impl Totals {
@@ -245,9 +296,21 @@ impl Totals {
                 self.gross_minor = self.gross_minor.saturating_add(amount);
             }
             LineKind::Refund => self.refunds_minor = self.refunds_minor.saturating_add(amount),
+            LineKind::DisputeWithdrawal => self.disputes_minor = self.disputes_minor.saturating_add(amount),
+            LineKind::DisputeReinstatement => self.reinstated_minor = self.reinstated_minor.saturating_add(amount),
         }
-        self.fees_minor = self.fees_minor.saturating_add(fee);
-        self.net_minor = self.gross_minor.saturating_sub(self.refunds_minor).saturating_sub(self.fees_minor);
+        if kind.is_dispute() {
+            self.dispute_fees_minor = self.dispute_fees_minor.saturating_add(fee);
+        } else {
+            self.fees_minor = self.fees_minor.saturating_add(fee);
+        }
+        self.net_minor = self
+            .gross_minor
+            .saturating_sub(self.refunds_minor)
+            .saturating_sub(self.fees_minor)
+            .saturating_sub(self.disputes_minor)
+            .saturating_add(self.reinstated_minor)
+            .saturating_sub(self.dispute_fees_minor);
     }
 }
 
@@ -303,6 +366,9 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
     let mut seen_second: BTreeSet<&str> = BTreeSet::new();
     for line in &statement.lines {
         out.gateway.add(line.kind, line.amount_minor, line.fee_minor);
+        if line.kind.is_dispute() {
+            continue;
+        }
         let txn = line.gateway_txn_id.as_str();
         if let (LineKind::Payment, Some(p)) = (line.kind, second_captures.get(txn)) {
             if !seen_second.insert(txn) {
@@ -318,30 +384,26 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             }
             LineKind::Payment => line.merchant_ref.as_str(),
             // A refund line without kassa's number is keyed by the gateway's own refund id.
-            LineKind::Refund => line.refund_no.as_deref().unwrap_or(line.gateway_txn_id.as_str()),
+            _ => line.refund_no.as_deref().unwrap_or(line.gateway_txn_id.as_str()),
         };
-        let seen = match line.kind {
-            LineKind::Payment => &mut seen_payments,
-            LineKind::Refund => &mut seen_refunds,
-        };
+        let seen = if line.kind == LineKind::Payment { &mut seen_payments } else { &mut seen_refunds };
         if seen.insert(key, line).is_some() {
             duplicates.insert((line.kind, key));
         }
     }
     for (kind, key) in duplicates {
-        let what = match kind {
-            LineKind::Payment => "payment",
-            LineKind::Refund => "refund",
+        let (what, order) = if kind == LineKind::Payment {
+            ("payment", order_of_ref.get(key))
+        } else {
+            ("refund", order_of_refund.get(key))
         };
         out.findings.push(Finding {
             kind: FindingKind::Duplicate,
             subject: key.to_string(),
-            order_no: match kind {
-                LineKind::Payment => order_of_ref.get(key).copied(),
-                LineKind::Refund => order_of_refund.get(key).copied(),
-            }
-            .or_else(|| second_captures.get(key).map(|p| p.order_no.as_str()))
-            .map(str::to_string),
+            order_no: order
+                .copied()
+                .or_else(|| second_captures.get(key).map(|p| p.order_no.as_str()))
+                .map(str::to_string),
             ours: "once".to_string(),
             theirs: format!("the {what} appears more than once"),
         });
@@ -455,6 +517,7 @@ pub fn reconcile(statement: &Statement, ours: &Ours) -> Outcome {
             }
         }
     }
+    disputes::reconcile(&statement.lines, ours, &mut out);
     for (subject, said, summed) in &statement.checks {
         if said != summed {
             out.findings.push(Finding {
@@ -532,6 +595,9 @@ pub fn parse_decimal(text: &str) -> Option<i64> {
     let minor = whole.parse::<i64>().ok()?.checked_mul(100)?.checked_add(cents)?;
     Some(if negative { -minor } else { minor })
 }
+
+#[path = "statement_disputes.rs"]
+mod disputes;
 
 #[cfg(test)]
 #[path = "statement_tests.rs"]

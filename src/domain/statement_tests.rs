@@ -68,6 +68,126 @@ fn a_second_capture_is_matched_by_its_transaction() {
     assert_eq!(out.findings.iter().map(|f| f.kind).collect::<Vec<_>>(), vec![FindingKind::Duplicate]);
 }
 
+fn dispute(kind: LineKind, id: &str, amount: i64, fee: i64) -> StatementLine {
+    StatementLine {
+        kind,
+        merchant_ref: String::new(),
+        gateway_txn_id: id.into(),
+        refund_no: None,
+        amount_minor: amount,
+        fee_minor: fee,
+        currency: "USD".into(),
+    }
+}
+
+fn case(order: &str, amount: i64, open: bool, outcome: Option<&str>) -> OurCase {
+    OurCase {
+        case_id: format!("case-{order}"),
+        order_no: Some(order.into()),
+        amount_minor: Some(amount),
+        currency: Some("USD".into()),
+        open,
+        outcome: outcome.map(str::to_string),
+    }
+}
+
+#[test]
+fn a_disputes_withdrawal_and_reinstatement_match_its_case_and_total_apart() {
+    use LineKind::{DisputeReinstatement as Back, DisputeWithdrawal as Took};
+    let statement = Statement {
+        lines: vec![
+            StatementLine { currency: "USD".into(), ..pay("A_1", "pi_1", 5000, 175) },
+            dispute(Took, "dp_1", 5000, 1500),
+            dispute(Back, "dp_1", 5000, -1500),
+            // A dispute still open: its withdrawal; a fee charged on a line of its own adds up.
+            dispute(Took, "dp_2", 2000, 1500),
+            dispute(Took, "dp_2", 0, 1500),
+        ],
+        declared: None,
+        checks: Vec::new(),
+    };
+    let ours = Ours {
+        payments: vec![OurPayment { currency: "USD".into(), ..ours_pay("A", "A_1", 5000) }],
+        cases: [
+            ("dp_1".to_string(), case("A", 5000, false, Some("won"))),
+            ("dp_2".to_string(), case("B", 2000, true, None)),
+        ]
+        .into(),
+        ..Default::default()
+    };
+    let out = reconcile(&statement, &ours);
+    assert_eq!(out.findings, vec![]);
+    let totals = Totals {
+        count: 1,
+        gross_minor: 5000,
+        fees_minor: 175,
+        disputes_minor: 7000,
+        reinstated_minor: 5000,
+        dispute_fees_minor: 3000,
+        net_minor: 5000 - 175 - 7000 + 5000 - 3000,
+        ..Totals::default()
+    };
+    assert_eq!(out.gateway, totals);
+    assert_eq!(out.kassa, totals);
+    assert!(out.payment_fees.len() == 1 && out.refund_fees.is_empty(), "a dispute is neither: {out:?}");
+    // The case open still: its money may come back before kassa hears it was won.
+    let mut open = ours.clone();
+    open.cases.insert("dp_1".to_string(), case("A", 5000, true, None));
+    assert_eq!(reconcile(&statement, &open).findings, vec![]);
+}
+
+#[test]
+fn a_dispute_line_without_its_case_or_for_another_amount_is_a_finding() {
+    use LineKind::{DisputeReinstatement as Back, DisputeWithdrawal as Took};
+    let statement = Statement {
+        lines: vec![
+            dispute(Took, "dp_new", 900, 1500),
+            dispute(Took, "dp_less", 800, 1500),
+            StatementLine { currency: "EUR".into(), ..dispute(Took, "dp_eur", 700, 0) },
+            dispute(Back, "dp_lost", 600, 0),
+            dispute(Back, "dp_new", 900, 0),
+        ],
+        declared: None,
+        checks: Vec::new(),
+    };
+    let ours = Ours {
+        cases: [
+            ("dp_less".to_string(), case("L", 1000, true, None)),
+            ("dp_eur".to_string(), case("E", 700, true, None)),
+            ("dp_lost".to_string(), case("X", 600, false, Some("lost"))),
+        ]
+        .into(),
+        ..Default::default()
+    };
+    let out = reconcile(&statement, &ours);
+    let found: Vec<(&str, &str, Option<&str>)> =
+        out.findings.iter().map(|f| (f.kind.code(), f.subject.as_str(), f.order_no.as_deref())).collect();
+    assert_eq!(
+        found,
+        vec![
+            ("amount_differs", "dp_less", Some("L")),
+            ("currency_differs", "dp_eur", Some("E")),
+            ("dispute_case_missing", "dp_new", None),
+            ("dispute_case_missing", "dp_new:reinstatement", None),
+            ("dispute_reinstated_not_won", "dp_lost:reinstatement", Some("X")),
+        ]
+    );
+    let missing = &out.findings[2];
+    assert!(missing.kind.is_critical() && missing.ours.contains("run the day again"), "{missing:?}");
+    assert!(missing.theirs.contains("took 9.00 USD") && missing.theirs.contains("fee of 15.00 USD"), "{missing:?}");
+    // kassa counts the disputes it has a case of, at the case's amount; the gateway every line.
+    assert_eq!((out.kassa.disputes_minor, out.kassa.reinstated_minor), (1000 + 700, 0));
+    assert_eq!((out.gateway.disputes_minor, out.gateway.reinstated_minor), (900 + 800 + 700, 1500));
+    assert_eq!((out.kassa.dispute_fees_minor, out.gateway.dispute_fees_minor), (1500, 3000));
+    // The case arrives: the day's next run finds nothing missing.
+    let arrived = Ours {
+        cases: ours.cases.into_iter().chain([("dp_new".to_string(), case("N", 900, true, None))]).collect(),
+        ..Default::default()
+    };
+    let codes: Vec<&str> = reconcile(&statement, &arrived).findings.iter().map(|f| f.kind.code()).collect();
+    assert!(!codes.contains(&"dispute_case_missing"), "{codes:?}");
+}
+
 #[test]
 fn amounts_are_read_exactly() {
     assert_eq!(parse_decimal("60.00"), Some(6000));
@@ -107,7 +227,7 @@ fn an_agreeing_day_finds_nothing_and_totals_both_sides() {
         refunds_minor: 1000,
         fees_minor: 39,
         net_minor: 6961,
-        discounts_minor: 0,
+        ..Totals::default()
     };
     assert_eq!(out.gateway, totals);
     assert_eq!(out.kassa, Totals { discounts_minor: 600, ..totals });
@@ -259,5 +379,11 @@ proptest::proptest! {
         let gross: i64 = lines.iter().filter(|l| l.kind == LineKind::Payment).map(|l| l.amount_minor).sum();
         proptest::prop_assert_eq!(out.gateway.gross_minor, gross);
         proptest::prop_assert_eq!(out.gateway.net_minor, out.gateway.gross_minor - out.gateway.refunds_minor - out.gateway.fees_minor);
+        // Dispute lines never count as payments or refunds, whatever kassa knows of them.
+        let mut with_disputes = lines;
+        with_disputes.push(dispute(LineKind::DisputeWithdrawal, "dp_1", 700, 1500));
+        let out = reconcile(&Statement { lines: with_disputes, declared: None, checks: Vec::new() }, &ours);
+        proptest::prop_assert_eq!(out.gateway.gross_minor, gross);
+        proptest::prop_assert_eq!((out.gateway.disputes_minor, out.gateway.dispute_fees_minor), (700, 1500));
     }
 }

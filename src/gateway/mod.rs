@@ -9,6 +9,7 @@ pub mod config;
 pub mod keys;
 pub mod sandbox;
 pub mod stripe;
+mod stripe_balance;
 pub mod stripe_cases;
 pub mod timed;
 pub mod wechat_complaints;

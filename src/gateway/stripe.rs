@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::keys::{Secret, hmac_sha256_verify_hex};
+pub use super::stripe_balance::balance_line;
 use super::stripe_cases;
 use super::{
     AttemptKey, BoxFuture, CloseOutcome, Gateway, GatewayError, Handed, Handoff, HandoffRequest, IGNORED_EVENT,
@@ -17,7 +18,7 @@ use crate::clock::Millis;
 use crate::domain::case::{CaseKind, CaseReport};
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::ids::is_plain_id;
-use crate::domain::statement::{LineKind, Statement, StatementLine};
+use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
 
 pub const NAME: &str = "stripe";
@@ -86,56 +87,6 @@ pub fn verify_stripe_signature(secrets: &[String], header: &str, body: &[u8], no
 const BALANCE_PAGE: usize = 100;
 /// Pages of one day's balance transactions read at most (a statement's line limit).
 const BALANCE_PAGES_MAX: usize = crate::domain::statement::STATEMENT_LINES_MAX / BALANCE_PAGE;
-
-/// A balance transaction as a statement line: a payment (`charge`, `payment`) keyed by the
-/// attempt reference in its charge's metadata, else its PaymentIntent; a refund (`refund`,
-/// `payment_refund`) by the refund number in its metadata, else its id. `None` for movements that
-/// are not trades (payouts, fees billed apart, adjustments, disputes).
-pub fn balance_line(bt: &Value) -> Result<Option<StatementLine>, String> {
-    let kind = match text(bt, &["type"]) {
-        "charge" | "payment" => LineKind::Payment,
-        "refund" | "payment_refund" => LineKind::Refund,
-        _ => return Ok(None),
-    };
-    let id = text(bt, &["id"]);
-    let number = |v: &Value, name: &str| v.get(name).and_then(Value::as_i64);
-    let source = bt.get("source").filter(|s| s.is_object()).ok_or_else(|| format!("{id}: source not expanded"))?;
-    // The charge's (refund's) own amount and currency: the balance's differ when converted.
-    let amount = number(source, "amount").or_else(|| number(bt, "amount")).ok_or_else(|| format!("{id}: no amount"))?;
-    let currency = match text(source, &["currency"]) {
-        "" => text(bt, &["currency"]),
-        c => c,
-    }
-    .to_ascii_uppercase();
-    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(format!("{id}: currency {currency:?}"));
-    }
-    let fee = number(bt, "fee").ok_or_else(|| format!("{id}: no fee"))?;
-    let line = match kind {
-        LineKind::Payment => StatementLine {
-            kind,
-            merchant_ref: text(source, &["metadata", "attempt_ref"]).to_string(),
-            gateway_txn_id: text(source, &["payment_intent"]).to_string(),
-            refund_no: None,
-            amount_minor: amount.checked_abs().ok_or_else(|| format!("{id}: amount"))?,
-            fee_minor: fee,
-            currency,
-        },
-        LineKind::Refund => StatementLine {
-            kind,
-            merchant_ref: text(source, &["metadata", "attempt_ref"]).to_string(),
-            gateway_txn_id: text(source, &["id"]).to_string(),
-            refund_no: Some(text(source, &["metadata", "refund_no"]).to_string()).filter(|r| !r.is_empty()),
-            amount_minor: amount.checked_abs().ok_or_else(|| format!("{id}: amount"))?,
-            fee_minor: fee,
-            currency,
-        },
-    };
-    if line.gateway_txn_id.is_empty() && line.merchant_ref.is_empty() {
-        return Err(format!("{id}: names neither an attempt nor a payment intent"));
-    }
-    Ok(Some(line))
-}
 
 fn text<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_str).unwrap_or_default()
@@ -418,8 +369,9 @@ impl Gateway for Stripe {
     }
 
     /// The balance transactions created in `day` (UTC), page by page, each with its source (the
-    /// charge or the refund) expanded: payments and refunds become lines; payouts, fees billed
-    /// apart and other movements are not trades and are left out.
+    /// charge, the refund or the dispute) expanded: payments, refunds and disputes' withdrawals and
+    /// reinstatements become lines (`stripe_balance.rs`); payouts, fees billed apart and other
+    /// movements are left out.
     fn statement(&self, day: time::Date) -> BoxFuture<'_, Result<Statement, StatementError>> {
         Box::pin(async move {
             let (from, to) = crate::domain::statement::day_window(day, time::UtcOffset::UTC);
@@ -585,56 +537,5 @@ mod tests {
         let h = format!("t={future},v1={}", sig("whsec_new", future));
         assert!(verify_stripe_signature(&secrets, &h, body, now).is_ok());
         assert!(verify_stripe_signature(&secrets, "garbage", body, now).is_err());
-    }
-
-    const BALANCE_CHARGE: &str = r#"{"id":"txn_1","object":"balance_transaction","type":"charge","amount":8888,"fee":288,"net":8600,"currency":"cny","created":1764547200,"source":{"id":"ch_1","object":"charge","amount":8888,"currency":"cny","payment_intent":"pi_1","metadata":{}}}"#;
-    const BALANCE_REFUND: &str = r#"{"id":"txn_2","object":"balance_transaction","type":"refund","amount":-1000,"fee":0,"net":-1000,"currency":"cny","created":1764547300,"source":{"id":"re_1","object":"refund","amount":1000,"currency":"cny","payment_intent":"pi_1","metadata":{"refund_no":"R1","attempt_ref":"KS1_1"}}}"#;
-
-    #[test]
-    fn balance_transactions_become_statement_lines() {
-        let charge = balance_line(&serde_json::from_str(BALANCE_CHARGE).unwrap()).unwrap().unwrap();
-        assert_eq!(
-            (
-                charge.kind,
-                charge.merchant_ref.as_str(),
-                charge.gateway_txn_id.as_str(),
-                charge.amount_minor,
-                charge.fee_minor
-            ),
-            (LineKind::Payment, "", "pi_1", 8888, 288)
-        );
-        assert_eq!(charge.currency, "CNY");
-        let refund = balance_line(&serde_json::from_str(BALANCE_REFUND).unwrap()).unwrap().unwrap();
-        assert_eq!(
-            (refund.kind, refund.refund_no.as_deref(), refund.merchant_ref.as_str(), refund.amount_minor),
-            (LineKind::Refund, Some("R1"), "KS1_1", 1000)
-        );
-        let payout = serde_json::json!({"id": "txn_3", "type": "payout", "amount": -5000, "fee": 0, "source": "po_1"});
-        assert_eq!(balance_line(&payout), Ok(None));
-        let unexpanded = BALANCE_CHARGE.replace(r#""source":{"id":"ch_1","object":"charge","amount":8888,"currency":"cny","payment_intent":"pi_1","metadata":{}}"#, r#""source":"ch_1""#);
-        assert!(balance_line(&serde_json::from_str(&unexpanded).unwrap()).unwrap_err().contains("not expanded"));
-    }
-
-    proptest::proptest! {
-        /// Any JSON, or a real balance transaction with a byte changed: a line, nothing or a
-        /// refusal, never a panic.
-        #[test]
-        fn no_balance_transaction_makes_the_reader_panic(
-            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
-            at in 0usize..600,
-            byte in proptest::num::u8::ANY,
-        ) {
-            if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
-                let _ = balance_line(&v);
-            }
-            for real in [BALANCE_CHARGE, BALANCE_REFUND] {
-                let mut damaged = real.as_bytes().to_vec();
-                let i = at % damaged.len();
-                damaged[i] = byte;
-                if let Ok(v) = serde_json::from_slice::<Value>(&damaged) {
-                    let _ = balance_line(&v);
-                }
-            }
-        }
     }
 }

@@ -259,6 +259,9 @@ const REPORT_HEADER: &[&str] = &[
     "state",
     "note",
     "discounts",
+    "disputes",
+    "reinstated",
+    "dispute_fees",
 ];
 
 /// A text cell a spreadsheet will not run as a formula.
@@ -290,6 +293,9 @@ fn report(day: &StatementDayView) -> Result<Vec<u8>> {
             &day.status,
             "",
             &money(t.discounts_minor),
+            &money(t.disputes_minor),
+            &money(t.reinstated_minor),
+            &money(t.dispute_fees_minor),
         ])
         .map_err(failed)?;
     }
@@ -310,6 +316,9 @@ fn report(day: &StatementDayView) -> Result<Vec<u8>> {
             &cell(&f.theirs),
             &f.state,
             &cell(f.note.as_deref().unwrap_or("")),
+            "",
+            "",
+            "",
             "",
         ])
         .map_err(failed)?;
@@ -357,6 +366,10 @@ pub struct TotalsRow {
     pub refunds: String,
     pub fees: String,
     pub net: String,
+    /// What disputes took and gave back, and their fees.
+    pub disputes: String,
+    pub reinstated: String,
+    pub dispute_fees: String,
     /// Promotion discounts behind the payments: kassa's side only.
     pub discounts: Option<String>,
 }
@@ -375,6 +388,9 @@ fn totals_rows(t: &'static Texts, day: &StatementDayView) -> Vec<TotalsRow> {
         refunds: m(totals.refunds_minor),
         fees: m(totals.fees_minor),
         net: m(totals.net_minor),
+        disputes: m(totals.disputes_minor),
+        reinstated: m(totals.reinstated_minor),
+        dispute_fees: m(totals.dispute_fees_minor),
         discounts: ours.then(|| m(totals.discounts_minor)),
     })
     .collect()

@@ -46,6 +46,7 @@ const SQLITE: &[Migration] = &[
     (22, "0022_statement_discounts", include_str!("../../migrations/sqlite/0022_statement_discounts.sql")),
     (23, "0023_cases", include_str!("../../migrations/sqlite/0023_cases.sql")),
     (24, "0024_order_lines_by_sku", include_str!("../../migrations/sqlite/0024_order_lines_by_sku.sql")),
+    (25, "0025_statement_disputes", include_str!("../../migrations/sqlite/0025_statement_disputes.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -73,6 +74,7 @@ const POSTGRES: &[Migration] = &[
     (22, "0022_statement_discounts", include_str!("../../migrations/postgres/0022_statement_discounts.sql")),
     (23, "0023_cases", include_str!("../../migrations/postgres/0023_cases.sql")),
     (24, "0024_order_lines_by_sku", include_str!("../../migrations/postgres/0024_order_lines_by_sku.sql")),
+    (25, "0025_statement_disputes", include_str!("../../migrations/postgres/0025_statement_disputes.sql")),
 ];
 
 impl Db {

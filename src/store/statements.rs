@@ -17,7 +17,7 @@ use crate::domain::statement::{
 use crate::error::Result;
 use crate::store::batch::Batch;
 use crate::store::events::{self, Severity};
-use crate::store::statement_rows::{payment, rows_for, rows_in};
+use crate::store::statement_rows::{dispute_cases, payment, rows_for, rows_in, upsert_day};
 use crate::store::{Conn, Db, col, sql};
 
 /// Days listed on one page of the console.
@@ -103,6 +103,7 @@ pub async fn ours(
             refunds.insert(rf.refund_no.clone(), (rf, false));
         }
     }
+    out.cases = dispute_cases(db, gateway, statement).await?;
     let (second_captures, of_day) = super::second_captures::of_day(db, gateway, window, statement).await?;
     (out.second_captures, out.second_captures_of_day) = (second_captures, of_day);
     for (key, (p, shown_elsewhere)) in payments {
@@ -300,57 +301,6 @@ pub async fn claim_day(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn upsert_day(
-    tx: &mut Conn,
-    gateway: &str,
-    day: &str,
-    status: &str,
-    detail: Option<&str>,
-    currency: &str,
-    lines: i64,
-    (theirs, ours): (&Totals, &Totals),
-    (tries, now): (i64, Millis),
-) -> Result<()> {
-    sql::query(
-        "INSERT INTO statement_days (gateway, day, status, detail, currency, lines, \
-         gateway_count, gateway_gross_minor, gateway_refunds_minor, gateway_fees_minor, gateway_net_minor, \
-         kassa_count, kassa_gross_minor, kassa_refunds_minor, kassa_fees_minor, kassa_net_minor, \
-         kassa_discounts_minor, tries, next_at, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $19, $18, 0, $17, $17) \
-         ON CONFLICT (gateway, day) DO UPDATE SET status = excluded.status, detail = excluded.detail, \
-         currency = excluded.currency, lines = excluded.lines, \
-         gateway_count = excluded.gateway_count, gateway_gross_minor = excluded.gateway_gross_minor, \
-         gateway_refunds_minor = excluded.gateway_refunds_minor, gateway_fees_minor = excluded.gateway_fees_minor, \
-         gateway_net_minor = excluded.gateway_net_minor, kassa_count = excluded.kassa_count, \
-         kassa_gross_minor = excluded.kassa_gross_minor, kassa_refunds_minor = excluded.kassa_refunds_minor, \
-         kassa_fees_minor = excluded.kassa_fees_minor, kassa_net_minor = excluded.kassa_net_minor, \
-         kassa_discounts_minor = excluded.kassa_discounts_minor, tries = excluded.tries, next_at = 0, updated_at = excluded.updated_at",
-    )
-    .bind(gateway)
-    .bind(day)
-    .bind(status)
-    .bind(detail)
-    .bind(currency)
-    .bind(lines)
-    .bind(theirs.count)
-    .bind(theirs.gross_minor)
-    .bind(theirs.refunds_minor)
-    .bind(theirs.fees_minor)
-    .bind(theirs.net_minor)
-    .bind(ours.count)
-    .bind(ours.gross_minor)
-    .bind(ours.refunds_minor)
-    .bind(ours.fees_minor)
-    .bind(ours.net_minor)
-    .bind(now)
-    .bind(tries)
-    .bind(ours.discounts_minor)
-    .execute(tx)
-    .await?;
-    Ok(())
-}
-
 /// The day's findings as `findings` says: each kept (reopened when it had been closed; one an
 /// operator resolved stays resolved), new ones opened and alerted, the rest closed.
 async fn apply_findings(tx: &mut Conn, gateway: &str, day: &str, findings: &[Finding], now: Millis) -> Result<Changes> {
@@ -489,6 +439,12 @@ pub struct TotalsView {
     /// Promotion discounts behind kassa's payments (0 on the gateway's side, which sees only
     /// what it charged).
     pub discounts_minor: i64,
+    /// What disputes took from the balance (withdrawals) and gave back (reinstatements), and
+    /// their fees, apart from payments and refunds. kassa's side counts the disputes it has a case
+    /// of, at the case's amount.
+    pub disputes_minor: i64,
+    pub reinstated_minor: i64,
+    pub dispute_fees_minor: i64,
 }
 
 /// A stored finding of a statement day.
@@ -499,9 +455,10 @@ pub struct StatementFindingView {
     pub day: String,
     /// `paid_at_gateway_only`, `paid_in_kassa_only`, `amount_differs`, `currency_differs`,
     /// `refund_at_gateway_only`, `refund_in_kassa_only`, `duplicate`, `summary_differs`,
-    /// `statement_unreadable`.
+    /// `statement_unreadable`, `dispute_case_missing`, `dispute_reinstated_not_won`.
     pub kind: String,
-    /// The merchant reference, refund number or summary field it is about.
+    /// The merchant reference, refund number, dispute id (`<id>:reinstatement` for a dispute's
+    /// reinstatement) or summary field it is about.
     pub subject: String,
     pub order_no: Option<String>,
     pub ours: String,
@@ -570,6 +527,9 @@ fn totals(r: &sql::Row, side: &str) -> Result<TotalsView> {
             "kassa" => col(r, "kassa_discounts_minor")?,
             _ => 0,
         },
+        disputes_minor: col(r, &format!("{side}_disputes_minor"))?,
+        reinstated_minor: col(r, &format!("{side}_reinstated_minor"))?,
+        dispute_fees_minor: col(r, &format!("{side}_dispute_fees_minor"))?,
     })
 }
 

@@ -347,3 +347,163 @@ async fn stripe_day(backend: Backend) {
     assert_eq!(w.t.order(&a).await["attempts"][0]["fee_minor"], fee(8_888));
     assert_eq!(w.t.order(&a).await["refunds"][0]["fee_minor"], 0);
 }
+
+/// A dispute's movement in Stripe's balance: `adjustment`, reported as `category`, `amount`
+/// signed, with the dispute as its source.
+fn dispute_movement(category: &str, amount: i64, fee: i64, dispute: &serde_json::Value) -> serde_json::Value {
+    let mut bt = crate::fakes::balance_transaction("adjustment", amount, fee, dispute.clone());
+    bt["reporting_category"] = json!(category);
+    if fee != 0 {
+        bt["fee_details"] =
+            json!([{"amount": fee, "currency": "cny", "description": "Dispute fee", "type": "stripe_fee"}]);
+    }
+    bt
+}
+
+on_both!(a_stripe_disputes_withdrawal_and_reinstatement_are_reconciled_against_its_case, stripe_disputes);
+async fn stripe_disputes(backend: Backend) {
+    use crate::fakes::FakeStripe;
+    let w = world(backend).await;
+    let day = w.today(time::UtcOffset::UTC);
+    let (_, a_ref) = w.paid("stripe").await;
+    let (b, b_ref) = w.paid("stripe").await;
+    let intent = |r: &str| w.stripe.session_for(r).expect("session").txn_id;
+    // A's dispute: kassa hears of it, then of it won. B's: not heard of yet.
+    let known = w.stripe.open_dispute(&intent(&a_ref), 8_888, 7 * 86_400);
+    let created = known["created"].as_i64().unwrap();
+    let opened = FakeStripe::case_event("charge.dispute.created", &known, created);
+    assert_eq!(w.stripe.send_event(&opened).await.0, 200);
+    let won = w.stripe.set_dispute_status(known["id"].as_str().unwrap(), "won");
+    assert_eq!(w.stripe.send_event(&FakeStripe::case_event("charge.dispute.closed", &won, created + 10)).await.0, 200);
+    let unheard = w.stripe.open_dispute(&intent(&b_ref), 8_888, 7 * 86_400);
+    let unheard_id = unheard["id"].as_str().unwrap();
+    {
+        let mut l = w.stripe.ledger.lock().unwrap();
+        l.stripe_balance.push(dispute_movement("dispute", -8_888, 1_500, &known));
+        l.stripe_balance.push(dispute_movement("dispute_reversal", 8_888, -1_500, &won));
+        l.stripe_balance.push(dispute_movement("dispute", -8_888, 1_500, &unheard));
+        l.stripe_page_max = Some(2);
+    }
+    let run = w.run_day("stripe", day).await;
+    assert_eq!(run.result, "reconciled", "{run:?}");
+    let state = |kind: &str, subject: &str, order: &str, state: &str| {
+        (kind.to_string(), subject.to_string(), order.to_string(), state.to_string())
+    };
+    assert_eq!(run_findings(&run), vec![state("dispute_case_missing", unheard_id, "", "open")]);
+    let missing = &run.view.as_ref().unwrap().findings[0];
+    assert!(missing.theirs.contains("took 88.88 CNY, charged a dispute fee of 15.00 CNY"), "{missing:?}");
+    let view = run.view.as_ref().unwrap();
+    let (g, k) = (&view.gateway_totals, &view.kassa_totals);
+    assert_eq!((g.count, k.count), (2, 2), "disputes are not payments: {view:?}");
+    assert_eq!((g.disputes_minor, g.reinstated_minor, g.dispute_fees_minor), (2 * 8_888, 8_888, 1_500));
+    assert_eq!((k.disputes_minor, k.reinstated_minor, k.dispute_fees_minor), (8_888, 8_888, 0));
+    assert_eq!(g.fees_minor, k.fees_minor, "the dispute fees are kept apart: {view:?}");
+    let net = g.gross_minor - g.refunds_minor - g.fees_minor - 2 * 8_888 + 8_888 - 1_500;
+    assert_eq!(g.net_minor, net);
+    let report =
+        w.t.http
+            .get(w.t.url(&format!("/api/v1/admin/statements/stripe/{}/report.csv", view.day)))
+            .bearer_auth(crate::common::ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("totals,stripe,") && l.contains(",gateway,") && l.ends_with(",177.76,88.88,15.00")),
+        "{report}"
+    );
+    assert!(
+        report.lines().any(|l| l.starts_with("finding,stripe,") && l.contains(",dispute_case_missing,")),
+        "{report}"
+    );
+    let (browser, cookie, _) = crate::pages::console(&w.t).await;
+    let page = w.t.url(&format!("/admin/statements/stripe/{}", view.day));
+    let html = browser.get(page).header("cookie", cookie).send().await.unwrap().text().await.unwrap();
+    assert!(html.contains("<th>Disputes</th>") && html.contains("<td>177.76 CNY</td><td>88.88 CNY</td>"), "{html}");
+    assert!(html.contains("dispute_case_missing"), "{html}");
+
+    // The dispute comes (the backstop poll): the day run again finds nothing missing, and counts it.
+    let (status, body) = w.t.admin_post("/api/v1/admin/cases/poll", json!({"provider": "stripe"})).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    let again = w.run_day("stripe", day).await;
+    assert_eq!(run_findings(&again), vec![state("dispute_case_missing", unheard_id, "", "closed")]);
+    assert_eq!(again.changes.closed, 1);
+    let k = &again.view.as_ref().unwrap().kassa_totals;
+    assert_eq!((k.disputes_minor, k.reinstated_minor, k.dispute_fees_minor), (2 * 8_888, 8_888, 1_500));
+    assert_eq!(k.net_minor, again.view.as_ref().unwrap().gateway_totals.net_minor);
+
+    // Lost after all (kassa's case says so), its money given back: a finding on the order.
+    w.advance(1_000);
+    let lost = w.stripe.set_dispute_status(unheard_id, "lost");
+    let (status, body) = w.t.admin_post("/api/v1/admin/cases/poll", json!({"provider": "stripe"})).await;
+    assert_eq!((status, &body["polled"][0]["updated"]), (reqwest::StatusCode::OK, &json!(1)), "{body}");
+    w.stripe.ledger.lock().unwrap().stripe_balance.push(dispute_movement("dispute_reversal", 8_888, 0, &lost));
+    let last = w.run_day("stripe", day).await;
+    let subject = format!("{unheard_id}:reinstatement");
+    assert!(run_findings(&last).contains(&state("dispute_reinstated_not_won", &subject, &b, "open")), "{last:?}");
+}
+
+on_both!(a_refund_made_on_the_desk_is_reconciled_in_wechats_bill_like_any_other, wechat_desk_refund);
+async fn wechat_desk_refund(backend: Backend) {
+    let w = world(backend).await;
+    let day = w.today(beijing());
+    let d = kassa::workers::statements::format_day(day);
+    let (a, a_ref) = w.paid("wechatpay").await;
+    let complaint = w.wechat.open_complaint(&a_ref, w.t.now_ms() / 1000 - 3_600);
+    let cid = complaint["complaint_id"].as_str().unwrap().to_string();
+    let (url, headers, body) = w.wechat.complaint_notification(&cid, "COMPLAINT.CREATE", "CREATE_COMPLAINT");
+    assert_eq!(crate::fakes::FakeWechat::deliver(&url, headers, body).await.0, 204);
+    let cases = w.t.admin_get("/api/v1/admin/cases").await;
+    let id = cases["items"][0]["id"].as_str().expect("the complaint's case").to_string();
+    let (status, made) =
+        w.t.admin_post(&format!("/api/v1/admin/cases/{id}/refund"), json!({"amount_minor": 500})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{made}");
+    let refund_no = made["refund_no"].as_str().unwrap().to_string();
+    assert_eq!(refund_no, format!("case-{id}-500"));
+    w.t.app.refunder.step().await.unwrap();
+    let order = w.t.order(&a).await;
+    assert_eq!(order["refunds"][0]["status"], "succeeded", "{order}");
+    let rows = vec![
+        wechat_payment(&d, &a_ref, "4200000001", 8_888, "CNY", 53),
+        wechat_refund_row(&d, &a_ref, &refund_no, 500, -3),
+    ];
+    w.wechat.publish_bill(&d, &wechat_bill(&rows, rows.len()), None);
+    let run = w.run_day("wechatpay", day).await;
+    assert_eq!((run.result.as_str(), run_findings(&run)), ("reconciled", vec![]), "{run:?}");
+    let view = run.view.as_ref().unwrap();
+    assert_eq!((view.kassa_totals.refunds_minor, view.gateway_totals.refunds_minor), (500, 500));
+    assert_eq!(w.t.order(&a).await["refunds"][0]["fee_minor"], -3, "the statement's fee kept on the desk's refund");
+}
+
+on_both!(a_refund_made_on_the_desk_is_reconciled_in_alipays_bill_like_any_other, alipay_desk_refund);
+async fn alipay_desk_refund(backend: Backend) {
+    let w = world(backend).await;
+    let day = w.today(beijing());
+    let d = kassa::workers::statements::format_day(day);
+    let (a, a_ref) = w.paid("alipay").await;
+    let complaint = w.alipay.open_complaint(Some(&a_ref), w.t.now_ms() / 1000 - 3_600);
+    let (_, push) = w.alipay.complaint_push(complaint["complain_event_id"].as_str().unwrap());
+    assert_eq!(w.alipay.deliver(&push).await.0, 200);
+    let cases = w.t.admin_get("/api/v1/admin/cases").await;
+    let id = cases["items"][0]["id"].as_str().expect("the complaint's case").to_string();
+    let (status, made) =
+        w.t.admin_post(&format!("/api/v1/admin/cases/{id}/refund"), json!({"amount_minor": 500})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{made}");
+    let refund_no = made["refund_no"].as_str().unwrap().to_string();
+    assert_eq!(refund_no, format!("case-{id}-500"));
+    w.t.app.refunder.step().await.unwrap();
+    assert_eq!(w.t.order(&a).await["refunds"][0]["status"], "succeeded");
+    let rows = vec![
+        (alipay_row("2026120122001400000000000001", &a_ref, None, 8_888, 53), false, 8_888, 53),
+        (alipay_row("2026120122001400000000000001", &a_ref, Some(&refund_no), 500, 3), true, 500, 3),
+    ];
+    w.alipay.ledger.lock().unwrap().alipay_bills.insert(d.clone(), alipay_zip(&d, &rows));
+    let run = w.run_day("alipay", day).await;
+    assert_eq!((run.result.as_str(), run_findings(&run)), ("reconciled", vec![]), "{run:?}");
+    let view = run.view.as_ref().unwrap();
+    assert_eq!((view.kassa_totals.refunds_minor, view.gateway_totals.refunds_minor), (500, 500));
+}

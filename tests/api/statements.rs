@@ -451,13 +451,17 @@ async fn discounts(backend: Backend) {
         .text()
         .await
         .unwrap();
-    assert!(report.lines().next().unwrap().ends_with(",note,discounts"), "{report}");
+    assert!(report.lines().next().unwrap().ends_with(",note,discounts,disputes,reinstated,dispute_fees"), "{report}");
     assert!(
-        report.lines().any(|l| l.starts_with("totals,sandbox,") && l.contains(",kassa,") && l.ends_with(",5.00")),
+        report
+            .lines()
+            .any(|l| l.starts_with("totals,sandbox,") && l.contains(",kassa,") && l.ends_with(",5.00,0.00,0.00,0.00")),
         "{report}"
     );
     assert!(
-        report.lines().any(|l| l.starts_with("totals,sandbox,") && l.contains(",gateway,") && l.ends_with(",0.00")),
+        report.lines().any(|l| l.starts_with("totals,sandbox,")
+            && l.contains(",gateway,")
+            && l.ends_with(",0.00,0.00,0.00,0.00")),
         "{report}"
     );
     let args = ["reconcile", "--statement", "--gateway", "sandbox", "--date", day.as_str()];
