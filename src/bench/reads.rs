@@ -113,6 +113,8 @@ pub(super) async fn reads_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     if let Some(sku) = &s.sku {
         queries.push(("filter: SKU", page(&[("sku", sku)])));
     }
+    // A SKU no order has (one just added, or long unsold): the rarest a SKU can be.
+    queries.push(("filter: SKU never sold", page(&[("sku", "NEVER-SOLD")])));
     let budget = Duration::from_secs(args.seconds.max(1)).div_f64(queries.len() as f64);
     let started = Instant::now();
     let mut reads = BTreeMap::new();
