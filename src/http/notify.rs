@@ -40,8 +40,16 @@ pub(super) async fn notify(
         }
     };
     let now = state.now_ms();
-    // A complaint or dispute: a case for the desk, not a payment.
-    if let Some(case) = gateway.verify_case(&headers, &body, now) {
+    // A complaint or dispute: a case for the desk, not a payment. Signed under a key not seen yet
+    // (a rotated certificate), as a payment's notification may be: the keys fetched once, looked at
+    // again.
+    let mut case = gateway.verify_case(&headers, &body, now);
+    if let Some(Err(Rejection { unknown_key: Some(serial), .. })) = &case
+        && gateway.refresh_keys(serial).await
+    {
+        case = gateway.verify_case(&headers, &body, now);
+    }
+    if let Some(case) = case {
         return match case {
             Ok(report) => match crate::usecase::cases::on_notification(&state.cx, &report).await {
                 Ok(recorded) => {

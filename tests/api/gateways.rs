@@ -283,10 +283,18 @@ async fn wechat_certificate_rotation(backend: Backend) {
         l.wechat_certificates.push(("platform2_cert.pem", fakes::WECHAT_ROTATED_SERIAL, "platform2_private.pem"));
         l.wechat_rotated = Some(("platform2_private.pem", fakes::WECHAT_ROTATED_SERIAL));
     }
+    // A complaint notification is the first under the new serial: the certificates are fetched
+    // and it verifies (its complaint, unknown to the fake, cannot be fetched: WeChat is asked to
+    // send it again, 500, rather than told its signature failed, 400).
+    let complaint = json!({"complaint_id": "200201820201201777", "action_type": "CREATE_COMPLAINT"});
+    let (headers, body) = wechat.notification("COMPLAINT.CREATE", "complaint", &complaint);
+    let r = t.http.post(t.url("/notify/wechatpay")).headers(headers).body(body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(lock_ledger(&wechat).certificate_downloads, 2, "one download for the new serial");
     let reply = wechat.pay(&attempt_ref, true).await.unwrap();
     assert_eq!(reply.0, 204, "{reply:?}");
     assert_eq!(t.status(&order_no).await, "paid");
-    assert_eq!(lock_ledger(&wechat).certificate_downloads, 2, "one download for the new serial");
+    assert_eq!(lock_ledger(&wechat).certificate_downloads, 2, "no second download for the payment");
     // A serial nobody published, within a minute of that download: refused without another.
     let notify = t.url("/notify/wechatpay");
     let (mut headers, body) =
