@@ -104,6 +104,35 @@ fn parse_time(text: &str) -> Option<Millis> {
     i64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
+/// Entries of a complaint's negotiation history asked for in one page, and pages read at most: a
+/// thread longer than that is kept up to there (WeChat's page takes up to 300).
+pub const HISTORY_PAGE: usize = 50;
+pub const HISTORY_PAGES_MAX: usize = 10;
+
+/// The page of a complaint's negotiation history at `offset`; `None` for an id that is not
+/// WeChat's kind of id.
+pub fn history_path(case_id: &str, offset: usize) -> Option<String> {
+    complaint_path(case_id, &format!("/negotiation-historys?limit={HISTORY_PAGE}&offset={offset}"))
+}
+
+/// A page of a complaint's negotiation history: its entries as WeChat sent them, and whether more
+/// follow.
+pub fn history_page(page: &Value, offset: usize) -> Result<(Vec<Value>, bool), String> {
+    let entries = page.get("data").and_then(Value::as_array).ok_or("a negotiation history without data")?.clone();
+    let total = page.get("total_count").and_then(Value::as_u64).unwrap_or(0);
+    let read = offset + entries.len();
+    Ok((entries.clone(), !entries.is_empty() && (read as u64) < total))
+}
+
+/// The complaint's report with its negotiation history kept beside the detail (`negotiation_history`).
+pub fn with_history(mut report: CaseReport, history: Vec<Value>) -> CaseReport {
+    if let Ok(Value::Object(mut kept)) = serde_json::from_str::<Value>(&report.body) {
+        kept.insert("negotiation_history".into(), Value::Array(history));
+        report.body = Value::Object(kept).to_string();
+    }
+    report
+}
+
 /// A complaint's path (`suffix` empty, `/response` or `/complete`); `None` for an id that is not
 /// WeChat's kind of id.
 pub fn complaint_path(case_id: &str, suffix: &str) -> Option<String> {

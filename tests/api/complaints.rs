@@ -76,6 +76,14 @@ async fn notified(backend: Backend) {
     let kinds: Vec<String> = detail["messages"].as_array().unwrap().iter().map(|m| s(&m["kind"])).collect();
     assert!(kinds.contains(&"CREATE_COMPLAINT".to_string()), "{kinds:?}");
     assert!(!detail.to_string().contains("payer_phone"), "the payer's phone is not kept: {detail}");
+    // The fetched copy carries the thread as WeChat has it: the buyer's complaint so far.
+    let thread = |detail: &Value| -> Vec<String> {
+        let fetched =
+            detail["messages"].as_array().unwrap().iter().find(|m| s(&m["kind"]).starts_with("GET ")).cloned();
+        let body: Value = serde_json::from_str(&s(&fetched.expect("a fetched copy")["body"])).unwrap();
+        body["negotiation_history"].as_array().expect("the thread").iter().map(|e| s(&e["operate_type"])).collect()
+    };
+    assert_eq!(thread(&detail), vec!["USER_CREATE_COMPLAINT"]);
 
     // The same notification again (WeChat's retry): nothing new.
     assert_eq!(FakeWechat::deliver(&url, headers, body).await.0, 204);
@@ -103,6 +111,7 @@ async fn notified(backend: Backend) {
         (s(&replied["state"]), s(&replied["provider_status"]), s(&replied["due_kind"]), s(&replied["due_at"])),
         ("needs_response".into(), "PROCESSING".into(), "resolution".into(), rfc3339(at_ms + 72 * HOUR_MS))
     );
+    assert_eq!(thread(&replied), vec!["USER_CREATE_COMPLAINT", "MERCHANT_RESPONSE"], "the thread fetched again");
     let operator: Vec<&Value> =
         replied["messages"].as_array().unwrap().iter().filter(|m| m["source"] == "operator").collect();
     assert_eq!(operator.len(), 1);

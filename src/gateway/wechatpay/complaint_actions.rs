@@ -40,8 +40,30 @@ impl WechatPay {
         if r.status != 200 {
             return Err(refusal("complaint", &r));
         }
-        complaints::detail_report(&r.body, &format!("GET {}", complaints::COMPLAINTS_PATH), now)
-            .map_err(|why| GatewayError::unavailable(format!("wechatpay complaint: {why}")))
+        let report = complaints::detail_report(&r.body, &format!("GET {}", complaints::COMPLAINTS_PATH), now)
+            .map_err(|why| GatewayError::unavailable(format!("wechatpay complaint: {why}")))?;
+        Ok(complaints::with_history(report, self.complaint_history(case_id).await?))
+    }
+
+    /// `GET …/{complaint_id}/negotiation-historys`, page by page: the thread between the buyer,
+    /// the merchant and WeChat, as WeChat sent it.
+    async fn complaint_history(&self, case_id: &str) -> Result<Vec<Value>, GatewayError> {
+        let mut thread = Vec::new();
+        for _ in 0..complaints::HISTORY_PAGES_MAX {
+            let path = complaints::history_path(case_id, thread.len())
+                .ok_or_else(|| GatewayError::invalid("case_refused", "not a WeChat Pay complaint id"))?;
+            let r = self.call("GET", &path, None).await?;
+            if r.status != 200 {
+                return Err(refusal("negotiation history", &r));
+            }
+            let (entries, more) = complaints::history_page(&r.body, thread.len())
+                .map_err(|why| GatewayError::unavailable(format!("wechatpay complaint: {why}")))?;
+            thread.extend(entries);
+            if !more {
+                break;
+            }
+        }
+        Ok(thread)
     }
 
     /// The reply `text` with the images uploaded for it.

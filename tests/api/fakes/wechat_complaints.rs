@@ -15,6 +15,7 @@ pub(super) fn routes(router: Router<Shared>) -> Router<Shared> {
     router
         .route(PATH, get(list))
         .route(&format!("{PATH}/{{id}}"), get(detail))
+        .route(&format!("{PATH}/{{id}}/negotiation-historys"), get(history))
         .route(&format!("{PATH}/{{id}}/response"), post(respond))
         .route(&format!("{PATH}/{{id}}/complete"), post(complete))
         .route(&format!("{PATH}/{{id}}/update-refund-progress"), post(refund_progress))
@@ -210,6 +211,42 @@ async fn detail(State(ledger): State<Shared>, UrlPath(id): UrlPath<String>, head
         Some(c) => wechat_answer(StatusCode::OK, Some(c.clone())),
         None => wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS"),
     }
+}
+
+/// The thread of a complaint: the buyer's complaint, then each of the merchant's replies, paged by
+/// `limit` (1-300) and `offset`.
+async fn history(
+    State(ledger): State<Shared>,
+    UrlPath(id): UrlPath<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let query = query.unwrap_or_default();
+    if !wechat_authorized(&headers, "GET", &format!("{PATH}/{id}/negotiation-historys?{query}"), "") {
+        return refused(&ledger);
+    }
+    let q: HashMap<String, String> = serde_urlencoded::from_str(&query).unwrap_or_default();
+    let number = |k: &str| q.get(k).and_then(|v| v.parse::<usize>().ok());
+    let (Some(limit), offset) = (number("limit"), number("offset").unwrap_or(0)) else {
+        return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
+    };
+    if !(1..=300).contains(&limit) {
+        return wechat_error(StatusCode::BAD_REQUEST, "PARAM_ERROR");
+    }
+    let l = lock(&ledger);
+    let Some(c) = l.wechat_complaints.iter().find(|c| c["complaint_id"] == id.as_str()) else {
+        return wechat_error(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS");
+    };
+    let mut thread = vec![json!({"log_id": format!("{id}-0"), "operator": "用户", "operate_time": c["complaint_time"],
+        "operate_type": "USER_CREATE_COMPLAINT", "operate_details": c["complaint_detail"]})];
+    for (n, (_, text)) in l.complaint_replies.iter().filter(|(c, _)| *c == id).enumerate() {
+        thread
+            .push(json!({"log_id": format!("{id}-{}", n + 1), "operator": "商户", "operate_time": c["complaint_time"],
+            "operate_type": "MERCHANT_RESPONSE", "operate_details": text}));
+    }
+    let total = thread.len();
+    let data: Vec<Value> = thread.into_iter().skip(offset).take(limit).collect();
+    wechat_answer(StatusCode::OK, Some(json!({"data": data, "limit": limit, "offset": offset, "total_count": total})))
 }
 
 /// A reply or a completion: checked, then the complaint moved on to `state`.
