@@ -365,81 +365,10 @@ pub fn merge_evidence(suggested: Vec<(String, String)>, edits: &[(String, String
     merged.into_iter().collect()
 }
 
-/// WeChat Pay: images sent with a reply, or with a refusal of the buyer's refund request, at most.
-pub const CASE_IMAGES_MAX: usize = 4;
-/// The largest image WeChat Pay takes (2 MB).
-pub const CASE_IMAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
-
-/// The kinds of image WeChat Pay takes, told by their first bytes (never by a name the operator's
-/// file happened to have).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ImageKind {
-    Jpeg,
-    Png,
-    Bmp,
-}
-
-impl ImageKind {
-    /// The kind of `bytes`, by their signature; `None` for anything else.
-    pub fn sniff(bytes: &[u8]) -> Option<ImageKind> {
-        if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-            Some(ImageKind::Jpeg)
-        } else if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-            Some(ImageKind::Png)
-        } else if bytes.starts_with(b"BM") {
-            Some(ImageKind::Bmp)
-        } else {
-            None
-        }
-    }
-
-    /// The file name's ending WeChat asks for.
-    pub fn extension(self) -> &'static str {
-        match self {
-            ImageKind::Jpeg => "jpg",
-            ImageKind::Png => "png",
-            ImageKind::Bmp => "bmp",
-        }
-    }
-
-    pub fn content_type(self) -> &'static str {
-        match self {
-            ImageKind::Jpeg => "image/jpeg",
-            ImageKind::Png => "image/png",
-            ImageKind::Bmp => "image/bmp",
-        }
-    }
-}
-
-/// An image the operator sends with a complaint's reply or refusal, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CaseImage {
-    pub kind: ImageKind,
-    pub bytes: Vec<u8>,
-}
-
-/// Why images may not be sent: a refusal's code and message.
-pub type ImageRefusal = (&'static str, String);
-
-/// The operator's images, checked: at most [`CASE_IMAGES_MAX`], each a JPEG, PNG or BMP of 1 byte
-/// to [`CASE_IMAGE_BYTES_MAX`].
-pub fn check_images(images: Vec<Vec<u8>>) -> Result<Vec<CaseImage>, ImageRefusal> {
-    if images.len() > CASE_IMAGES_MAX {
-        return Err(("too_many_images", format!("at most {CASE_IMAGES_MAX} images")));
-    }
-    images
-        .into_iter()
-        .enumerate()
-        .map(|(n, bytes)| {
-            if bytes.len() > CASE_IMAGE_BYTES_MAX {
-                return Err(("image_too_large", format!("image {}: at most {CASE_IMAGE_BYTES_MAX} bytes", n + 1)));
-            }
-            let kind = ImageKind::sniff(&bytes)
-                .ok_or_else(|| ("image_type_refused", format!("image {}: JPEG, PNG or BMP only", n + 1)))?;
-            Ok(CaseImage { kind, bytes })
-        })
-        .collect()
-}
+pub use super::case_images::{
+    ALIPAY_IMAGE_BYTES_MAX, ALIPAY_IMAGES, ALIPAY_IMAGES_MAX, CASE_IMAGE_BYTES_MAX, CASE_IMAGES_MAX, CaseImage,
+    ImageKind, ImageLimits, ImageRefusal, check_images,
+};
 
 /// The provider's reason of a complaint that asks for a refund (WeChat Pay's `problem_type`).
 pub const REFUND_REQUEST_REASON: &str = "REFUND";
@@ -700,24 +629,6 @@ mod tests {
         assert_eq!(urgency(100, 10, 50), Urgency::Later);
         assert_eq!(urgency(100, 50, 50), Urgency::DueSoon);
         assert_eq!(urgency(100, 100, 50), Urgency::Overdue);
-    }
-    #[test]
-    fn images_are_told_by_their_bytes_and_bounded() {
-        let png = b"\x89PNG\r\n\x1a\nrest".to_vec();
-        let jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 1];
-        let checked = check_images(vec![png.clone(), jpeg, b"BM..".to_vec()]).unwrap();
-        let kinds: Vec<ImageKind> = checked.iter().map(|i| i.kind).collect();
-        assert_eq!(kinds, vec![ImageKind::Png, ImageKind::Jpeg, ImageKind::Bmp]);
-        assert_eq!((ImageKind::Png.extension(), ImageKind::Jpeg.content_type()), ("png", "image/jpeg"));
-        assert_eq!(check_images(vec![png.clone(); CASE_IMAGES_MAX]).map(|v| v.len()), Ok(CASE_IMAGES_MAX));
-        assert_eq!(check_images(vec![png.clone(); CASE_IMAGES_MAX + 1]).unwrap_err().0, "too_many_images");
-        assert_eq!(check_images(vec![b"GIF89a".to_vec()]).unwrap_err().0, "image_type_refused");
-        assert_eq!(check_images(vec![Vec::new()]).unwrap_err().0, "image_type_refused");
-        let mut large = png.clone();
-        large.resize(CASE_IMAGE_BYTES_MAX, 0);
-        assert!(check_images(vec![large.clone()]).is_ok());
-        large.push(0);
-        assert_eq!(check_images(vec![large]).unwrap_err().0, "image_too_large");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Alipay open platform, RSA2 (docs/gateways/alipay.md): `alipay.trade.page.pay` as an auto-submitting
 //! form, form notifications verified with the Alipay public key plus the merchant checks,
 //! `alipay.trade.query` / `close` / `refund` / `fastpay.refund.query` with signed requests and
-//! verified responses; trade complaints pushed, fetched, listed, replied to and given the
-//! merchant's processing result (read in `alipay_complaints`).
+//! verified responses; trade complaints pushed, fetched, listed, replied to (with images uploaded
+//! first, in `alipay/images`) and given the merchant's processing result (read in
+//! `alipay_complaints`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -19,10 +20,12 @@ use super::{
     http_client, reject, transport_error,
 };
 use crate::clock::Millis;
-use crate::domain::case::{CaseReport, Completion};
+use crate::domain::case::{ALIPAY_IMAGES, CaseImage, CaseReport, Completion, ImageLimits};
 use crate::domain::event::{Outcome, VerifiedEvent};
 use crate::domain::statement::Statement;
 use crate::domain::{Currency, Money};
+
+mod images;
 
 pub const NAME: &str = "alipay";
 /// Longest face-to-face `qr_code` accepted (Alipay's are short links to qr.alipay.com).
@@ -87,6 +90,15 @@ impl Alipay {
         now: Millis,
         extra: &[(&str, &str)],
     ) -> BTreeMap<String, String> {
+        let biz = biz.to_string();
+        let mut text = vec![("biz_content", biz.as_str())];
+        text.extend_from_slice(extra);
+        self.signed_text(method, now, &text)
+    }
+
+    /// The common parameters plus the method's text parameters, signed over all of them (a file
+    /// an upload carries is not).
+    fn signed_text(&self, method: &str, now: Millis, text: &[(&str, &str)]) -> BTreeMap<String, String> {
         let mut p = BTreeMap::new();
         p.insert("app_id".to_string(), self.app_id.clone());
         p.insert("method".to_string(), method.to_string());
@@ -95,8 +107,7 @@ impl Alipay {
         p.insert("sign_type".to_string(), "RSA2".to_string());
         p.insert("timestamp".to_string(), format_at_offset(now, 8, false));
         p.insert("version".to_string(), "1.0".to_string());
-        p.insert("biz_content".to_string(), biz.to_string());
-        for (k, v) in extra {
+        for (k, v) in text {
             p.insert((*k).to_string(), (*v).to_string());
         }
         let content = sign_content(p.iter().map(|(k, v)| (k.as_str(), v.as_str())), false);
@@ -567,7 +578,18 @@ impl Gateway for Alipay {
         })
     }
 
-    /// A message to the buyer in the complaint's thread (`reply.submit`).
+    /// Alipay takes JPEG and PNG images only.
+    fn case_image_limits(&self) -> Option<ImageLimits> {
+        Some(ALIPAY_IMAGES)
+    }
+
+    /// `alipay.merchant.image.upload`: the image's id at Alipay, for a reply.
+    fn upload_case_image<'a>(&'a self, image: &'a CaseImage) -> BoxFuture<'a, Result<String, GatewayError>> {
+        Box::pin(self.upload_image(image))
+    }
+
+    /// A message to the buyer in the complaint's thread (`reply.submit`), with the images
+    /// uploaded for it (`reply_images`).
     fn reply_case<'a>(
         &'a self,
         case_id: &'a str,
@@ -576,11 +598,8 @@ impl Gateway for Alipay {
         now: Millis,
     ) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         Box::pin(async move {
-            if !media_ids.is_empty() {
-                return Err(GatewayError::invalid("action_unsupported", "an Alipay complaint's reply takes text only"));
-            }
-            let biz =
-                complaints::reply_biz(case_id, text).map_err(|why| GatewayError::invalid("invalid_reply", why))?;
+            let biz = complaints::reply_biz(case_id, text, media_ids)
+                .map_err(|why| GatewayError::invalid("invalid_reply", why))?;
             self.complaint_action(case_id, complaints::REPLY, biz, now).await
         })
     }

@@ -3,15 +3,19 @@
 //! complaint is fetched (`alipay.merchant.tradecomplain.query`); a complaint, one of the list's
 //! items (`…batchquery`) or an action's answer reads as a case report here. Pure: the requests are
 //! sent by the adapter. The complainant's phone number (`phone_no`) is dropped before anything is
-//! kept.
+//! kept. An image for a reply is uploaded first (`alipay.merchant.image.upload`, multipart) and
+//! named in the reply by the id Alipay gives it.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
 use super::format_at_offset;
+use super::multipart::{self, Part};
 use crate::clock::Millis;
-use crate::domain::case::{self, CaseKind, CaseReport, Completion, REPLY_CHARS_MAX, reply_fits};
+use crate::domain::case::{
+    self, ALIPAY_IMAGES_MAX, CaseImage, CaseKind, CaseReport, Completion, ImageKind, REPLY_CHARS_MAX, reply_fits,
+};
 use crate::domain::ids::is_plain_id;
 use crate::domain::{Currency, Money};
 
@@ -27,6 +31,14 @@ pub const BATCHQUERY: &str = "alipay.merchant.tradecomplain.batchquery";
 pub const REPLY: &str = "alipay.merchant.tradecomplain.reply.submit";
 /// The merchant's processing result: how the merchant handles the complaint.
 pub const FEEDBACK: &str = "alipay.merchant.tradecomplain.feedback.submit";
+/// An image uploaded for a reply: multipart/form-data, its answer the image's `image_id`.
+pub const IMAGE_UPLOAD: &str = "alipay.merchant.image.upload";
+/// The upload's text parameter besides the common ones (signed with them): the image's kind.
+pub const IMAGE_TYPE: &str = "image_type";
+/// The upload's file part (never signed).
+pub const IMAGE_CONTENT: &str = "image_content";
+/// The longest image id kassa takes from Alipay (kassa's bound: Alipay's ids are short).
+pub const IMAGE_ID_LEN_MAX: usize = 128;
 /// Complaints asked for per page of the list (Alipay's most).
 pub const COMPLAINT_PAGE: u64 = 20;
 /// Pages of the list read at most in one poll.
@@ -166,14 +178,80 @@ pub fn list_page(node: &Value, page_num: u64) -> (Vec<Value>, bool) {
     (items, more)
 }
 
-/// The `biz_content` of a reply in the complaint's thread (1-200 characters, as the desk allows).
-pub fn reply_biz(case_id: &str, reply: &str) -> Result<Value, String> {
+/// The `biz_content` of a reply in the complaint's thread (1-200 characters, as the desk allows),
+/// with the ids of the images uploaded for it (`reply_images`, joined by commas), when there are
+/// any.
+pub fn reply_biz(case_id: &str, reply: &str, image_ids: &[String]) -> Result<Value, String> {
     if !reply_fits(reply) {
         return Err(format!("a reply is 1-{REPLY_CHARS_MAX} characters"));
     }
+    if image_ids.len() > ALIPAY_IMAGES_MAX {
+        return Err(format!("at most {ALIPAY_IMAGES_MAX} images"));
+    }
+    if !image_ids.iter().all(|id| plain_image_id(id)) {
+        return Err("an image id is not one Alipay gave".into());
+    }
     let mut biz = complaint_biz(case_id).ok_or("not an Alipay complaint id")?;
     biz["reply_content"] = json!(reply);
+    if !image_ids.is_empty() {
+        biz["reply_images"] = json!(image_ids.join(","));
+    }
     Ok(biz)
+}
+
+/// An image id kassa passes on: 1-[`IMAGE_ID_LEN_MAX`] characters, no comma (the list's
+/// separator), space or control character.
+fn plain_image_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= IMAGE_ID_LEN_MAX
+        && !id.chars().any(|c| c == ',' || c.is_whitespace() || c.is_control())
+}
+
+/// The upload's `image_type` for an image of `kind`; `None` for a kind Alipay does not take (BMP).
+pub fn image_type(kind: ImageKind) -> Option<&'static str> {
+    match kind {
+        ImageKind::Jpeg => Some("jpg"),
+        ImageKind::Png => Some("png"),
+        ImageKind::Bmp => None,
+    }
+}
+
+/// An upload as it is sent, the way Alipay's SDKs send one: the common parameters and `sign` in
+/// the gateway URL's query, the text parameters ([`IMAGE_TYPE`]) and the image ([`IMAGE_CONTENT`])
+/// in a multipart/form-data body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub query: Vec<(String, String)>,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+/// The upload of `image` from its `signed` parameters (the common ones, [`IMAGE_TYPE`] and the
+/// `sign` over all of them), under a boundary grown from `seed` (random hex). The file part is
+/// named by the image's SHA-256 and kind.
+pub fn upload_request(mut signed: BTreeMap<String, String>, image: &CaseImage, seed: &str) -> Upload {
+    let image_type = signed.remove(IMAGE_TYPE).unwrap_or_default();
+    let digest = hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &image.bytes));
+    let filename = format!("{}.{}", &digest[..32], image.kind.extension());
+    let parts = [
+        Part::text(IMAGE_TYPE, &image_type),
+        Part::file(IMAGE_CONTENT, &filename, image.kind.content_type(), &image.bytes),
+    ];
+    let boundary = multipart::boundary(seed, &parts);
+    Upload {
+        query: signed.into_iter().collect(),
+        content_type: multipart::content_type(&boundary),
+        body: multipart::body(&boundary, &parts),
+    }
+}
+
+/// The image id of an upload's answer.
+pub fn image_id(answer: &Value) -> Result<String, String> {
+    let id = text(answer, "image_id");
+    if !plain_image_id(id) {
+        return Err("the upload's answer names no usable image_id".into());
+    }
+    Ok(id.to_string())
 }
 
 /// The `biz_content` of the merchant's processing result: the feedback code and text the domain
@@ -281,10 +359,16 @@ mod tests {
 
     #[test]
     fn replies_and_feedback_are_checked_before_they_are_sent() {
-        assert!(reply_biz("2020092300102", "").is_err());
-        assert!(reply_biz("2020092300102", &"字".repeat(201)).is_err());
-        assert!(reply_biz("../x", "好").is_err());
-        assert_eq!(reply_biz("2020092300102", "好").unwrap()["reply_content"], "好");
+        assert!(reply_biz("2020092300102", "", &[]).is_err());
+        assert!(reply_biz("2020092300102", &"字".repeat(201), &[]).is_err());
+        assert!(reply_biz("../x", "好", &[]).is_err());
+        let plain = reply_biz("2020092300102", "好", &[]).unwrap();
+        assert_eq!((plain["reply_content"].as_str(), plain.get("reply_images")), (Some("好"), None));
+        let ids = vec!["img-1".to_string(), "img-2".to_string()];
+        assert_eq!(reply_biz("2020092300102", "好", &ids).unwrap()["reply_images"], "img-1,img-2");
+        for bad in [vec!["a,b".to_string()], vec![String::new()], vec!["img".to_string(); ALIPAY_IMAGES_MAX + 1]] {
+            assert!(reply_biz("2020092300102", "好", &bad).is_err(), "{bad:?}");
+        }
         let biz = feedback_biz("2020092300102", Completion { refunded: true }).unwrap();
         assert_eq!(
             (biz["complain_event_id"].as_str(), biz["feedback_code"].as_str()),
@@ -292,5 +376,29 @@ mod tests {
         );
         assert_eq!(feedback_biz("2020092300102", Completion { refunded: false }).unwrap()["feedback_code"], "05");
         assert_eq!(feedback_biz("a/b", Completion { refunded: false }), None);
+    }
+
+    #[test]
+    fn an_upload_signs_its_text_and_carries_the_image_as_a_file() {
+        let image = CaseImage { kind: ImageKind::Png, bytes: b"\x89PNG\r\n\x1a\nkassa-ab".to_vec() };
+        let signed: BTreeMap<String, String> =
+            [("app_id", "2021000000000001"), ("method", IMAGE_UPLOAD), (IMAGE_TYPE, "png"), ("sign", "c2ln")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let upload = upload_request(signed, &image, "ab");
+        let keys: Vec<&str> = upload.query.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, vec!["app_id", "method", "sign"], "image_type goes in the body");
+        assert_eq!(upload.content_type, "multipart/form-data; boundary=kassa-abab");
+        let body = String::from_utf8_lossy(&upload.body);
+        assert!(body.contains("name=\"image_type\"\r\n\r\npng\r\n"), "{body}");
+        assert!(body.contains("name=\"image_content\"; filename=\"") && body.contains(".png\"\r\n"), "{body}");
+        assert!(body.contains("Content-Type: image/png\r\n\r\n\u{fffd}PNG"), "{body}");
+        assert!(upload.body.ends_with(b"kassa-ab\r\n--kassa-abab--\r\n"));
+        assert_eq!((image_type(ImageKind::Jpeg), image_type(ImageKind::Bmp)), (Some("jpg"), None));
+        assert_eq!(image_id(&json!({"code": "10000", "image_id": "6c2f1b"})), Ok("6c2f1b".to_string()));
+        for bad in [json!({}), json!({"image_id": "a,b"}), json!({"image_id": "x".repeat(IMAGE_ID_LEN_MAX + 1)})] {
+            assert!(image_id(&bad).is_err(), "{bad}");
+        }
     }
 }

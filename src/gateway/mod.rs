@@ -7,6 +7,7 @@ pub mod alipay_complaints;
 pub mod bills;
 pub mod config;
 pub mod keys;
+pub mod multipart;
 pub mod sandbox;
 pub mod stripe;
 mod stripe_balance;
@@ -31,7 +32,7 @@ use axum::http::HeaderMap;
 use serde::Serialize;
 
 use crate::clock::Millis;
-use crate::domain::case::{CaseImage, CaseReport, Completion, RefundVerdict};
+use crate::domain::case::{CaseImage, CaseReport, Completion, ImageLimits, RefundVerdict};
 use crate::domain::event::VerifiedEvent;
 pub use crate::domain::event::{CloseOutcome, PaymentState, RefundAnswer, RefundState};
 use crate::domain::statement::Statement;
@@ -283,6 +284,11 @@ pub trait Gateway: Send + Sync {
         Box::pin(async {
             Err(GatewayError::invalid("cases_unsupported", "this gateway has no complaints or disputes"))
         })
+    }
+    /// What the provider takes of the operator's images where it takes less than kassa's rules
+    /// (checked before any upload); `None` when kassa's rules are the provider's.
+    fn case_image_limits(&self) -> Option<ImageLimits> {
+        None
     }
     /// Uploads an image for a reply or a refusal (checked by the domain already); its media id at
     /// the provider.

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::clock::Millis;
 use crate::domain::Currency;
-use crate::domain::case::{CaseImage, CaseReport, RefundVerdict};
+use crate::domain::case::{CaseImage, CaseReport, ImageLimits, RefundVerdict};
 use crate::domain::event::VerifiedEvent;
 use crate::domain::statement::Statement;
 
@@ -121,6 +121,9 @@ impl Gateway for Timed {
     }
     fn fetch_case<'a>(&'a self, case_id: &'a str, now: Millis) -> BoxFuture<'a, Result<CaseReport, GatewayError>> {
         timed(self.name(), "fetch_case", self.0.fetch_case(case_id, now))
+    }
+    fn case_image_limits(&self) -> Option<ImageLimits> {
+        self.0.case_image_limits()
     }
     fn upload_case_image<'a>(&'a self, image: &'a CaseImage) -> BoxFuture<'a, Result<String, GatewayError>> {
         timed(self.name(), "upload_case_image", self.0.upload_case_image(image))

@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use super::format_at_offset;
+use super::multipart::{self, Part};
 use crate::clock::Millis;
 use crate::domain::case::{CaseImage, CaseKind, CaseReport, REPLY_CHARS_MAX, RefundVerdict, reply_fits};
 use crate::domain::ids::is_plain_id;
@@ -178,39 +179,32 @@ pub fn image_meta(image: &CaseImage) -> String {
     json!({"filename": filename, "sha256": digest}).to_string()
 }
 
+/// The parts of an upload: `meta` (JSON) and `file` (the image, named as `meta` names it).
+fn upload_parts<'a>(meta: &'a str, filename: &'a str, image: &'a CaseImage) -> [Part<'a>; 2] {
+    [
+        Part { name: "meta", filename: None, content_type: Some("application/json"), bytes: meta.as_bytes() },
+        Part::file("file", filename, image.kind.content_type(), &image.bytes),
+    ]
+}
+
+fn meta_filename(meta: &str) -> String {
+    serde_json::from_str::<Value>(meta)
+        .ok()
+        .and_then(|m| m.get("filename").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// The multipart/form-data body of an upload under `boundary`: the `meta` part (JSON) and the
 /// `file` part (the image). The boundary must not occur in either part.
 pub fn upload_body(boundary: &str, meta: &str, image: &CaseImage) -> Vec<u8> {
-    let filename = serde_json::from_str::<Value>(meta)
-        .ok()
-        .and_then(|m| m.get("filename").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_default();
-    let mut body = Vec::with_capacity(image.bytes.len() + meta.len() + 512);
-    body.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"meta\"\r\nContent-Type: application/json\r\n\r\n{meta}\r\n"
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\nContent-Type: {}\r\n\r\n",
-            image.kind.content_type()
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(&image.bytes);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    body
+    let filename = meta_filename(meta);
+    multipart::body(boundary, &upload_parts(meta, &filename, image))
 }
 
 /// A boundary that occurs in neither part: `seed` (random hex) lengthened until it does not.
 pub fn upload_boundary(seed: &str, meta: &str, image: &CaseImage) -> String {
-    let mut boundary = format!("kassa-{seed}");
-    while meta.contains(&boundary) || image.bytes.windows(boundary.len()).any(|w| w == boundary.as_bytes()) {
-        boundary.push_str(seed);
-    }
-    boundary
+    let filename = meta_filename(meta);
+    multipart::boundary(seed, &upload_parts(meta, &filename, image))
 }
 
 /// The media id of an upload's answer.

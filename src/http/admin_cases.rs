@@ -74,7 +74,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         (
             form(
                 "/admin/cases/{id}/reply",
-                "Admin console: reply to a WeChat Pay complaint with up to four images (multipart/form-data)",
+                "Admin console: reply to a complaint (WeChat Pay or Alipay) with up to four images (multipart/form-data)",
                 "to the case's page",
             ),
             post(reply_form).layer(DefaultBodyLimit::max(IMAGES_BODY_LIMIT_BYTES)),

@@ -59,8 +59,8 @@ pub struct EvidenceBody {
 /// the text); every other request keeps [`super::BODY_LIMIT_BYTES`].
 pub const IMAGES_BODY_LIMIT_BYTES: usize = 12 * 1024 * 1024;
 
-/// The operator's reply to a complaint (WeChat Pay takes 1-200 characters), with up to four
-/// images: JPEG, PNG or BMP, each at most 2 MB, base64-encoded.
+/// The operator's reply to a complaint (1-200 characters), with up to four images: JPEG, PNG or
+/// BMP (an Alipay complaint: JPEG or PNG), each at most 2 MB, base64-encoded.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplyBody {
@@ -224,7 +224,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             op(
                 "post",
                 "/api/v1/admin/cases/{id}/reply",
-                "Reply to a complaint (WeChat Pay), with up to four images uploaded first",
+                "Reply to a complaint (WeChat Pay or Alipay), with up to four images uploaded first",
                 "admin",
                 Auth::Admin,
             )

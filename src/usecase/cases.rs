@@ -194,10 +194,14 @@ fn open_complaint(key: &CaseKey) -> Result<()> {
     Ok(())
 }
 
-/// Checks the operator's images and uploads each to the provider, one after the other and outside
-/// any transaction: their media ids, in order.
+/// Checks the operator's images (kassa's rules, then the provider's where it takes less) and
+/// uploads each to the provider, one after the other and outside any transaction: their media ids,
+/// in order.
 async fn upload_images(gateway: &dyn Gateway, images: Vec<Vec<u8>>) -> Result<Vec<String>> {
     let images = case::check_images(images).map_err(|(code, why)| Error::unprocessable(code, why))?;
+    if let Some(limits) = gateway.case_image_limits() {
+        limits.admit(&images).map_err(|(code, why)| Error::unprocessable(code, why))?;
+    }
     let mut media_ids = Vec::with_capacity(images.len());
     for image in &images {
         media_ids.push(gateway.upload_case_image(image).await.map_err(action_error)?);

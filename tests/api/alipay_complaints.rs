@@ -2,8 +2,11 @@
 //! pushed, fetched and linked to its order; replied to, refunded through the desk and given the
 //! merchant's processing result; closed when the buyer confirms; a push repeated, one whose
 //! complaint cannot be fetched yet, one about a trade that is not kassa's and one under a bad
-//! signature; a complaint found only by the backstop poll, in pages of 20.
+//! signature; a complaint found only by the backstop poll, in pages of 20; a reply with images
+//! uploaded first (a BMP refused before any upload, an upload Alipay refuses sending no reply).
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
 use kassa::clock::{Clock, rfc3339};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -254,5 +257,81 @@ async fn polled(backend: Backend) {
     let lists = w.alipay.ledger.lock().unwrap().alipay_complaint_lists.clone();
     assert_eq!(lists.len(), 5, "{lists:?}");
     assert_eq!((lists[3]["page_num"].as_u64(), lists[4]["page_num"].as_u64()), (Some(1), Some(2)));
+    w.t.assert_clean().await;
+}
+
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR-a-small-png";
+const JPEG: &[u8] = b"\xFF\xD8\xFF\xE0\x00\x10JFIF-a-small-jpeg";
+const BMP: &[u8] = b"BM-a-small-bitmap";
+
+on_both!(an_alipay_reply_carries_the_images_uploaded_for_it, reply_with_images);
+
+async fn reply_with_images(backend: Backend) {
+    let w = world(backend).await;
+    let (_, attempt_ref) = w.paid("alipay").await;
+    let complaint = w.alipay.open_complaint(Some(&attempt_ref), now_ms(&w) / 1000 - 600);
+    let cid = s(&complaint["complain_event_id"]);
+    let answer = w.alipay.push_complaint(&cid).await;
+    assert_eq!((answer.0, answer.1.as_str()), SUCCESS);
+    let id = s(&all_cases(&w).await[0]["id"]);
+    let path = format!("/api/v1/admin/cases/{id}/reply");
+    let operator_messages = |detail: &Value| {
+        detail["messages"].as_array().unwrap().iter().filter(|m| m["source"] == "operator").cloned().collect::<Vec<_>>()
+    };
+
+    // A BMP, which WeChat Pay would take, Alipay does not: refused before anything is uploaded.
+    let images = [B64.encode(PNG), B64.encode(BMP)];
+    let (status, refused) = w.t.admin_post(&path, json!({"text": "见截图", "images": images})).await;
+    assert_eq!(
+        (status, s(&refused["error"]["code"])),
+        (StatusCode::UNPROCESSABLE_ENTITY, "image_type_refused".into()),
+        "{refused}"
+    );
+    assert!(s(&refused["error"]["message"]).contains("image 2"), "{refused}");
+    assert!(w.alipay.ledger.lock().unwrap().alipay_images.is_empty());
+
+    // Alipay refuses the upload: no reply goes out, nothing is recorded, and the operator is told
+    // which call Alipay refused.
+    w.alipay.ledger.lock().unwrap().alipay_upload_refusals = 1;
+    let (status, refused) = w.t.admin_post(&path, json!({"text": "见截图", "images": [B64.encode(PNG)]})).await;
+    assert_eq!((status, s(&refused["error"]["code"])), (StatusCode::UNPROCESSABLE_ENTITY, "case_refused".into()));
+    assert!(s(&refused["error"]["message"]).contains("alipay.merchant.image.upload"), "{refused}");
+    {
+        let l = w.alipay.ledger.lock().unwrap();
+        assert!(
+            l.alipay_images.is_empty() && l.alipay_reply_bodies.is_empty() && l.alipay_complaint_replies.is_empty()
+        );
+    }
+    assert!(operator_messages(&w.t.admin_get(&format!("/api/v1/admin/cases/{id}")).await).is_empty());
+
+    // A reply with a PNG and a JPEG: each uploaded (its signature checked as Alipay checks it),
+    // their ids in the reply's `reply_images`.
+    let text = "您好，卡密已补发，见截图。";
+    let images = [B64.encode(PNG), B64.encode(JPEG)];
+    let (status, replied) = w.t.admin_post(&path, json!({"text": text, "images": images})).await;
+    assert_eq!(status, StatusCode::OK, "{replied}");
+    {
+        let l = w.alipay.ledger.lock().unwrap();
+        assert_eq!(
+            l.alipay_images,
+            vec![("ALIIMG-1".to_string(), PNG.to_vec()), ("ALIIMG-2".to_string(), JPEG.to_vec())]
+        );
+        assert_eq!(l.alipay_reply_bodies.len(), 1);
+        assert_eq!(s(&l.alipay_reply_bodies[0]["reply_images"]), "ALIIMG-1,ALIIMG-2");
+        assert_eq!(l.alipay_complaint_replies, vec![(cid.clone(), text.to_string())]);
+        assert_eq!(l.bad_signatures, 0);
+    }
+    let operator = operator_messages(&replied);
+    assert_eq!(operator.len(), 1);
+    assert_eq!(
+        serde_json::from_str::<Value>(&s(&operator[0]["body"])).unwrap(),
+        json!({"text": text, "media_ids": ["ALIIMG-1", "ALIIMG-2"]})
+    );
+    assert_eq!(s(&replied["provider_status"]), "MERCHANT_PROCESSING");
+
+    // A reply without images names none.
+    let (status, _) = w.t.admin_post(&path, json!({"text": "还有问题请联系我们"})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(w.alipay.ledger.lock().unwrap().alipay_reply_bodies[1].get("reply_images").is_none());
     w.t.assert_clean().await;
 }

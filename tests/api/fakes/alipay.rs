@@ -41,24 +41,40 @@ fn parse_yuan(s: &str) -> i64 {
     w.parse::<i64>().expect("yuan") * 100 + format!("{f:0<2}").parse::<i64>().expect("fen")
 }
 
-async fn alipay_gateway(State(ledger): State<Shared>, body: String) -> Response {
+/// The provider's check of a request's text parameters: sign_type included, sign and empty values
+/// excluded, the merchant's key; our app, RSA2.
+pub(super) fn alipay_signed(params: &BTreeMap<String, String>) -> bool {
+    let get = |k: &str| params.get(k).map(String::as_str).unwrap_or_default();
+    merchant_verifies(alipay_content(params, false).as_bytes(), get("sign"))
+        && get("app_id") == ALIPAY_APP_ID
+        && get("sign_type") == "RSA2"
+}
+
+/// Alipay's answer to a request whose signature does not verify (unsigned, as Alipay's is).
+pub(super) fn alipay_bad_signature(ledger: &Shared, method: &str) -> Response {
+    lock(ledger).bad_signatures += 1;
+    let node = json!({"code": "40002", "msg": "Invalid Arguments", "sub_code": "isv.invalid-signature"});
+    (
+        [("content-type", "application/json")],
+        json!({ format!("{}_response", method.replace('.', "_")): node }).to_string(),
+    )
+        .into_response()
+}
+
+/// The gateway: a form-encoded request, or an upload (multipart/form-data).
+async fn alipay_gateway(State(ledger): State<Shared>, req: axum::extract::Request) -> Response {
+    use axum::extract::FromRequest as _;
+    let content_type = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if content_type.starts_with("multipart/form-data") {
+        return super::alipay_complaints::upload(&ledger, req).await;
+    }
+    let body = String::from_request(req, &()).await.unwrap_or_default();
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&body).unwrap_or_default();
     let params: BTreeMap<String, String> = pairs.into_iter().collect();
     let get = |k: &str| params.get(k).cloned().unwrap_or_default();
     let method = get("method");
-    // The provider's check: sign_type included, sign and empty values excluded, merchant key.
-    let content = alipay_content(&params, false);
-    if !merchant_verifies(content.as_bytes(), &get("sign"))
-        || get("app_id") != ALIPAY_APP_ID
-        || get("sign_type") != "RSA2"
-    {
-        lock(&ledger).bad_signatures += 1;
-        let node = json!({"code": "40002", "msg": "Invalid Arguments", "sub_code": "isv.invalid-signature"});
-        return (
-            [("content-type", "application/json")],
-            json!({ format!("{}_response", method.replace('.', "_")): node }).to_string(),
-        )
-            .into_response();
+    if !alipay_signed(&params) {
+        return alipay_bad_signature(&ledger, &method);
     }
     let biz: Value = serde_json::from_str(&get("biz_content")).unwrap_or(Value::Null);
     let out_trade_no = biz["out_trade_no"].as_str().unwrap_or_default().to_string();

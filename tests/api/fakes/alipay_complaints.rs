@@ -3,10 +3,83 @@
 //! Beijing times), a reply of 1-200 characters while the merchant may still write, a processing
 //! result with one of Alipay's feedback codes. A processing result moves the complaint from
 //! `MERCHANT_PROCESSING` to `MERCHANT_FEEDBACKED`; a reply leaves its status. The push names the
-//! complaint only and is signed like every Alipay notification.
+//! complaint only and is signed like every Alipay notification. An image is uploaded as
+//! multipart/form-data, the common parameters in the query, signed with `image_type` and never
+//! over the file (a JPEG or PNG of at most 5 MB, as `image_type` says); a reply names uploaded
+//! images only (`reply_images`, ids joined by commas).
 
-use super::alipay::{alipay_answer, alipay_content, alipay_error, yuan};
+use super::alipay::{alipay_answer, alipay_bad_signature, alipay_content, alipay_error, alipay_signed, yuan};
 use super::*;
+
+/// The upload's method, and Alipay's bound on its image (5 MB).
+const IMAGE_UPLOAD: &str = "alipay.merchant.image.upload";
+const IMAGE_BYTES_MAX: usize = 5 * 1024 * 1024;
+
+/// `alipay.merchant.image.upload`: the text parameters (the query's and the body's, the file
+/// part aside) must verify; the file `image_content` must be there, non-empty, at most 5 MB, and
+/// of the kind `image_type` (jpg, jpeg or png) says. Its id is answered and kept.
+pub(super) async fn upload(ledger: &Shared, req: axum::extract::Request) -> Response {
+    use axum::extract::FromRequest as _;
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&query).unwrap_or_default();
+    let mut params: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in pairs {
+        if params.insert(k, v).is_some() {
+            return (StatusCode::BAD_REQUEST, "repeated parameter").into_response();
+        }
+    }
+    let Ok(mut form) = axum::extract::Multipart::from_request(req, &()).await else {
+        return (StatusCode::BAD_REQUEST, "not multipart/form-data").into_response();
+    };
+    let mut file: Option<Vec<u8>> = None;
+    while let Ok(Some(field)) = form.next_field().await {
+        let name = field.name().unwrap_or_default().to_string();
+        if field.file_name().is_some() {
+            if name == "image_content" {
+                file = field.bytes().await.ok().map(|b| b.to_vec());
+            }
+            continue;
+        }
+        let value = field.text().await.unwrap_or_default();
+        if params.insert(name, value).is_some() {
+            return (StatusCode::BAD_REQUEST, "repeated parameter").into_response();
+        }
+    }
+    let method = params.get("method").cloned().unwrap_or_default();
+    if !alipay_signed(&params) {
+        return alipay_bad_signature(ledger, &method);
+    }
+    if method != IMAGE_UPLOAD {
+        return alipay_answer(&method, json!({"code": "40004", "sub_code": "isv.invalid-method"}));
+    }
+    let mut l = lock(ledger);
+    l.calls.push(method.clone());
+    if l.alipay_upload_refusals > 0 {
+        l.alipay_upload_refusals -= 1;
+        return alipay_answer(&method, alipay_error("isv.INVALID_PARAMETER"));
+    }
+    let file = file.unwrap_or_default();
+    let of_its_type = match params.get("image_type").map(|t| t.to_ascii_lowercase()).as_deref() {
+        Some("jpg" | "jpeg") => file.starts_with(&[0xFF, 0xD8, 0xFF]),
+        Some("png") => file.starts_with(b"\x89PNG\r\n\x1a\n"),
+        _ => false,
+    };
+    if !of_its_type || file.len() > IMAGE_BYTES_MAX {
+        return alipay_answer(&method, alipay_error("isv.INVALID_PARAMETER"));
+    }
+    let image_id = format!("ALIIMG-{}", l.alipay_images.len() + 1);
+    l.alipay_images.push((image_id.clone(), file));
+    alipay_answer(&method, success(json!({"image_id": image_id})))
+}
+
+/// Whether a reply's `reply_images` (absent: none) names images uploaded, joined by commas.
+fn known_images(l: &Ledger, ids: &Value) -> bool {
+    match ids {
+        Value::Null => true,
+        Value::String(ids) => ids.split(',').all(|id| l.alipay_images.iter().any(|(known, _)| known == id)),
+        _ => false,
+    }
+}
 
 /// The feedback codes `feedback.submit` takes.
 const FEEDBACK_CODES: [&str; 6] = ["00", "02", "03", "04", "05", "06"];
@@ -48,6 +121,9 @@ pub(super) fn answer(l: &mut Ledger, method: &str, biz: &Value) -> Option<Respon
         "alipay.merchant.tradecomplain.batchquery" => list(l, biz),
         "alipay.merchant.tradecomplain.reply.submit" => {
             let text = biz["reply_content"].as_str().unwrap_or_default().to_string();
+            if !known_images(l, &biz["reply_images"]) {
+                return Some(alipay_answer(method, alipay_error("isv.INVALID_PARAMETER")));
+            }
             let Some(c) = l.alipay_complaints.iter_mut().find(|c| c["complain_event_id"] == id.as_str()) else {
                 return Some(alipay_answer(method, alipay_error("isv.INVALID_PARAMETER")));
             };
@@ -59,6 +135,7 @@ pub(super) fn answer(l: &mut Ledger, method: &str, biz: &Value) -> Option<Respon
                 thread.push(json!({"content": text, "gmt_create": at, "replier_role": "MERCHANT"}));
             }
             l.alipay_complaint_replies.push((id, text));
+            l.alipay_reply_bodies.push(biz.clone());
             success(json!({}))
         }
         "alipay.merchant.tradecomplain.feedback.submit" => {

@@ -187,6 +187,11 @@ pub struct Ledger {
     pub alipay_feedbacks: Vec<Value>,
     pub alipay_complaint_lists: Vec<Value>,
     pub alipay_query_failures: usize,
+    /// Alipay: the images uploaded (image id, bytes), every reply's `biz_content` as sent (its
+    /// `reply_images` among them), and how many uploads are still to be refused.
+    pub alipay_images: Vec<(String, Vec<u8>)>,
+    pub alipay_reply_bodies: Vec<Value>,
+    pub alipay_upload_refusals: usize,
     /// Stripe: the balance transactions, oldest first, each with its source object; and the most
     /// a page holds (Stripe's 100 unless a test makes pages short).
     pub stripe_balance: Vec<Value>,
