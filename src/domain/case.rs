@@ -193,6 +193,34 @@ impl CaseReport {
     pub fn is_fetched(&self) -> bool {
         self.message_id.is_none()
     }
+
+    /// A notice ([`is_notice`]): the provider's message `message_id` names its complaint `case_id`,
+    /// not the complaint's state; the complaint is to be fetched.
+    pub fn notice(
+        provider: &'static str,
+        case_id: &str,
+        message_id: &str,
+        message_kind: String,
+        body: String,
+        now: Millis,
+    ) -> Self {
+        CaseReport {
+            provider,
+            case_id: case_id.to_string(),
+            kind: CaseKind::Complaint,
+            status: String::new(),
+            reason: None,
+            amount: None,
+            attempt_ref: None,
+            gateway_txn_id: None,
+            opened_at: now,
+            due_by: None,
+            as_of: now,
+            message_id: Some(message_id.to_string()),
+            message_kind,
+            body,
+        }
+    }
 }
 
 /// WeChat Pay: a complaint is first answered within 24 hours of being made …

@@ -67,22 +67,7 @@ pub fn notice_report(fields: &BTreeMap<String, String>, now: Millis) -> Result<C
     if !is_plain_id(id) {
         return Err("complaint push without a complain_event_id".into());
     }
-    Ok(CaseReport {
-        provider: PROVIDER,
-        case_id: id.to_string(),
-        kind: CaseKind::Complaint,
-        status: String::new(),
-        reason: None,
-        amount: None,
-        attempt_ref: None,
-        gateway_txn_id: None,
-        opened_at: now,
-        due_by: None,
-        as_of: now,
-        message_id: Some(notify_id.to_string()),
-        message_kind: CHANGED.to_string(),
-        body: biz.to_string(),
-    })
+    Ok(CaseReport::notice(PROVIDER, id, notify_id, CHANGED.to_string(), biz.to_string(), now))
 }
 
 /// A complaint (the query's answer, or an item of the list) as a report of `now`.

@@ -44,22 +44,8 @@ pub fn notice_report(notification_id: &str, resource: &Value, now: Millis) -> Re
         return Err("complaint notification without a complaint_id".into());
     }
     let action = text(resource, &["action_type"]);
-    Ok(CaseReport {
-        provider: PROVIDER,
-        case_id: id.to_string(),
-        kind: CaseKind::Complaint,
-        status: String::new(),
-        reason: None,
-        amount: None,
-        attempt_ref: None,
-        gateway_txn_id: None,
-        opened_at: now,
-        due_by: None,
-        as_of: now,
-        message_id: Some(notification_id.to_string()),
-        message_kind: if action.is_empty() { "COMPLAINT".to_string() } else { action.to_string() },
-        body: resource.to_string(),
-    })
+    let kind = if action.is_empty() { "COMPLAINT".to_string() } else { action.to_string() };
+    Ok(CaseReport::notice(PROVIDER, id, notification_id, kind, resource.to_string(), now))
 }
 
 /// A complaint's detail (or an item of the list) as a report of `now`.
