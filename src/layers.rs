@@ -104,7 +104,7 @@ mod tests {
         let rel = file.strip_prefix(src).unwrap();
         let first = rel.components().next()?.as_os_str().to_str()?.trim_end_matches(".rs").to_string();
         match first.as_str() {
-            "lib" | "main" | "bench" | "layers" => None,
+            "lib" | "main" | "bench" | "cases_cli" | "layers" => None,
             _ => Some(first),
         }
     }

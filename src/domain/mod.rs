@@ -3,6 +3,7 @@
 
 pub mod basket;
 pub mod case;
+pub mod case_evidence;
 pub mod case_images;
 pub mod catalog;
 pub mod channel;
