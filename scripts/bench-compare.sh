@@ -7,6 +7,7 @@
 #   scripts/bench-compare.sh REF                 # e.g. origin/main, a commit, a tag
 #   PAIRS=5 SECONDS_PER_RUN=8 BUYERS=64 scripts/bench-compare.sh REF
 #   SCENARIOS="pg-checkout" scripts/bench-compare.sh REF
+#   BUILD_ONLY=1 scripts/bench-compare.sh REF    # build REF's binary now, compare later
 #
 # Scenarios: sqlite-spread (the full purchase on SQLite), pg-checkout (basket and confirm on
 # PostgreSQL), pg-spread (the full purchase on PostgreSQL); also sqlite-checkout, pg-hot,
@@ -50,6 +51,8 @@ if [ ! -x "$ref_bin" ]; then
   git worktree remove --force "$wt"
   trap - EXIT
 fi
+# BUILD_ONLY=1: REF's binary only, to run the pairs later.
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 echo "== building the working tree" >&2
 cargo build --release -q
 tree_bin="$bins/kassa-tree"

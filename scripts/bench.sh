@@ -41,6 +41,28 @@ KASSA_SQLITE_PIN=0 run engine-sqlite-spread-writer-unpinned --engine --scenario 
 fi
 
 if [ -n "${PG_URL:-}" ]; then
+  # The limits: pgbench's TPC-B-like transactions, 64 clients, durable commits (synchronous_commit=on),
+  # at scale 10 (ten branch rows: a spread load) and at scale 1 (one branch row that every
+  # transaction updates: the contention of the hot SKU), each run after every round of kassa's runs
+  # so the machine's drift weighs on both alike.
+  for scale in 10 1; do
+    psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS kassa_pgbench_$scale" -qc "CREATE DATABASE kassa_pgbench_$scale" >/dev/null
+    pgbench -q -i -s "$scale" "$PG_URL/kassa_pgbench_$scale" >/dev/null 2>&1
+  done
+  # PostgreSQL's CPU time so far (its processes and the ended backends the postmaster waited for,
+  # in clock ticks of 10 ms): PostgreSQL's CPU per pgbench transaction, to read against its CPU
+  # per purchase in the kassa runs.
+  # (A process may end between the listing and the read: cat then fails, and that is fine.)
+  pg_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '$2 == "(postgres)" {t += $14 + $15 + $16 + $17} END {print t + 0}'; }
+  pgbench_run() { # scale, file stem
+    local before after result
+    before=$(pg_ticks)
+    result=$(pgbench -c "$BUYERS" -j 2 -T "$SECONDS_PER_RUN" "$PG_URL/kassa_pgbench_$1" 2>/dev/null)
+    after=$(pg_ticks)
+    echo "$result" | awk '/^tps/ {print $3}' >> "$out/$2.txt"
+    echo "$result" | awk -v d=$((after - before)) '/actually processed/ {n = $NF} END {if (n > 0) printf "%.3f\n", d * 10 / n}' \
+      >> "$out/$2-cpu.txt"
+  }
   for i in $(seq 1 "$RUNS"); do
     # PG_SOCKET=/var/run/postgresql: also checkout and spread over PostgreSQL's Unix socket.
     for s in spread spread-line-request spread-one-by-one hot notify notify-direct checkout engine-spread engine-confirm \
@@ -65,23 +87,10 @@ if [ -n "${PG_URL:-}" ]; then
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
     done
+    pgbench_run 10 pgbench
+    pgbench_run 1 pgbench-scale-1
   done
-  # The limit: pgbench's TPC-B-like transactions, 64 clients, durable commits (synchronous_commit=on).
-  psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS kassa_pgbench" -qc "CREATE DATABASE kassa_pgbench" >/dev/null
-  pgbench -q -i -s 10 "$PG_URL/kassa_pgbench" >/dev/null 2>&1
-  # PostgreSQL's CPU time so far (its processes and the ended backends the postmaster waited for,
-  # in clock ticks of 10 ms): PostgreSQL's CPU per pgbench transaction, to read against its CPU
-  # per purchase in the kassa runs.
-  # (A process may end between the listing and the read: cat then fails, and that is fine.)
-  pg_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '$2 == "(postgres)" {t += $14 + $15 + $16 + $17} END {print t + 0}'; }
-  for i in $(seq 1 "$RUNS"); do
-    before=$(pg_ticks)
-    result=$(pgbench -c "$BUYERS" -j 2 -T "$SECONDS_PER_RUN" "$PG_URL/kassa_pgbench" 2>/dev/null)
-    after=$(pg_ticks)
-    echo "$result" | awk '/^tps/ {print $3}' >> "$out/pgbench.txt"
-    echo "$result" | awk -v d=$((after - before)) '/actually processed/ {n = $NF} END {if (n > 0) printf "%.3f\n", d * 10 / n}' \
-      >> "$out/pgbench-cpu.txt"
-  done
+  for scale in 10 1; do psql "$PG_URL/postgres" -qc "DROP DATABASE kassa_pgbench_$scale" >/dev/null; done
 fi
 
 python3 - "$out" <<'PY'
@@ -98,23 +107,44 @@ def med(rows, key, sub=None):
 def fmt(v, d=0):
     return "—" if v is None else f"{v:.{d}f}"
 print("| run | confirms/s | notifications/s | p50 ms | p95 ms | p99 ms | max ms | oversold | peak RSS MB | check | commits/s "
-      "| CPU ms/op: server / load gen / PostgreSQL | CPU ceiling/s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| CPU ms/op: server / load gen / PostgreSQL | CPU ceiling/s | DB round trips/op |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name, rows in groups.items():
     print(f"| {name} (median of {len(rows)}) | {fmt(med(rows,'confirms_per_s'))} | {fmt(med(rows,'notifications_per_s'))} | "
           f"{fmt(med(rows,'latency_ms','p50'),1)} | {fmt(med(rows,'latency_ms','p95'),1)} | {fmt(med(rows,'latency_ms','p99'),1)} | "
           f"{fmt(med(rows,'latency_ms','max'),1)} | {max(r.get('oversold',0) for r in rows)} | {fmt(med(rows,'server_peak_rss_mb'),1)} | "
           f"{'clean' if all((r.get('check_violations') or 0) == 0 for r in rows) else 'VIOLATIONS'} | {fmt(med(rows,'commits_per_s'))} | "
           f"{' / '.join(fmt(med(rows,'cpu_ms_per_op',k),2) for k in ('server','load_generator','postgres'))} | "
-          f"{fmt(med(rows,'cpu_ceiling_per_s'))} |")
-p = os.path.join(out, "pgbench.txt")
-if os.path.exists(p):
-    tps = [float(x) for x in open(p).read().split()]
+          f"{fmt(med(rows,'cpu_ceiling_per_s'))} | {fmt(med(rows,'db_round_trips_per_op'),2)} |")
+def limit(stem):
+    p = os.path.join(out, stem + ".txt")
+    vals = [float(x) for x in open(p).read().split()] if os.path.exists(p) else []
+    return statistics.median(vals) if vals else None
+for stem, what in (("pgbench", "scale 10"), ("pgbench-scale-1", "scale 1, one branch row")):
+    tps, cpu = limit(stem), limit(stem + "-cpu")
     if tps:
-        print(f"\npgbench (TPC-B-like, {len(tps)} runs): median {statistics.median(tps):.0f} tps")
-p = os.path.join(out, "pgbench-cpu.txt")
-if os.path.exists(p):
-    ms = [float(x) for x in open(p).read().split()]
-    if ms:
-        print(f"PostgreSQL's CPU per pgbench transaction: median {statistics.median(ms):.2f} ms")
+        print(f"\npgbench (TPC-B-like, {what}): median {tps:.0f} tps, PostgreSQL's CPU {fmt(cpu, 2)} ms a transaction", end="")
+print()
+# The goals, each a median of this run against a limit of this run.
+commit_limit = med(groups.get("sqlite-commit-limit", []), "commits_per_s")
+pgbench, pgbench_1 = limit("pgbench"), limit("pgbench-scale-1")
+goals = [
+    ("PostgreSQL checkout / pgbench", "pg-checkout", "confirms_per_s", pgbench, ">=", 0.9),
+    ("PostgreSQL full purchase / pgbench", "pg-spread", "confirms_per_s", pgbench, ">=", 0.5),
+    ("PostgreSQL notify-direct / pgbench", "pg-notify-direct", "notifications_per_s", pgbench, ">=", 0.7),
+    ("PostgreSQL hot SKU / pgbench at scale 1", "pg-hot", "confirms_per_s", pgbench_1, ">=", 0.7),
+    ("SQLite full purchase / commit limit", "sqlite-spread", "confirms_per_s", commit_limit, ">=", 0.42),
+]
+rows = []
+for label, group, key, against, op, goal in goals:
+    v = med(groups.get(group, []), key)
+    if v is not None and against:
+        ratio = v / against
+        rows.append(f"| {label} | {v:.0f} / {against:.0f} = {ratio:.2f} | {op} {goal} | {'met' if ratio >= goal else 'not met'} |")
+p99 = med(groups.get("pg-checkout", []), "latency_ms", "p99")
+if p99 is not None:
+    rows.append(f"| PostgreSQL checkout p99 | {p99:.1f} ms | <= 50 ms | {'met' if p99 <= 50 else 'not met'} |")
+if rows:
+    print("\n| goal | this run | goal | |\n|---|---|---|---|")
+    print("\n".join(rows))
 PY

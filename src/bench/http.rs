@@ -146,6 +146,28 @@ async fn metric(http: &reqwest::Client, base: &str, name: &str, label: &str) -> 
         .sum()
 }
 
+/// The server's count of round trips to PostgreSQL at the start of a timed run (none on SQLite).
+struct RoundTrips(Option<u64>);
+
+impl RoundTrips {
+    const METRIC: &str = "kassa_db_round_trips_total";
+
+    async fn now(http: &reqwest::Client, server: &Server) -> RoundTrips {
+        let postgres = server.database_url.as_deref().is_some_and(|u| u.starts_with("postgres"));
+        RoundTrips(match postgres {
+            true => Some(metric(http, &server.base, Self::METRIC, "").await),
+            false => None,
+        })
+    }
+
+    /// Round trips per operation since the start, over `ops` operations.
+    async fn per_op(&self, http: &reqwest::Client, server: &Server, ops: u64) -> Option<f64> {
+        let from = self.0?;
+        let to = metric(http, &server.base, Self::METRIC, "").await;
+        (ops > 0).then(|| to.saturating_sub(from) as f64 / ops as f64)
+    }
+}
+
 async fn create_sku(http: &reqwest::Client, s: &Server, sku: &str, stock: i64) -> anyhow::Result<()> {
     let r = http
         .post(format!("{}/api/v1/admin/skus", s.base))
@@ -357,6 +379,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let attempts = tally.lock().await.attempts.clone();
         let timer = Instant::now();
         let cpu = CpuMark::now(&server);
+        let trips = RoundTrips::now(&http, &server).await;
         let queue = Arc::new(Mutex::new(attempts));
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..args.buyers {
@@ -407,6 +430,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         let applied =
             metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
         let (cpu_ms_per_op, cpu_ceiling_per_s) = cpu.per_op(&CpuMark::now(&server), applied);
+        let db_round_trips_per_op = trips.per_op(&http, &server, applied).await;
         let t = tally.lock().await;
         return finish(
             args,
@@ -419,6 +443,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
                 errors: t.errors.clone(),
                 cpu_ms_per_op,
                 cpu_ceiling_per_s,
+                db_round_trips_per_op,
                 ..Default::default()
             },
         )
@@ -432,6 +457,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     };
     let plan = Plan { pay_every, line_request: args.line_request, code: None };
     let cpu = CpuMark::now(&server);
+    let trips = RoundTrips::now(&http, &server).await;
     run_buyers(args, &http, &server, Arc::new(skus), &plan, &tally).await;
     let secs = started.elapsed().as_secs_f64();
     // Let in-flight notifications land (bounded), then count what was applied in the run.
@@ -439,6 +465,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let applied = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await - applied_before;
     let mut t = tally.lock().await;
     let (cpu_ms_per_op, cpu_ceiling_per_s) = cpu.per_op(&CpuMark::now(&server), t.confirms);
+    let db_round_trips_per_op = trips.per_op(&http, &server, t.confirms).await;
     let mut oversold = 0;
     if scenario == "hot" {
         let r = http.get(format!("{}/api/v1/admin/skus/HOT", server.base)).bearer_auth(&server.admin).send().await?;
@@ -468,6 +495,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         stock: hot_stock,
         cpu_ms_per_op,
         cpu_ceiling_per_s,
+        db_round_trips_per_op,
         ..Default::default()
     };
     drop(t);

@@ -132,6 +132,10 @@ pub struct Report {
     /// the CPU per operation measured: an estimate of the figure with the load generator on a host
     /// of its own (it holds where the run was bound by CPU, as on these 2-core machines).
     pub cpu_ceiling_per_s: Option<f64>,
+    /// The server's round trips to PostgreSQL per operation over the timed run (its
+    /// `kassa_db_round_trips_total`: background work included). PostgreSQL HTTP runs only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub db_round_trips_per_op: Option<f64>,
     pub commits_per_s: Option<f64>,
     pub check_violations: Option<usize>,
     /// How long the closing `kassa check` took.
@@ -405,6 +409,9 @@ pub fn table(r: &Report) -> String {
     if !r.cpu_ms_per_op.is_empty() {
         let parts: Vec<String> = r.cpu_ms_per_op.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
         row("CPU ms per operation", parts.join("  "));
+    }
+    if let Some(n) = r.db_round_trips_per_op {
+        row("DB round trips per op", format!("{n:.2}"));
     }
     if let Some(c) = r.cpu_ceiling_per_s {
         row("CPU ceiling (estimate)", format!("{c:.0}/s with the load generator elsewhere"));

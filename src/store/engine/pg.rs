@@ -34,6 +34,13 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long opening a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Counts `n` round trips to the server (`kassa_db_round_trips_total`): a flight of requests sent
+/// together and their answers awaited. Preparing a statement a connection has not seen yet is not
+/// counted (once per connection and statement).
+fn round_trips(n: u64) {
+    metrics::counter!("kassa_db_round_trips_total").increment(n);
+}
+
 impl From<tokio_postgres::Error> for DbError {
     fn from(e: tokio_postgres::Error) -> Self {
         match e.code() {
@@ -241,17 +248,24 @@ impl PgClient {
     /// Runs one statement (on its own, autocommitted, when no transaction is open).
     pub async fn run(&self, sql: &str, args: &[Arg], limit: Option<usize>) -> Result<Output> {
         let stmt = self.prepare(sql, args).await?;
+        round_trips(1);
         self.execute(&stmt, args, limit).await
     }
 
     /// Runs statements without parameters or results (`BEGIN`, a migration's script).
     pub async fn exec(&self, sql: &str) -> Result<()> {
+        round_trips(1);
+        self.simple(sql).await
+    }
+
+    /// Sends `sql` by the simple protocol, in a flight counted by the caller.
+    async fn simple(&self, sql: &str) -> Result<()> {
         Ok(self.obj.batch_execute(sql).await?)
     }
 
     async fn exec_some(&self, sql: Option<&str>) -> Result<()> {
         match sql {
-            Some(s) => self.exec(s).await,
+            Some(s) => self.simple(s).await,
             None => Ok(()),
         }
     }
@@ -293,6 +307,7 @@ impl PgClient {
             return Ok(out);
         }
         let prepared = try_join_all(statements.iter().map(|(sql, args)| self.prepare(sql, args))).await?;
+        round_trips(1);
         // Polled in this order, each sending its request on its first poll.
         let (began, outputs, ended) = join3(
             self.exec_some(before),
@@ -345,7 +360,8 @@ impl PgTx {
             None => client.run(sql, &args, limit).await,
             Some(begin) => {
                 let stmt = client.prepare(sql, &args).await?;
-                let (began, out) = join(client.exec(begin), client.execute(&stmt, &args, limit)).await;
+                round_trips(1);
+                let (began, out) = join(client.simple(begin), client.execute(&stmt, &args, limit)).await;
                 began?;
                 out
             }
