@@ -5,6 +5,7 @@
 #   PG_URL=postgres://postgres@127.0.0.1:5432 scripts/bench.sh   # also PostgreSQL and pgbench
 #   SQLITE=0 PG_URL=… scripts/bench.sh        # PostgreSQL and pgbench only
 #   PG_SOCKET=/var/run/postgresql …           # also checkout and spread over PostgreSQL's Unix socket
+#   GOALS=1 PG_URL=… scripts/bench.sh         # only the runs the goals read, and both limits
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
@@ -22,9 +23,12 @@ run() { # name, args...
   done
 }
 
+goals="${GOALS:-0}"
 if [ "${SQLITE:-1}" != 0 ]; then # SQLITE=0: PostgreSQL's runs only
 run sqlite-commit-limit --scenario commit-limit
 run sqlite-spread --scenario spread
+fi
+if [ "${SQLITE:-1}" != 0 ] && [ "$goals" = 0 ]; then
 run sqlite-spread-line-request --scenario spread --line-request
 run sqlite-hot --scenario hot
 run sqlite-notify --scenario notify
@@ -65,8 +69,10 @@ if [ -n "${PG_URL:-}" ]; then
   }
   for i in $(seq 1 "$RUNS"); do
     # PG_SOCKET=/var/run/postgresql: also checkout and spread over PostgreSQL's Unix socket.
-    for s in spread spread-line-request spread-one-by-one hot notify notify-direct checkout engine-spread engine-confirm \
-      engine-confirm-one-by-one ${PG_SOCKET:+checkout-socket spread-socket}; do
+    all="spread spread-line-request spread-one-by-one hot notify notify-direct checkout engine-spread engine-confirm
+      engine-confirm-one-by-one ${PG_SOCKET:+checkout-socket spread-socket}"
+    [ "$goals" = 1 ] && all="checkout spread notify-direct hot"
+    for s in $all; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
       pipeline=1

@@ -49,7 +49,7 @@ bin="${CARGO_TARGET_DIR:-target}/release/kassa"
 RUST_LOG=warn "$bin" bench --buyers "$BUYERS" --seconds $((WARMUP + RECORD + 3)) --json "$OUT/$name.json" \
   --database-url "postgres://postgres@127.0.0.1:$port/kassa_profile" "${args[@]}" >"$OUT/$name.bench.txt" &
 bench=$!
-trap 'kill $bench 2>/dev/null || true; as_pg "$pgbin/pg_ctl" -D "$cluster/data" -m immediate -w stop >/dev/null 2>&1 || true' EXIT
+trap 'pkill -P $bench 2>/dev/null; kill $bench 2>/dev/null || true; as_pg "$pgbin/pg_ctl" -D "$cluster/data" -m immediate -w stop >/dev/null 2>&1 || true' EXIT
 # The database exists once the spawned kassa has migrated it; then the warm-up.
 for _ in $(seq 600); do
   [ "$(psql_at postgres -At -c "SELECT count(*) FROM pg_stat_activity WHERE datname = 'kassa_profile'")" -gt 0 ] && break
@@ -93,9 +93,9 @@ CREATE TEMP TABLE w AS
   FROM pg_profile_mark m;
 -- The operations: orders placed, else payment attempts marked paid.
 CREATE TEMP TABLE ops AS
-  SELECT coalesce(nullif((SELECT sum(calls) FROM s WHERE query LIKE 'INSERT INTO orders %'), 0),
+  SELECT coalesce(nullif((SELECT sum(calls) FROM s WHERE query LIKE '%INSERT INTO orders (%'), 0),
                   (SELECT sum(rows) FROM s WHERE query LIKE 'UPDATE payment_attempts SET status%' AND query LIKE '%paid%'), 0)::numeric AS n,
-         CASE WHEN coalesce((SELECT sum(calls) FROM s WHERE query LIKE 'INSERT INTO orders %'), 0) > 0 THEN 'confirm' ELSE 'notification applied' END AS what;
+         CASE WHEN coalesce((SELECT sum(calls) FROM s WHERE query LIKE '%INSERT INTO orders (%'), 0) > 0 THEN 'confirm' ELSE 'notification applied' END AS what;
 \echo '## Per operation'
 SELECT o.what AS "operation", o.n AS "in the window", round(o.n / w.secs) AS "per second",
        round((SELECT sum(calls) FROM s WHERE query NOT IN ('BEGIN', 'COMMIT', 'ROLLBACK') AND query NOT LIKE 'BEGIN%') / nullif(o.n, 0), 2) AS "statements",
@@ -114,7 +114,7 @@ SELECT round(100 * total_exec_time / sum(total_exec_time) OVER ())::int AS "% ti
        left(query, 120) AS "statement"
 FROM s ORDER BY total_exec_time DESC LIMIT 30;
 SQL
-ops="$(psql_at postgres -At -c "SELECT coalesce(nullif((SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE 'INSERT INTO orders %'), 0), (SELECT sum(rows) FROM pg_stat_statements WHERE query LIKE 'UPDATE payment_attempts SET status%' AND query LIKE '%paid%'), 0)")"
+ops="$(psql_at postgres -At -c "SELECT coalesce(nullif((SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE '%INSERT INTO orders (%'), 0), (SELECT sum(rows) FROM pg_stat_statements WHERE query LIKE 'UPDATE payment_attempts SET status%' AND query LIKE '%paid%'), 0)")"
 psql_at kassa_profile -P pager=off -P footer=off -v ops="$ops::numeric" >>"$OUT/$name.txt" <<'SQL'
 \echo '## Rows and index entries per operation (an entry in each index for every row inserted and every update that is not HOT; a partial index counted as if it took one)'
 SELECT t.relname AS "table",

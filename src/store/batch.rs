@@ -260,7 +260,7 @@ fn replace_placeholders<E>(
 }
 
 /// Shifts every `$N` in `sql` by `offset`.
-fn renumber(sql: &str, offset: usize) -> String {
+pub(crate) fn renumber(sql: &str, offset: usize) -> String {
     let Ok(out) = replace_placeholders::<std::convert::Infallible>(sql, |n| Ok(format!("${}", n + offset)));
     out
 }

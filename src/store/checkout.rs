@@ -317,6 +317,14 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], cod
     if let Some(r) = &reservation {
         promotion_uses::add_reserve(&mut batch, &mut steps, r, req.now, Step::Promotion);
     }
+    // The basket was read open under its lock: the freeze changes its row. Before the inserts,
+    // so that they go in as one run (on PostgreSQL one statement: store::engine::fold).
+    batch.expect(
+        "UPDATE baskets SET status = $1, order_no = $2, updated_at = $3 WHERE id = $4 AND status = $5",
+        args![BasketStatus::Frozen.as_str(), &order_no, req.now, &req.basket_id, BasketStatus::Open.as_str()],
+        1,
+        "basket freeze",
+    );
     batch.expect(
         "INSERT INTO orders (order_no, session_id, basket_id, status, total_minor, currency, gateway, hold_expires_at, created_at, updated_at, \
          merchant_reference, metadata, return_url, cancel_url, open_counted, contact_email, contact_phone, lookup_hash, lang, mail_enabled, \
@@ -397,13 +405,6 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], cod
     let pending = OrderStatus::PendingPayment.as_str();
     events::add_event(&mut batch, &order_no, "order", &order_no, None, pending, cause);
     events::add_event(&mut batch, &order_no, "attempt", &attempt_ref, None, AttemptStatus::Created.as_str(), cause);
-    // The basket was read open under its lock: the freeze changes its row.
-    batch.expect(
-        "UPDATE baskets SET status = $1, order_no = $2, updated_at = $3 WHERE id = $4 AND status = $5",
-        args![BasketStatus::Frozen.as_str(), &order_no, req.now, &req.basket_id, BasketStatus::Open.as_str()],
-        1,
-        "basket freeze",
-    );
     // Last, unchecked: a key recorded already stays.
     add_remember_key(&mut batch, req, &order_no);
     if let Some(step) = batch.run_named(tx, &steps).await? {

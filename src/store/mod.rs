@@ -271,7 +271,7 @@ impl Db {
             DbKind::Postgres => {
                 let max = usize::try_from(max_connections.max(2)).unwrap_or(2);
                 Engine::Postgres(
-                    PgPool::connect(url, max, config.pg_pipeline).await.context("connecting to PostgreSQL")?,
+                    PgPool::connect(url, max, config.pg_flight()).await.context("connecting to PostgreSQL")?,
                 )
             }
         };

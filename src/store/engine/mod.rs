@@ -5,6 +5,7 @@
 //! see it.
 
 pub mod conn;
+pub mod fold;
 pub mod group;
 pub mod pg;
 pub mod sqlite;
@@ -22,16 +23,18 @@ pub struct EngineConfig {
     /// PostgreSQL: a batch's statements go in one round trip ([`pg::PgClient::pipeline`]); off,
     /// one round trip each.
     pub pg_pipeline: bool,
+    /// PostgreSQL: a pipelined batch's consecutive inserts go as one statement ([`fold`]).
+    pub pg_fold_inserts: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { sqlite_group_commit: true, sqlite_pin_writer: true, pg_pipeline: true }
+        EngineConfig { sqlite_group_commit: true, sqlite_pin_writer: true, pg_pipeline: true, pg_fold_inserts: true }
     }
 }
 
 /// The environment variables [`EngineConfig::from_lookup`] is given, each with the setting it turns.
-pub const ENV: [&str; 3] = ["KASSA_SQLITE_GROUP_COMMIT", "KASSA_SQLITE_PIN", "KASSA_PG_PIPELINE"];
+pub const ENV: [&str; 4] = ["KASSA_SQLITE_GROUP_COMMIT", "KASSA_SQLITE_PIN", "KASSA_PG_PIPELINE", "KASSA_PG_FOLD"];
 
 impl EngineConfig {
     /// The configuration a source of variables asks for (the configuration passes the
@@ -46,12 +49,18 @@ impl EngineConfig {
                 Some(v) => anyhow::bail!("{name}={v}: use 1/0 or true/false"),
             }
         };
-        let [group, pin, pipeline] = ENV;
+        let [group, pin, pipeline, fold] = ENV;
         Ok(EngineConfig {
             sqlite_group_commit: flag(group)?,
             sqlite_pin_writer: flag(pin)?,
             pg_pipeline: flag(pipeline)?,
+            pg_fold_inserts: flag(fold)?,
         })
+    }
+
+    /// How PostgreSQL's batches are sent.
+    pub fn pg_flight(&self) -> pg::Flight {
+        pg::Flight { pipeline: self.pg_pipeline, fold_inserts: self.pg_fold_inserts }
     }
 
     /// Every configuration there is, for tests that run each.
@@ -59,8 +68,8 @@ impl EngineConfig {
         let mut all = Vec::new();
         for sqlite_group_commit in [true, false] {
             for sqlite_pin_writer in [true, false] {
-                for pg_pipeline in [true, false] {
-                    all.push(EngineConfig { sqlite_group_commit, sqlite_pin_writer, pg_pipeline });
+                for (pg_pipeline, pg_fold_inserts) in [(true, true), (true, false), (false, false)] {
+                    all.push(EngineConfig { sqlite_group_commit, sqlite_pin_writer, pg_pipeline, pg_fold_inserts });
                 }
             }
         }
@@ -78,11 +87,19 @@ mod tests {
         assert_eq!(none, EngineConfig::default());
         let off =
             EngineConfig::from_lookup(|n| Some(if n == "KASSA_PG_PIPELINE" { "false" } else { "0" }.into())).unwrap();
-        assert_eq!(off, EngineConfig { sqlite_group_commit: false, sqlite_pin_writer: false, pg_pipeline: false });
+        assert_eq!(
+            off,
+            EngineConfig {
+                sqlite_group_commit: false,
+                sqlite_pin_writer: false,
+                pg_pipeline: false,
+                pg_fold_inserts: false
+            }
+        );
         let on = EngineConfig::from_lookup(|_| Some("TRUE".into())).unwrap();
         assert_eq!(on, EngineConfig::default());
         let bad = EngineConfig::from_lookup(|n| (n == "KASSA_SQLITE_PIN").then(|| "off".into())).unwrap_err();
         assert!(bad.to_string().contains("KASSA_SQLITE_PIN=off"), "{bad}");
-        assert_eq!(EngineConfig::all().len(), 8);
+        assert_eq!(EngineConfig::all().len(), 12);
     }
 }

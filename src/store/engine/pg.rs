@@ -141,8 +141,17 @@ impl<'a> FromSql<'a> for PgValue {
 #[derive(Clone)]
 pub struct PgPool {
     pool: Pool,
-    /// Send a batch's statements in one flight ([`crate::store::engine::EngineConfig::pg_pipeline`]).
-    pipeline: bool,
+    /// How a batch's statements are sent.
+    flight: Flight,
+}
+
+/// How a batch's statements are sent ([`crate::store::engine::EngineConfig`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Flight {
+    /// In one round trip (`pg_pipeline`); else one each.
+    pub pipeline: bool,
+    /// Consecutive inserts as one statement (`pg_fold_inserts`, [`super::fold`]; pipelined only).
+    pub fold_inserts: bool,
 }
 
 impl std::fmt::Debug for PgPool {
@@ -153,7 +162,7 @@ impl std::fmt::Debug for PgPool {
 
 impl PgPool {
     /// A pool of at most `max` connections to `url`; one is opened now, to fail early.
-    pub async fn connect(url: &str, max: usize, pipeline: bool) -> anyhow::Result<PgPool> {
+    pub async fn connect(url: &str, max: usize, flight: Flight) -> anyhow::Result<PgPool> {
         let mut config: tokio_postgres::Config =
             libpq_url(url).parse().map_err(|e| anyhow::anyhow!("PostgreSQL URL: {e}"))?;
         if config.get_connect_timeout().is_none() {
@@ -169,12 +178,12 @@ impl PgPool {
             .map_err(|e| anyhow::anyhow!("PostgreSQL pool: {e}"))?;
         let first = pool.get().await.map_err(|e| anyhow::anyhow!("connecting to PostgreSQL: {e}"))?;
         drop(first);
-        Ok(PgPool { pool, pipeline })
+        Ok(PgPool { pool, flight })
     }
 
     /// A connection from the pool.
     pub async fn get(&self) -> Result<PgClient> {
-        Ok(PgClient { obj: self.pool.get().await?, pipeline: self.pipeline })
+        Ok(PgClient { obj: self.pool.get().await?, flight: self.flight })
     }
 
     /// A transaction on a connection of its own, begun with `begin` (sent with its first
@@ -212,7 +221,7 @@ fn libpq_url(url: &str) -> String {
 /// One connection taken from the pool; back to it when dropped.
 pub struct PgClient {
     obj: Object,
-    pipeline: bool,
+    flight: Flight,
 }
 
 impl PgClient {
@@ -283,7 +292,7 @@ impl PgClient {
         statements: &[(String, Vec<Arg>)],
         after: Option<&str>,
     ) -> Result<Vec<Output>> {
-        if !self.pipeline {
+        if !self.flight.pipeline {
             if let Some(b) = before {
                 self.exec(b).await?;
             }
@@ -306,6 +315,8 @@ impl PgClient {
             }
             return Ok(out);
         }
+        let folded = if self.flight.fold_inserts { super::fold::fold(statements) } else { None };
+        let statements = folded.as_ref().map_or(statements, |f| f.statements.as_slice());
         let prepared = try_join_all(statements.iter().map(|(sql, args)| self.prepare(sql, args))).await?;
         round_trips(1);
         // Polled in this order, each sending its request on its first poll.
@@ -318,7 +329,10 @@ impl PgClient {
         began?;
         let outputs = outputs.into_iter().collect::<Result<Vec<_>>>()?;
         ended?;
-        Ok(outputs)
+        Ok(match &folded {
+            Some(f) => f.unfold(outputs),
+            None => outputs,
+        })
     }
 }
 
