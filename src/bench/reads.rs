@@ -102,6 +102,7 @@ pub(super) async fn reads_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         ("search: nothing found", vec![("q", "no-such-order".into())]),
         ("filter: status refunded", page(&[("status", "refunded")])),
         ("filter: gateway stripe", page(&[("gateway", "stripe")])),
+        ("filter: gateway no order has", page(&[("gateway", "sandbox")])),
         ("filter: last month", page(&[("from", &month_from)])),
     ];
     if let Some(reference) = &s.reference {

@@ -93,6 +93,7 @@ on_both!(seeded_history_holds_the_invariants, seeded_history_holds_the_invariant
 fn list_shapes() -> Vec<(&'static str, OrderFilter, Option<listing::Cursor>)> {
     let cursor = Some(listing::Cursor { at: 1_700_000_000_000, key: "KS00000000000000000000".into() });
     let q = |q: &str| OrderFilter { q: Some(q.into()), ..OrderFilter::default() };
+    let gateway = |g: &str| OrderFilter { gateway: Some(g.into()), ..OrderFilter::default() };
     vec![
         ("first page", OrderFilter::default(), None),
         ("a page deep down", OrderFilter::default(), cursor.clone()),
@@ -103,6 +104,8 @@ fn list_shapes() -> Vec<(&'static str, OrderFilter, Option<listing::Cursor>)> {
             cursor.clone(),
         ),
         ("SKU", OrderFilter { sku: Some("HIST-P-07".into()), ..OrderFilter::default() }, cursor.clone()),
+        ("gateway", gateway("stripe"), None),
+        ("gateway, a page deep down", gateway("sandbox"), cursor.clone()),
         ("a month", OrderFilter { created_from: Some(1), created_to: Some(2), ..OrderFilter::default() }, cursor),
     ]
 }
@@ -153,10 +156,14 @@ async fn the_admin_lists_read_by_index_on_a_postgresql_history() {
         if what == "SKU" {
             // The SKU's own lines, newest first, seeking to the cursor's order number.
             assert!(plan.contains("order_lines_by_sku") && plan.contains("order_no <"), "{what}: {plan}");
+        } else if what.starts_with("gateway") {
+            // The gateway's own attempts, newest first, seeking to the cursor's order number.
+            assert!(plan.contains("payment_attempts_by_gateway"), "{what}: {plan}");
+            assert!(cursor.is_none() || plan.contains("order_no <"), "{what} seeks to its cursor: {plan}");
         } else if cursor.is_some() {
             assert!(plan.contains("Index Cond") && plan.contains("ROW("), "{what} seeks to its cursor: {plan}");
         }
-        if matches!(what, "search" | "status" | "SKU") {
+        if matches!(what, "search" | "status" | "SKU") || what.starts_with("gateway") {
             // Not every order newest first, each tested against the filter.
             assert!(!plan.contains("orders_by_created"), "{what} walks every order: {plan}");
         }
@@ -183,8 +190,11 @@ async fn the_admin_lists_read_by_index_on_sqlite() {
             let full_scan = step.starts_with("SCAN") && !step.contains(" USING ") && step != "SCAN CONSTANT ROW";
             assert!(!full_scan, "{what}: {steps:?}");
         }
-        if matches!(what, "search" | "status" | "SKU") {
+        if matches!(what, "search" | "status" | "SKU") || what.starts_with("gateway") {
             assert!(!steps.iter().any(|s| s.starts_with("SCAN o ")), "{what} walks every order: {steps:?}");
+        }
+        if what.starts_with("gateway") {
+            assert!(steps.iter().any(|s| s.contains("payment_attempts_by_gateway")), "{what}: {steps:?}");
         }
     }
 }

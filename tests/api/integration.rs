@@ -384,6 +384,65 @@ async fn lists_and_exports(backend: Backend) {
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 }
 
+// A gateway's orders are read from its attempts: each order once however many attempts it made
+// there, under each gateway it tried, newest first page by page as on one page; a gateway no
+// order tried lists nothing.
+on_both!(a_gateways_orders_page_once_each, gateway_pages);
+async fn gateway_pages(backend: Backend) {
+    let w = crate::common::Shop::start(backend, Opts::default(), 10).await;
+    let retry = |order_no: String, gateway: &'static str| {
+        let w = &w;
+        async move {
+            let path = format!("/api/v1/orders/{order_no}/attempts");
+            let r = w.t.http.post(w.t.url(&path)).bearer_auth(ADMIN).json(&json!({"gateway": gateway})).send().await;
+            let (status, body) = answer(r.unwrap()).await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+    };
+    let mut placed = Vec::new();
+    for first in ["sandbox", "alipay", "sandbox", "alipay"] {
+        let body =
+            if first == "alipay" { json!({"gateway": "alipay", "channel": "qr"}) } else { json!({"gateway": first}) };
+        let (status, order) = w.checkout(body).await;
+        assert_eq!(status, StatusCode::CREATED, "{order}");
+        placed.push(s(&order["order_no"]));
+    }
+    // Twice on the sandbox; on Alipay, then on the sandbox.
+    retry(placed[0].clone(), "sandbox").await;
+    retry(placed[1].clone(), "alipay").await;
+    retry(placed[1].clone(), "sandbox").await;
+    let listed = |gateway: &'static str, limit: usize| {
+        let w = &w;
+        async move {
+            let (mut orders, mut cursor) = (Vec::new(), String::new());
+            for _ in 0..10 {
+                let path = format!("/api/v1/admin/orders?gateway={gateway}&limit={limit}&cursor={cursor}");
+                let (status, page) = get(&w.t, &path, ADMIN).await;
+                assert_eq!(status, StatusCode::OK, "{page}");
+                orders.extend(page["items"].as_array().unwrap().iter().map(|o| s(&o["order_no"])));
+                match page["next_cursor"].as_str() {
+                    Some(next) => cursor = next.to_string(),
+                    None => return orders,
+                }
+            }
+            panic!("{gateway}: more pages than orders");
+        }
+    };
+    let newest_first = |of: &[usize]| of.iter().rev().map(|&i| placed[i].clone()).collect::<Vec<_>>();
+    for limit in [1, 50] {
+        assert_eq!(listed("sandbox", limit).await, newest_first(&[0, 1, 2]), "by {limit}");
+        assert_eq!(listed("alipay", limit).await, newest_first(&[1, 3]), "by {limit}");
+        assert!(listed("stripe", limit).await.is_empty());
+    }
+    let (_, page) = get(&w.t, "/api/v1/admin/orders?gateway=sandbox&status=pending_payment&limit=2", ADMIN).await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 2, "{page}");
+    let text = w.t.http.get(w.t.url("/api/v1/admin/orders.csv?gateway=sandbox")).bearer_auth(ADMIN).send().await;
+    let text = text.unwrap().text().await.unwrap();
+    let exported: Vec<String> =
+        csv::Reader::from_reader(text.as_bytes()).records().map(|r| r.unwrap()[0].to_string()).collect();
+    assert_eq!(exported, newest_first(&[0, 1, 2]));
+}
+
 // An export larger than one batch streams every row once, in order.
 on_both!(an_export_spans_batches, export_batches);
 async fn export_batches(backend: Backend) {
