@@ -69,16 +69,18 @@ if [ -n "${PG_URL:-}" ]; then
   }
   for i in $(seq 1 "$RUNS"); do
     # PG_SOCKET=/var/run/postgresql: also checkout and spread over PostgreSQL's Unix socket.
-    all="spread spread-line-request spread-one-by-one hot notify notify-direct checkout engine-spread engine-confirm
-      engine-confirm-one-by-one ${PG_SOCKET:+checkout-socket spread-socket}"
+    all="spread spread-line-request spread-one-by-one hot notify notify-direct checkout checkout-no-fold engine-spread
+      engine-confirm engine-confirm-one-by-one ${PG_SOCKET:+checkout-socket spread-socket}"
     [ "$goals" = 1 ] && all="checkout spread notify-direct hot"
     for s in $all; do
       db="kassa_bench_$(date +%s%N)"
       psql "$PG_URL/postgres" -qc "CREATE DATABASE $db" >/dev/null
       pipeline=1
+      fold=1
       url="$PG_URL/$db"
       case "$s" in
         *-one-by-one) pipeline=0; s0="${s%-one-by-one}";;
+        *-no-fold) fold=0; s0="${s%-no-fold}";;
         *-socket) s0="${s%-socket}"; pg_user="${PG_URL#*://}"; pg_user="${pg_user%%@*}"
           url="postgres://$pg_user@localhost/$db?host=$PG_SOCKET";;
         *) s0="$s";;
@@ -88,8 +90,9 @@ if [ -n "${PG_URL:-}" ]; then
         spread-line-request) mode=(--scenario spread --line-request);;
         *) mode=(--scenario "$s0");;
       esac
-      # `-one-by-one`: a batch's statements sent one round trip each (not pipelined, for comparison).
-      KASSA_PG_PIPELINE="$pipeline" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$url" \
+      # `-one-by-one`: a batch's statements sent one round trip each (not pipelined, for comparison);
+      # `-no-fold`: a batch's inserts sent as statements of their own.
+      KASSA_PG_PIPELINE="$pipeline" KASSA_PG_FOLD="$fold" "$bin" bench --buyers "$BUYERS" --seconds "$SECONDS_PER_RUN" "${mode[@]}" --database-url "$url" \
         --json "$out/pg-$s-$i.json" >/dev/null 2>&1 || true
       psql "$PG_URL/postgres" -qc "DROP DATABASE $db WITH (FORCE)" >/dev/null
     done
