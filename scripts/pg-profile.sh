@@ -16,7 +16,7 @@
 # OUT (target/pg-profile), NAME (the output files' stem; default from the arguments).
 # Output: OUT/NAME.txt (the tables below), OUT/NAME.json (the run's report).
 # An operation is a confirm (an order inserted) or, where the window places no order (notify), a
-# notification applied (a payment attempt marked paid).
+# notification applied (an order marked paid with what it captured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUYERS="${BUYERS:-64}"
@@ -80,6 +80,7 @@ END
 SELECT state, type, event, count(*), round(100.0 * count(*) / sum(count(*)) OVER (), 1) FROM samples GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 15;
 SQL
 
+ops="$(psql_at postgres -At -c "SELECT coalesce(nullif((SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE '%INSERT INTO orders (%'), 0), (SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE 'UPDATE orders SET status = \$1, updated_at = \$2, captured_minor = %'), 0)")"
 # Read while the load still runs: the statements and WAL (in the postgres database, where the
 # extension is), then the tables (in kassa's).
 psql_at postgres -P pager=off -P footer=off >"$OUT/$name.txt" <<'SQL'
@@ -94,7 +95,7 @@ CREATE TEMP TABLE w AS
 -- The operations: orders placed, else payment attempts marked paid.
 CREATE TEMP TABLE ops AS
   SELECT coalesce(nullif((SELECT sum(calls) FROM s WHERE query LIKE '%INSERT INTO orders (%'), 0),
-                  (SELECT sum(rows) FROM s WHERE query LIKE 'UPDATE payment_attempts SET status%' AND query LIKE '%paid%'), 0)::numeric AS n,
+                  (SELECT sum(calls) FROM s WHERE query LIKE 'UPDATE orders SET status = $1, updated_at = $2, captured_minor = %'), 0)::numeric AS n,
          CASE WHEN coalesce((SELECT sum(calls) FROM s WHERE query LIKE '%INSERT INTO orders (%'), 0) > 0 THEN 'confirm' ELSE 'notification applied' END AS what;
 \echo '## Per operation'
 SELECT o.what AS "operation", o.n AS "in the window", round(o.n / w.secs) AS "per second",
@@ -114,7 +115,6 @@ SELECT round(100 * total_exec_time / sum(total_exec_time) OVER ())::int AS "% ti
        left(query, 120) AS "statement"
 FROM s ORDER BY total_exec_time DESC LIMIT 30;
 SQL
-ops="$(psql_at postgres -At -c "SELECT coalesce(nullif((SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE '%INSERT INTO orders (%'), 0), (SELECT sum(rows) FROM pg_stat_statements WHERE query LIKE 'UPDATE payment_attempts SET status%' AND query LIKE '%paid%'), 0)")"
 psql_at kassa_profile -P pager=off -P footer=off -v ops="$ops::numeric" >>"$OUT/$name.txt" <<'SQL'
 \echo '## Rows and index entries per operation (an entry in each index for every row inserted and every update that is not HOT; a partial index counted as if it took one)'
 SELECT t.relname AS "table",
