@@ -69,7 +69,7 @@ pub fn fold(statements: &[Statement]) -> Option<Folded> {
         let mut counts = Vec::with_capacity(run);
         let mut args = Vec::new();
         for (column, (sql, values)) in statements[at..at + run].iter().enumerate() {
-            with.push(format!("i{column} AS ({} RETURNING 1)", super::super::batch::renumber(sql.trim(), args.len())));
+            with.push(format!("i{column} AS ({} RETURNING 1)", crate::store::batch::renumber(sql.trim(), args.len())));
             counts.push(format!("(SELECT count(*) FROM i{column})"));
             args.extend(values.iter().cloned());
             parts.push(Part::Folded { statement: sent.len(), column });

@@ -6,6 +6,7 @@
 //! `Bind`/`Execute` messages and read back in order ([`PgClient::pipeline`]). A transaction's
 //! `BEGIN` is no round trip of its own either: it goes in front of the transaction's first
 //! statement(s) ([`PgTx`]); a transaction that sends nothing sends no `BEGIN` and no `COMMIT`.
+//! A flight's consecutive inserts go as one statement ([`super::fold`]).
 //! Connections go back to the pool with no round trip (deadpool's fast recycling: a closed
 //! connection is dropped, nothing is sent); a transaction dropped midway (a cancelled request)
 //! takes its connection out of the pool and closes it, which rolls it back on the server.
@@ -34,11 +35,11 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long opening a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Counts `n` round trips to the server (`kassa_db_round_trips_total`): a flight of requests sent
+/// Counts a round trip to the server (`kassa_db_round_trips_total`): a flight of requests sent
 /// together and their answers awaited. Preparing a statement a connection has not seen yet is not
 /// counted (once per connection and statement).
-fn round_trips(n: u64) {
-    metrics::counter!("kassa_db_round_trips_total").increment(n);
+fn round_trip() {
+    metrics::counter!("kassa_db_round_trips_total").increment(1);
 }
 
 impl From<tokio_postgres::Error> for DbError {
@@ -257,13 +258,13 @@ impl PgClient {
     /// Runs one statement (on its own, autocommitted, when no transaction is open).
     pub async fn run(&self, sql: &str, args: &[Arg], limit: Option<usize>) -> Result<Output> {
         let stmt = self.prepare(sql, args).await?;
-        round_trips(1);
+        round_trip();
         self.execute(&stmt, args, limit).await
     }
 
     /// Runs statements without parameters or results (`BEGIN`, a migration's script).
     pub async fn exec(&self, sql: &str) -> Result<()> {
-        round_trips(1);
+        round_trip();
         self.simple(sql).await
     }
 
@@ -318,7 +319,7 @@ impl PgClient {
         let folded = if self.flight.fold_inserts { super::fold::fold(statements) } else { None };
         let statements = folded.as_ref().map_or(statements, |f| f.statements.as_slice());
         let prepared = try_join_all(statements.iter().map(|(sql, args)| self.prepare(sql, args))).await?;
-        round_trips(1);
+        round_trip();
         // Polled in this order, each sending its request on its first poll.
         let (began, outputs, ended) = join3(
             self.exec_some(before),
@@ -374,7 +375,7 @@ impl PgTx {
             None => client.run(sql, &args, limit).await,
             Some(begin) => {
                 let stmt = client.prepare(sql, &args).await?;
-                round_trips(1);
+                round_trip();
                 let (began, out) = join(client.simple(begin), client.execute(&stmt, &args, limit)).await;
                 began?;
                 out
