@@ -183,6 +183,54 @@ impl Batch {
     }
 }
 
+impl Batch {
+    /// Runs the statements as [`Batch::run_checked`] does, at the latest with the transaction's
+    /// commit: on PostgreSQL they go in front of the transaction's next statements, or with its
+    /// `COMMIT`, in the same round trip ([`PgTx::defer`]), so the row locks they take are held
+    /// for no round trip of their own. A statement that did not change the rows it had to fails
+    /// whatever is sent next, and the transaction. For a command's last writes: nothing between
+    /// this call and the commit may depend on their having succeeded, other than by reading the
+    /// database (which sends them first). On SQLite they run now.
+    ///
+    /// [`PgTx::defer`]: crate::store::engine::pg_tx::PgTx::defer
+    pub async fn run_checked_by_commit(self, conn: &mut Conn) -> Result<()> {
+        let Conn::Pg(tx) = conn else { return self.run_checked(conn).await };
+        let (run, tally, expected) = self.executed();
+        let checks = tally.per_statement(expected);
+        tx.defer(run, checks).await
+    }
+
+    /// [`Batch::run_named`], then the commit: on PostgreSQL in the same round trip, each count
+    /// checked by the database ([`PgTx::commit_with`]). `Some(name)`: that named statement fell
+    /// short and the transaction was rolled back; a statement after this begins a new one (to
+    /// read what the refusal says). `None`: on PostgreSQL committed, and nothing more may run in
+    /// the transaction; on SQLite committed when the command ends, as always.
+    ///
+    /// [`PgTx::commit_with`]: crate::store::engine::pg_tx::PgTx::commit_with
+    pub async fn run_named_and_commit<T: Copy>(self, conn: &mut Conn, named: &Named<T>) -> Result<Option<T>> {
+        let Conn::Pg(tx) = conn else { return self.run_named(conn, named).await };
+        let (run, tally, expected) = self.executed();
+        let mut checks = tally.per_statement(expected);
+        let statement_of = |at: usize| match tally.items.get(at) {
+            Some(Item::Statement(i)) => Some(*i),
+            _ => None,
+        };
+        for (at, rows, _) in &named.expected {
+            if let Some(slot) = statement_of(*at).and_then(|i| checks.get_mut(i)) {
+                *slot = Some((*rows, String::new()));
+            }
+        }
+        let counts = checks.iter().map(|c| c.as_ref().map(|(rows, _)| *rows)).collect();
+        let Some(short) = tx.commit_with(run, counts).await? else { return Ok(None) };
+        let first = short.first().copied();
+        if let Some((_, _, name)) = named.expected.iter().find(|(at, _, _)| statement_of(*at) == first) {
+            return Ok(Some(*name));
+        }
+        let what = first.and_then(|i| checks.get_mut(i)).and_then(Option::take).map(|(_, what)| what);
+        Err(Error::internal(what.unwrap_or_else(|| "a statement fell short".to_string())))
+    }
+}
+
 /// How the rows each executed statement changed map back to what was added.
 struct Tally {
     items: Vec<Item>,
@@ -193,6 +241,30 @@ struct Tally {
 }
 
 impl Tally {
+    /// What each executed statement must change: a statement what was expected of it; a group's
+    /// INSERT all of its rows, named by its first row's failure.
+    fn per_statement(&self, expected: Vec<Expected>) -> Vec<Expected> {
+        let mut out: Vec<Expected> = vec![None; self.first_group + self.group_rows.len()];
+        for (item, e) in self.items.iter().zip(expected) {
+            match item {
+                Item::Statement(i) => {
+                    if let Some(slot) = out.get_mut(*i) {
+                        *slot = e;
+                    }
+                }
+                Item::Row(g) => {
+                    let rows = self.group_rows.get(*g).copied().unwrap_or(0);
+                    if let Some(slot) = out.get_mut(self.first_group + g)
+                        && slot.is_none()
+                    {
+                        *slot = e.map(|(_, what)| (rows, what));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The rows each added item changed: a statement its own count; an appended row 1 if its
     /// group's INSERT put in all the group's rows, else 0.
     fn per_item(&self, changed: &[u64]) -> Vec<u64> {

@@ -407,7 +407,14 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], cod
     events::add_event(&mut batch, &order_no, "attempt", &attempt_ref, None, AttemptStatus::Created.as_str(), cause);
     // Last, unchecked: a key recorded already stays.
     add_remember_key(&mut batch, req, &order_no);
-    if let Some(step) = batch.run_named(tx, &steps).await? {
+    // An order to pay is placed by the confirm's last statements: with the commit, in one round
+    // trip on PostgreSQL. A free one is paid next, in the same transaction.
+    let short = if pricing.free {
+        batch.run_named(tx, &steps).await?
+    } else {
+        batch.run_named_and_commit(tx, &steps).await?
+    };
+    if let Some(step) = short {
         if let (Step::Promotion(short), Some((offer, _))) = (step, &promotion) {
             return Err(promotion_uses::refusal(tx, offer, short).await?);
         }

@@ -10,6 +10,7 @@ mod browser;
 mod case_pages;
 mod cases;
 mod checkout;
+mod commit_flight;
 mod complaint_actions;
 mod complaints;
 mod contract;

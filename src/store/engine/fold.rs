@@ -1,5 +1,8 @@
-//! PostgreSQL: consecutive `INSERT … VALUES …` statements of one flight sent as one statement of
-//! data-modifying `WITH` queries, which gives back each insert's row count in its one row.
+//! PostgreSQL: how a flight's statements are sent. Consecutive `INSERT … VALUES …` statements go
+//! as one statement of data-modifying `WITH` queries, which gives back each insert's row count in
+//! its one row; and a statement whose row count is checked by the database (a flight that ends in
+//! its transaction's `COMMIT`) is sent inside a `WITH` that fails when the count is not the one
+//! expected, so that the `COMMIT` after it rolls back.
 //!
 //! Each statement PostgreSQL runs costs it more than its rows: a bound portal, an executor started
 //! and ended, a snapshot, and an answer flushed to the socket. A confirm inserts its order, lines,
@@ -13,29 +16,44 @@
 //! after the statement — foreign keys, whose parents may go in earlier in the same statement,
 //! and the row triggers — see every row it inserted. The first error fails the statement, as it
 //! would have failed the flight's transaction.
+//!
+//! A count checked by the database divides the count by zero when it is not the one expected:
+//! the statement fails with `division_by_zero` (SQLSTATE 22012), which kassa's own statements
+//! never raise otherwise, and [`Planned::checked_in`] names the statements it checked (in a folded
+//! statement, every checked insert in it: the first of them names the failure).
 
 use crate::store::sql::{Arg, Output};
 
 /// A statement as written, with its values.
 pub type Statement = (String, Vec<Arg>);
 
+/// The rows a statement must change, checked by the database; `None`: not checked.
+pub type Check = Option<u64>;
+
 /// Most inserts folded into one statement.
 pub const FOLD_MAX: usize = 16;
+
+/// SQLSTATE of a count that was not the one expected.
+pub const SHORT_SQLSTATE: &str = "22012";
 
 /// Where a statement of the flight as written went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
     /// Sent as it was: the `.0`-th statement sent.
     Alone(usize),
+    /// Sent with its row count checked: the `.0`-th statement sent, whose one value is the count.
+    Counted(usize),
     /// Folded: column `column` of the `statement`-th statement sent.
     Folded { statement: usize, column: usize },
 }
 
-/// A flight with its consecutive inserts folded, and how to read the answers back.
+/// A flight as sent, and how to read the answers back.
 #[derive(Debug)]
-pub struct Folded {
+pub struct Planned {
     pub statements: Vec<Statement>,
     parts: Vec<Part>,
+    /// For each statement sent, the statements as written whose count it checks.
+    checks: Vec<Vec<usize>>,
 }
 
 /// Whether `sql` is an insert that reads nothing and returns nothing (see the module's comment).
@@ -49,57 +67,109 @@ fn foldable(sql: &str) -> bool {
         && !upper.contains(';')
 }
 
-/// `statements` with every run of two or more consecutive foldable inserts (at most
-/// [`FOLD_MAX`] each) as one statement; `None` when there is none.
-pub fn fold(statements: &[Statement]) -> Option<Folded> {
+/// Whether the database can check `sql`'s row count: one `INSERT`, `UPDATE` or `DELETE` (a
+/// data-modifying `WITH` query may hold it; a `WITH` of its own may not be nested).
+pub fn checkable(sql: &str) -> bool {
+    let upper = sql.trim_start().to_ascii_uppercase();
+    ["INSERT ", "UPDATE ", "DELETE "].iter().any(|verb| upper.starts_with(verb)) && !upper.contains(';')
+}
+
+/// `sql` returning a row for each row it changed (`RETURNING 1` unless it returns already).
+fn returning(sql: &str) -> String {
+    if sql.to_ascii_uppercase().contains("RETURNING") { sql.to_string() } else { format!("{sql} RETURNING 1") }
+}
+
+/// `count`, failing with [`SHORT_SQLSTATE`] unless it is `rows`.
+fn checked_count(count: &str, rows: u64) -> String {
+    format!("{count} / (CASE WHEN {count} = {rows} THEN 1 ELSE 0 END)")
+}
+
+/// `statements` as sent: with `fold`, every run of two or more consecutive foldable inserts (at
+/// most [`FOLD_MAX`] each) as one statement; each statement with a check ([`checkable`] only)
+/// made to fail unless it changes the rows expected. `None` when nothing changes.
+pub fn plan(statements: &[Statement], checks: &[Check], fold: bool) -> Option<Planned> {
+    let check = |i: usize| checks.get(i).copied().flatten();
     let mut sent: Vec<Statement> = Vec::with_capacity(statements.len());
     let mut parts = Vec::with_capacity(statements.len());
-    let mut folded_any = false;
+    let mut checked: Vec<Vec<usize>> = Vec::with_capacity(statements.len());
+    let mut changed = false;
     let mut at = 0;
     while at < statements.len() {
-        let run = statements[at..].iter().take(FOLD_MAX).take_while(|(sql, _)| foldable(sql)).count();
+        let run = if fold {
+            statements[at..].iter().take(FOLD_MAX).take_while(|(sql, _)| foldable(sql)).count()
+        } else {
+            0
+        };
         if run < 2 {
-            parts.push(Part::Alone(sent.len()));
-            sent.push(statements[at].clone());
+            let (sql, args) = &statements[at];
+            match check(at) {
+                Some(rows) => {
+                    parts.push(Part::Counted(sent.len()));
+                    let count = checked_count("count(*)", rows);
+                    sent.push((format!("WITH c AS ({}) SELECT {count} FROM c", returning(sql.trim())), args.clone()));
+                    checked.push(vec![at]);
+                    changed = true;
+                }
+                None => {
+                    parts.push(Part::Alone(sent.len()));
+                    sent.push((sql.clone(), args.clone()));
+                    checked.push(Vec::new());
+                }
+            }
             at += 1;
             continue;
         }
-        folded_any = true;
+        changed = true;
         let mut with = Vec::with_capacity(run);
         let mut counts = Vec::with_capacity(run);
         let mut args = Vec::new();
+        let mut checks_here = Vec::new();
         for (column, (sql, values)) in statements[at..at + run].iter().enumerate() {
             with.push(format!("i{column} AS ({} RETURNING 1)", crate::store::batch::renumber(sql.trim(), args.len())));
-            counts.push(format!("(SELECT count(*) FROM i{column})"));
+            let count = format!("(SELECT count(*) FROM i{column})");
+            counts.push(match check(at + column) {
+                Some(rows) => {
+                    checks_here.push(at + column);
+                    checked_count(&count, rows)
+                }
+                None => count,
+            });
             args.extend(values.iter().cloned());
             parts.push(Part::Folded { statement: sent.len(), column });
         }
         sent.push((format!("WITH {} SELECT {}", with.join(", "), counts.join(", ")), args));
+        checked.push(checks_here);
         at += run;
     }
-    folded_any.then_some(Folded { statements: sent, parts })
+    changed.then_some(Planned { statements: sent, parts, checks: checked })
 }
 
-impl Folded {
-    /// The answers as if each statement had been sent as written: a folded insert's output holds
-    /// its row count and no rows.
+impl Planned {
+    /// The statements as written whose counts the `sent`-th statement sent checks.
+    pub fn checked_in(&self, sent: usize) -> &[usize] {
+        self.checks.get(sent).map_or(&[], Vec::as_slice)
+    }
+
+    /// The answers as if each statement had been sent as written: a folded or counted
+    /// statement's output holds its row count and no rows.
     pub fn unfold(&self, outputs: Vec<Output>) -> Vec<Output> {
         let mut outputs: Vec<Option<Output>> = outputs.into_iter().map(Some).collect();
         let counts: Vec<Option<crate::store::sql::Row>> =
             outputs.iter().map(|o| o.as_ref().and_then(|o| o.rows.first().cloned())).collect();
+        let count = |statement: usize, column: usize| {
+            counts
+                .get(statement)
+                .and_then(Option::as_ref)
+                .and_then(|row| row.try_get::<i64>(column).ok())
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0)
+        };
         self.parts
             .iter()
             .map(|part| match *part {
                 Part::Alone(i) => outputs.get_mut(i).and_then(Option::take).unwrap_or_default(),
-                Part::Folded { statement, column } => {
-                    let changed = counts
-                        .get(statement)
-                        .and_then(Option::as_ref)
-                        .and_then(|row| row.try_get::<i64>(column).ok())
-                        .and_then(|n| u64::try_from(n).ok())
-                        .unwrap_or(0);
-                    Output { rows: Vec::new(), changed }
-                }
+                Part::Counted(statement) => Output { rows: Vec::new(), changed: count(statement, 0) },
+                Part::Folded { statement, column } => Output { rows: Vec::new(), changed: count(statement, column) },
             })
             .collect()
     }
@@ -123,7 +193,7 @@ mod tests {
             st("UPDATE baskets SET status = $1 WHERE id = $2", 2),
             st("INSERT INTO keys (a) VALUES ($1) ON CONFLICT DO NOTHING", 1),
         ];
-        let f = fold(&flight).expect("a run of three inserts");
+        let f = plan(&flight, &[], true).expect("a run of three inserts");
         let sql: Vec<&str> = f.statements.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(
             sql,
@@ -153,6 +223,67 @@ mod tests {
         assert_eq!(changed, [1, 1, 1, 2, 0, 1]);
     }
 
+    /// A checked count fails the statement (by dividing by zero) unless it is the one expected:
+    /// a statement alone inside a `WITH` of its own, a folded insert in its column; a failure names
+    /// the statements the failing one checked.
+    #[test]
+    fn checked_counts_are_made_to_fail_in_the_database() {
+        let flight = vec![
+            st("UPDATE skus SET reserved = reserved + $1 WHERE sku = $2", 2),
+            st("INSERT INTO orders (a) VALUES ($1)", 1),
+            st("INSERT INTO keys (a) VALUES ($1) ON CONFLICT DO NOTHING", 1),
+            st("UPDATE s SET n = n + 1 WHERE id = $1 RETURNING n", 1),
+            st("DELETE FROM baskets WHERE id = $1", 1),
+        ];
+        let checks = [Some(1), None, Some(1), Some(1), None];
+        let p = plan(&flight, &checks, true).expect("checks change the flight");
+        let sql: Vec<&str> = p.statements.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(
+            sql,
+            [
+                "WITH c AS (UPDATE skus SET reserved = reserved + $1 WHERE sku = $2 RETURNING 1) \
+                 SELECT count(*) / (CASE WHEN count(*) = 1 THEN 1 ELSE 0 END) FROM c",
+                "WITH i0 AS (INSERT INTO orders (a) VALUES ($1) RETURNING 1), \
+                 i1 AS (INSERT INTO keys (a) VALUES ($2) ON CONFLICT DO NOTHING RETURNING 1) \
+                 SELECT (SELECT count(*) FROM i0), \
+                 (SELECT count(*) FROM i1) / (CASE WHEN (SELECT count(*) FROM i1) = 1 THEN 1 ELSE 0 END)",
+                "WITH c AS (UPDATE s SET n = n + 1 WHERE id = $1 RETURNING n) \
+                 SELECT count(*) / (CASE WHEN count(*) = 1 THEN 1 ELSE 0 END) FROM c",
+                "DELETE FROM baskets WHERE id = $1",
+            ]
+        );
+        assert_eq!(p.checked_in(0), [0]);
+        assert_eq!(p.checked_in(1), [2]);
+        assert_eq!(p.checked_in(2), [3]);
+        assert!(p.checked_in(3).is_empty());
+        assert!(p.checked_in(9).is_empty());
+        let one = |values: Vec<i64>| {
+            let names: std::sync::Arc<[String]> = (0..values.len()).map(|i| format!("c{i}")).collect();
+            let row = crate::store::sql::Row::new(names, values.into_iter().map(crate::store::sql::Value::Int).collect());
+            Output { rows: vec![row], changed: 1 }
+        };
+        let outputs = vec![one(vec![1]), one(vec![1, 1]), one(vec![1]), Output { rows: Vec::new(), changed: 3 }];
+        let changed: Vec<u64> = p.unfold(outputs).iter().map(|o| o.changed).collect();
+        assert_eq!(changed, [1, 1, 1, 1, 3]);
+        // Without folding, each checked statement alone; unchecked ones as written.
+        let p = plan(&flight, &checks, false).unwrap();
+        assert_eq!(p.statements.len(), 5);
+        assert_eq!(p.statements[1].0, "INSERT INTO orders (a) VALUES ($1)");
+        assert!(p.statements[2].0.starts_with("WITH c AS (INSERT INTO keys (a) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1)"));
+        // Nothing checked and nothing folded: sent as written.
+        assert!(plan(&flight, &[], false).is_none());
+        for (sql, ok) in [
+            ("UPDATE a SET x = 1", true),
+            ("  insert into a (x) values (1)", true),
+            ("DELETE FROM a", true),
+            ("WITH x AS (SELECT 1) UPDATE a SET x = 1", false),
+            ("SELECT 1", false),
+            ("UPDATE a SET x = 1; DELETE FROM a", false),
+        ] {
+            assert_eq!(checkable(sql), ok, "{sql}");
+        }
+    }
+
     #[test]
     fn inserts_that_read_or_return_are_sent_alone() {
         for sql in [
@@ -165,10 +296,10 @@ mod tests {
         }
         assert!(foldable("INSERT INTO a (x) VALUES ($1)"));
         // One insert alone is not worth a WITH.
-        assert!(fold(&[st("INSERT INTO a (x) VALUES ($1)", 1), st("UPDATE a SET x = $1", 1)]).is_none());
+        assert!(plan(&[st("INSERT INTO a (x) VALUES ($1)", 1), st("UPDATE a SET x = $1", 1)], &[], true).is_none());
         // At most FOLD_MAX in one statement.
         let many: Vec<Statement> = (0..FOLD_MAX + 3).map(|_| st("INSERT INTO a (x) VALUES ($1)", 1)).collect();
-        let f = fold(&many).unwrap();
+        let f = plan(&many, &[], true).unwrap();
         assert_eq!(f.statements.len(), 2);
         assert_eq!(f.statements[0].1.len(), FOLD_MAX);
     }

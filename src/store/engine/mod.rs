@@ -8,6 +8,7 @@ pub mod conn;
 pub mod fold;
 pub mod group;
 pub mod pg;
+pub mod pg_tx;
 pub mod sqlite;
 pub mod writer;
 

@@ -21,11 +21,14 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use futures_util::future::{join, join_all, join3, try_join_all};
+use futures_util::future::{join_all, join3, try_join_all};
 use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{NoTls, Statement};
 
+pub use super::pg_tx::PgTx;
+
 use crate::error::{DbError, Error, Result};
+use super::fold::{Check, SHORT_SQLSTATE, checkable};
 use crate::store::sql::{Arg, Output, Row, Value};
 
 /// Distinct statements a connection keeps prepared; past this its cache starts again empty.
@@ -38,7 +41,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Counts a round trip to the server (`kassa_db_round_trips_total`): a flight of requests sent
 /// together and their answers awaited. Preparing a statement a connection has not seen yet is not
 /// counted (once per connection and statement).
-fn round_trip() {
+pub(super) fn round_trip() {
     metrics::counter!("kassa_db_round_trips_total").increment(1);
 }
 
@@ -190,7 +193,7 @@ impl PgPool {
     /// A transaction on a connection of its own, begun with `begin` (sent with its first
     /// statements).
     pub async fn begin(&self, begin: &'static str) -> Result<PgTx> {
-        Ok(PgTx { client: Some(self.get().await?), begin, begun: false })
+        Ok(PgTx::new(self.get().await?, begin))
     }
 
     /// Connections open, and of those idle.
@@ -221,14 +224,14 @@ fn libpq_url(url: &str) -> String {
 
 /// One connection taken from the pool; back to it when dropped.
 pub struct PgClient {
-    obj: Object,
-    flight: Flight,
+    pub(super) obj: Object,
+    pub(super) flight: Flight,
 }
 
 impl PgClient {
     /// The prepared statement for `sql` with `args`' types: from the connection's cache, else
     /// prepared now (a round trip, once per connection).
-    async fn prepare(&self, sql: &str, args: &[Arg]) -> Result<Statement> {
+    pub(super) async fn prepare(&self, sql: &str, args: &[Arg]) -> Result<Statement> {
         let types: Vec<Type> = args.iter().map(Arg::pg_type).collect();
         if self.obj.statement_cache.size() >= STATEMENTS_MAX {
             self.obj.statement_cache.clear();
@@ -237,7 +240,7 @@ impl PgClient {
     }
 
     /// Runs a prepared statement; with `limit`, keeps at most that many rows.
-    async fn execute(&self, stmt: &Statement, args: &[Arg], limit: Option<usize>) -> Result<Output> {
+    pub(super) async fn execute(&self, stmt: &Statement, args: &[Arg], limit: Option<usize>) -> Result<Output> {
         use futures_util::TryStreamExt as _;
         let names: Arc<[String]> = stmt.columns().iter().map(|c| c.name().to_string()).collect();
         let stream = self.obj.query_raw(stmt, args.iter()).await?;
@@ -269,7 +272,7 @@ impl PgClient {
     }
 
     /// Sends `sql` by the simple protocol, in a flight counted by the caller.
-    async fn simple(&self, sql: &str) -> Result<()> {
+    pub(super) async fn simple(&self, sql: &str) -> Result<()> {
         Ok(self.obj.batch_execute(sql).await?)
     }
 
@@ -281,151 +284,168 @@ impl PgClient {
     }
 
     /// Runs `statements` in order, preceded by `before` and followed by `after` (`BEGIN`,
-    /// `COMMIT`), and returns what each statement gave. Pipelined (unless configured off): every
-    /// statement is prepared (those this connection has not prepared yet, together), then
-    /// everything is sent before anything is awaited — one round trip. The statements still run
-    /// one after another, each with a snapshot of its own. Every answer is read, so the
-    /// connection is left clean; the first statement's error is the call's (after it, in a
-    /// transaction, PostgreSQL refuses the rest, and a `COMMIT` rolls back).
+    /// `COMMIT`), and returns what each statement gave ([`PgClient::flight`] with no checks).
     pub async fn pipeline(
         &self,
         before: Option<&str>,
         statements: &[(String, Vec<Arg>)],
         after: Option<&str>,
     ) -> Result<Vec<Output>> {
-        if !self.flight.pipeline {
-            if let Some(b) = before {
-                self.exec(b).await?;
-            }
-            let mut out = Vec::with_capacity(statements.len());
-            for (sql, args) in statements {
-                match self.run(sql, args, None).await {
-                    Ok(o) => out.push(o),
-                    Err(e) => {
-                        // A transaction begun and ended here is not left open on a pooled
-                        // connection (an enclosing one is rolled back by its owner).
-                        if before.is_some() && after.is_some() {
-                            let _ = self.exec("ROLLBACK").await;
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            if let Some(a) = after {
-                self.exec(a).await?;
-            }
-            return Ok(out);
+        match self.flight(before, statements, &[], after).await.landed? {
+            Landed::Ran(outputs) => Ok(outputs),
+            Landed::Short(_) => Err(Error::internal("a count was checked that no statement asked for")),
         }
-        let folded = if self.flight.fold_inserts { super::fold::fold(statements) } else { None };
-        let statements = folded.as_ref().map_or(statements, |f| f.statements.as_slice());
-        let prepared = try_join_all(statements.iter().map(|(sql, args)| self.prepare(sql, args))).await?;
+    }
+
+    /// Runs `statements` in order, preceded by `before` and followed by `after` (`BEGIN`,
+    /// `COMMIT`). Pipelined (unless configured off): every statement is prepared (those this
+    /// connection has not prepared yet, together), then everything is sent before anything is
+    /// awaited — one round trip. The statements still run one after another, each with a snapshot
+    /// of its own. A statement with a check ([`Check`]) must change that many rows; the database
+    /// checks it ([`super::fold`]), so that a `COMMIT` in the same flight rolls back when it did
+    /// not. Every answer is read, so the connection is left clean; the first statement's failure
+    /// is the flight's (after it, in a transaction, PostgreSQL refuses the rest, and a `COMMIT`
+    /// rolls back).
+    pub async fn flight(
+        &self,
+        before: Option<&str>,
+        statements: &[(String, Vec<Arg>)],
+        checks: &[Check],
+        after: Option<&str>,
+    ) -> Flown {
+        if !self.flight.pipeline {
+            return self.one_by_one(before, statements, checks, after).await;
+        }
+        let checked_by_database = statements.iter().zip(checks).all(|((sql, _), c)| c.is_none() || checkable(sql));
+        if !checked_by_database {
+            // Checked here, then ended: a round trip more.
+            let flown = self.pipelined(before, statements, &[], None).await;
+            let landed = match flown.landed {
+                Ok(Landed::Ran(outputs)) => match outputs.iter().zip(checks).position(|(o, c)| c.is_some_and(|rows| rows != o.changed)) {
+                    Some(at) => Ok(Landed::Short(vec![at])),
+                    None => Ok(Landed::Ran(outputs)),
+                },
+                other => other,
+            };
+            let Some(after) = after else { return Flown { landed, ended: false } };
+            let end = if matches!(landed, Ok(Landed::Ran(_))) { after } else { "ROLLBACK" };
+            return match self.exec(end).await {
+                Ok(()) => Flown { landed, ended: true },
+                Err(e) => Flown { landed: landed.and(Err(e)), ended: false },
+            };
+        }
+        self.pipelined(before, statements, checks, after).await
+    }
+
+    /// [`PgClient::flight`] pipelined, every check ([`checkable`]) made by the database.
+    async fn pipelined(
+        &self,
+        before: Option<&str>,
+        statements: &[(String, Vec<Arg>)],
+        checks: &[Check],
+        after: Option<&str>,
+    ) -> Flown {
+        let planned = super::fold::plan(statements, checks, self.flight.fold_inserts);
+        let sent = planned.as_ref().map_or(statements, |p| p.statements.as_slice());
+        let prepared = match try_join_all(sent.iter().map(|(sql, args)| self.prepare(sql, args))).await {
+            Ok(prepared) => prepared,
+            Err(e) => return Flown { landed: Err(e), ended: false },
+        };
         round_trip();
         // Polled in this order, each sending its request on its first poll.
         let (began, outputs, ended) = join3(
             self.exec_some(before),
-            join_all(statements.iter().zip(&prepared).map(|((_, args), stmt)| self.execute(stmt, args, None))),
+            join_all(sent.iter().zip(&prepared).map(|((_, args), stmt)| self.execute(stmt, args, None))),
             self.exec_some(after),
         )
         .await;
-        began?;
-        let outputs = outputs.into_iter().collect::<Result<Vec<_>>>()?;
-        ended?;
-        Ok(match &folded {
-            Some(f) => f.unfold(outputs),
-            None => outputs,
-        })
-    }
-}
-
-/// A transaction on a pooled connection. `BEGIN` goes with its first statement(s); committed or
-/// rolled back, the connection goes back to the pool; dropped once `BEGIN` may have gone (a
-/// cancelled request), the connection is closed, which rolls the transaction back on the server.
-pub struct PgTx {
-    client: Option<PgClient>,
-    begin: &'static str,
-    begun: bool,
-}
-
-impl std::fmt::Debug for PgTx {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgTx").field("begun", &self.begun).finish()
-    }
-}
-
-impl PgTx {
-    fn client(&self) -> Result<&PgClient> {
-        self.client.as_ref().ok_or_else(|| Error::internal("the transaction has ended"))
+        let acknowledged = after.is_some() && ended.is_ok();
+        let landed = (|| {
+            began?;
+            let mut ran = Vec::with_capacity(outputs.len());
+            for (at, output) in outputs.into_iter().enumerate() {
+                match output {
+                    Ok(o) => ran.push(o),
+                    Err(e) => {
+                        let checked = planned.as_ref().map_or(&[][..], |p| p.checked_in(at));
+                        return match &e {
+                            Error::Db(db) if db.code() == Some(SHORT_SQLSTATE) && !checked.is_empty() => {
+                                Ok(Landed::Short(checked.to_vec()))
+                            }
+                            _ => Err(e),
+                        };
+                    }
+                }
+            }
+            ended?;
+            Ok(Landed::Ran(match &planned {
+                Some(p) => p.unfold(ran),
+                None => ran,
+            }))
+        })();
+        Flown { landed, ended: acknowledged }
     }
 
-    /// Whether `BEGIN` is still to be sent.
-    pub fn begin_pending(&self) -> bool {
-        !self.begun
-    }
-
-    /// `BEGIN` to send in front of the next statements, once.
-    fn take_begin(&mut self) -> Option<&'static str> {
-        (!std::mem::replace(&mut self.begun, true)).then_some(self.begin)
-    }
-
-    /// Runs one statement in the transaction.
-    pub async fn run(&mut self, sql: &str, args: Vec<Arg>, limit: Option<usize>) -> Result<Output> {
-        let begin = self.take_begin();
-        let client = self.client()?;
-        match begin {
-            None => client.run(sql, &args, limit).await,
-            Some(begin) => {
-                let stmt = client.prepare(sql, &args).await?;
-                round_trip();
-                let (began, out) = join(client.simple(begin), client.execute(&stmt, &args, limit)).await;
-                began?;
-                out
+    /// [`PgClient::flight`] a statement at a time, each count checked as it comes back; after a
+    /// failure, a flight that was to end in `after` is rolled back instead.
+    async fn one_by_one(
+        &self,
+        before: Option<&str>,
+        statements: &[(String, Vec<Arg>)],
+        checks: &[Check],
+        after: Option<&str>,
+    ) -> Flown {
+        if let Some(b) = before
+            && let Err(e) = self.exec(b).await
+        {
+            return self.failed(Err(e), after).await;
+        }
+        let mut out = Vec::with_capacity(statements.len());
+        for (at, (sql, args)) in statements.iter().enumerate() {
+            match self.run(sql, args, None).await {
+                Ok(o) if checks.get(at).copied().flatten().is_some_and(|rows| rows != o.changed) => {
+                    return self.failed(Ok(Landed::Short(vec![at])), after).await;
+                }
+                Ok(o) => out.push(o),
+                Err(e) => return self.failed(Err(e), after).await,
             }
         }
-    }
-
-    /// Runs statements in the transaction in one round trip ([`PgClient::pipeline`]).
-    pub async fn pipeline(&mut self, statements: &[(String, Vec<Arg>)]) -> Result<Vec<Output>> {
-        let begin = self.take_begin();
-        self.client()?.pipeline(begin, statements, None).await
-    }
-
-    /// Runs statements without parameters or results in the transaction.
-    pub async fn exec(&mut self, sql: &str) -> Result<()> {
-        match self.take_begin() {
-            Some(begin) => self.client()?.exec(&format!("{begin}; {sql}")).await,
-            None => self.client()?.exec(sql).await,
+        match after {
+            Some(a) => match self.exec(a).await {
+                Ok(()) => Flown { landed: Ok(Landed::Ran(out)), ended: true },
+                Err(e) => Flown { landed: Err(e), ended: false },
+            },
+            None => Flown { landed: Ok(Landed::Ran(out)), ended: false },
         }
-    }
-
-    pub async fn commit(self) -> Result<()> {
-        self.end("COMMIT").await
-    }
-
-    pub async fn rollback(self) -> Result<()> {
-        self.end("ROLLBACK").await
-    }
-
-    /// On an error (or if cancelled) before the end is acknowledged, `self` is dropped begun and
-    /// its connection closed.
-    async fn end(mut self, statement: &str) -> Result<()> {
-        if self.begun {
-            self.client()?.exec(statement).await?;
-            self.begun = false;
-        }
-        self.client = None;
-        Ok(())
     }
 }
 
-impl Drop for PgTx {
-    fn drop(&mut self) {
-        if self.begun
-            && let Some(client) = self.client.take()
-        {
-            // Out of the pool, and closed: the server rolls the transaction back.
-            drop(Object::take(client.obj));
-        }
+impl PgClient {
+    /// A flight one statement at a time that failed: one that was to end in `after` is rolled
+    /// back instead.
+    async fn failed(&self, landed: Result<Landed>, after: Option<&str>) -> Flown {
+        let ended = after.is_some() && self.exec("ROLLBACK").await.is_ok();
+        Flown { landed, ended }
     }
+}
+
+/// How a flight's statements landed.
+#[derive(Debug)]
+pub enum Landed {
+    /// Every statement ran: what each gave, in the order written.
+    Ran(Vec<Output>),
+    /// These statements (as written) did not change the rows their checks expect; PostgreSQL
+    /// refused the rest of the transaction, and a `COMMIT` in the flight rolled it back.
+    Short(Vec<usize>),
+}
+
+/// A flight's answers.
+#[derive(Debug)]
+pub struct Flown {
+    pub landed: Result<Landed>,
+    /// Its `after` (`COMMIT`) was acknowledged: no transaction is open any more, committed, or
+    /// rolled back after a failure.
+    pub ended: bool,
 }
 
 #[cfg(test)]
