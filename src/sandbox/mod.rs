@@ -316,7 +316,7 @@ impl Sandbox {
                 let notify_url: String = col(&p, "notify_url")?;
                 let queued = Queued { attempt_ref, event_id: &event_id, body: &body, notify_url: &notify_url };
                 let ids = enqueue(&mut batch, &queued, copies, now.saturating_add(delay), now);
-                batch.run_checked(tx).await?;
+                batch.run_checked_by_commit(tx).await?;
                 Ok((event_id, ids))
             })
         })
@@ -415,7 +415,7 @@ impl Sandbox {
             let notify_url: String = col(&p, "notify_url")?;
             let queued = Queued { attempt_ref, event_id: &event_id, body: &body, notify_url: &notify_url };
             let ids = enqueue(&mut batch, &queued, 1, now, now);
-            batch.run_checked(tx).await?;
+            batch.run_checked_by_commit(tx).await?;
             Ok((RefundAnswer::Accepted { gateway_refund_id: gateway_refund_id.clone() }, ids))
         })?;
         self.send_soon(ids, 0);

@@ -291,7 +291,7 @@ pub async fn open_basket(
         crate::write_tx!(db, |tx| {
             let found = if lines.is_empty() { Vec::new() } else { bind_skus(&sql, lines).fetch_all(&mut **tx).await? };
             let (view, batch) = new_basket(&id, session_id, lines, &found, now)?;
-            batch.run_checked(tx).await?;
+            batch.run_checked_by_commit(tx).await?;
             Ok(view)
         })
     })
@@ -477,7 +477,7 @@ pub async fn set_basket_line(
                 "basket line upsert",
             );
             batch.expect("UPDATE baskets SET updated_at = $1 WHERE id = $2", args![now, basket_id], 1, "basket touch");
-            batch.run_checked(tx).await?;
+            batch.run_checked_by_commit(tx).await?;
             others.push(LineRow { sku: sku.to_string(), name, quantity, quoted: price, current: price, currency });
             basket_view(basket_id, BasketStatus::Open, None, others).map(|v| v.with_code(code))
         })

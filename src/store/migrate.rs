@@ -48,6 +48,7 @@ const SQLITE: &[Migration] = &[
     (24, "0024_order_lines_by_sku", include_str!("../../migrations/sqlite/0024_order_lines_by_sku.sql")),
     (25, "0025_statement_disputes", include_str!("../../migrations/sqlite/0025_statement_disputes.sql")),
     (26, "0026_attempts_by_gateway", include_str!("../../migrations/sqlite/0026_attempts_by_gateway.sql")),
+    (27, "0027_rows_short", include_str!("../../migrations/sqlite/0027_rows_short.sql")),
 ];
 /// PostgreSQL's migrations, in order: version N is the same change as SQLite's.
 const POSTGRES: &[Migration] = &[
@@ -77,6 +78,7 @@ const POSTGRES: &[Migration] = &[
     (24, "0024_order_lines_by_sku", include_str!("../../migrations/postgres/0024_order_lines_by_sku.sql")),
     (25, "0025_statement_disputes", include_str!("../../migrations/postgres/0025_statement_disputes.sql")),
     (26, "0026_attempts_by_gateway", include_str!("../../migrations/postgres/0026_attempts_by_gateway.sql")),
+    (27, "0027_rows_short", include_str!("../../migrations/postgres/0027_rows_short.sql")),
 ];
 
 impl Db {

@@ -71,7 +71,7 @@ pub async fn apply_event(db: &Db, ev: &VerifiedEvent, policy: LatePolicy, now: M
                 let mut batch = Batch::new();
                 let outcome = if effect.is_some() { "applied" } else { "ignored" };
                 add_notification_outcome(&mut batch, &id, outcome, &order_no);
-                batch.run_checked(tx).await?;
+                batch.run_checked_by_commit(tx).await?;
             }
             Ok(match effect {
                 Some(effect) => Applied::Changed { order_no, effect },

@@ -17,10 +17,10 @@
 //! and the row triggers — see every row it inserted. The first error fails the statement, as it
 //! would have failed the flight's transaction.
 //!
-//! A count checked by the database divides the count by zero when it is not the one expected:
-//! the statement fails with `division_by_zero` (SQLSTATE 22012), which kassa's own statements
-//! never raise otherwise, and [`Planned::checked_in`] names the statements it checked (in a folded
-//! statement, every checked insert in it: the first of them names the failure).
+//! A count checked by the database that is not the one expected calls `kassa_rows_short`
+//! (migration 27), which fails the statement with [`SHORT_SQLSTATE`] and a message that says so
+//! (the server's log shows it); [`Planned::checked_in`] names the statements it checked (in a
+//! folded statement, every checked insert in it: the first of them names the failure).
 
 use crate::store::sql::{Arg, Output};
 
@@ -33,8 +33,8 @@ pub type Check = Option<u64>;
 /// Most inserts folded into one statement.
 pub const FOLD_MAX: usize = 16;
 
-/// SQLSTATE of a count that was not the one expected.
-pub const SHORT_SQLSTATE: &str = "22012";
+/// SQLSTATE of a count that was not the one expected (raised by `kassa_rows_short` alone).
+pub const SHORT_SQLSTATE: &str = "KA001";
 
 /// Where a statement of the flight as written went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,9 +79,9 @@ fn returning(sql: &str) -> String {
     if sql.to_ascii_uppercase().contains("RETURNING") { sql.to_string() } else { format!("{sql} RETURNING 1") }
 }
 
-/// `count`, failing with [`SHORT_SQLSTATE`] unless it is `rows`.
+/// `count`, failing with [`SHORT_SQLSTATE`] unless it is `rows` (the function is called only then).
 fn checked_count(count: &str, rows: u64) -> String {
-    format!("{count} / (CASE WHEN {count} = {rows} THEN 1 ELSE 0 END)")
+    format!("CASE WHEN {count} = {rows} THEN {count} ELSE kassa_rows_short({count}, {rows}) END")
 }
 
 /// `statements` as sent: with `fold`, every run of two or more consecutive foldable inserts (at
@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(changed, [1, 1, 1, 2, 0, 1]);
     }
 
-    /// A checked count fails the statement (by dividing by zero) unless it is the one expected:
+    /// A checked count fails the statement (by `kassa_rows_short`) unless it is the one expected:
     /// a statement alone inside a `WITH` of its own, a folded insert in its column; a failure names
     /// the statements the failing one checked.
     #[test]
@@ -242,13 +242,14 @@ mod tests {
             sql,
             [
                 "WITH c AS (UPDATE skus SET reserved = reserved + $1 WHERE sku = $2 RETURNING 1) \
-                 SELECT count(*) / (CASE WHEN count(*) = 1 THEN 1 ELSE 0 END) FROM c",
+                 SELECT CASE WHEN count(*) = 1 THEN count(*) ELSE kassa_rows_short(count(*), 1) END FROM c",
                 "WITH i0 AS (INSERT INTO orders (a) VALUES ($1) RETURNING 1), \
                  i1 AS (INSERT INTO keys (a) VALUES ($2) ON CONFLICT DO NOTHING RETURNING 1) \
                  SELECT (SELECT count(*) FROM i0), \
-                 (SELECT count(*) FROM i1) / (CASE WHEN (SELECT count(*) FROM i1) = 1 THEN 1 ELSE 0 END)",
+                 CASE WHEN (SELECT count(*) FROM i1) = 1 THEN (SELECT count(*) FROM i1) \
+                 ELSE kassa_rows_short((SELECT count(*) FROM i1), 1) END",
                 "WITH c AS (UPDATE s SET n = n + 1 WHERE id = $1 RETURNING n) \
-                 SELECT count(*) / (CASE WHEN count(*) = 1 THEN 1 ELSE 0 END) FROM c",
+                 SELECT CASE WHEN count(*) = 1 THEN count(*) ELSE kassa_rows_short(count(*), 1) END FROM c",
                 "DELETE FROM baskets WHERE id = $1",
             ]
         );

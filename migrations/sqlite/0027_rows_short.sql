@@ -1,0 +1,3 @@
+-- PostgreSQL only: the function that fails a statement sent with its transaction's COMMIT when it
+-- did not change the rows expected. SQLite runs a command's statements in place and checks each
+-- one's rows as it comes back; nothing changes here.
