@@ -409,11 +409,8 @@ async fn place(tx: &mut Tx<'_>, req: &ConfirmRequest, quoted: &[QuotedLine], cod
     add_remember_key(&mut batch, req, &order_no);
     // An order to pay is placed by the confirm's last statements: with the commit, in one round
     // trip on PostgreSQL. A free one is paid next, in the same transaction.
-    let short = if pricing.free {
-        batch.run_named(tx, &steps).await?
-    } else {
-        batch.run_named_and_commit(tx, &steps).await?
-    };
+    let short =
+        if pricing.free { batch.run_named(tx, &steps).await? } else { batch.run_named_and_commit(tx, &steps).await? };
     if let Some(step) = short {
         if let (Step::Promotion(short), Some((offer, _))) = (step, &promotion) {
             return Err(promotion_uses::refusal(tx, offer, short).await?);

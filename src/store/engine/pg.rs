@@ -27,8 +27,8 @@ use tokio_postgres::{NoTls, Statement};
 
 pub use super::pg_tx::PgTx;
 
-use crate::error::{DbError, Error, Result};
 use super::fold::{Check, SHORT_SQLSTATE, checkable};
+use crate::error::{DbError, Error, Result};
 use crate::store::sql::{Arg, Output, Row, Value};
 
 /// Distinct statements a connection keeps prepared; past this its cache starts again empty.
@@ -321,10 +321,12 @@ impl PgClient {
             // Checked here, then ended: a round trip more.
             let flown = self.pipelined(before, statements, &[], None).await;
             let landed = match flown.landed {
-                Ok(Landed::Ran(outputs)) => match outputs.iter().zip(checks).position(|(o, c)| c.is_some_and(|rows| rows != o.changed)) {
-                    Some(at) => Ok(Landed::Short(vec![at])),
-                    None => Ok(Landed::Ran(outputs)),
-                },
+                Ok(Landed::Ran(outputs)) => {
+                    match outputs.iter().zip(checks).position(|(o, c)| c.is_some_and(|rows| rows != o.changed)) {
+                        Some(at) => Ok(Landed::Short(vec![at])),
+                        None => Ok(Landed::Ran(outputs)),
+                    }
+                }
                 other => other,
             };
             let Some(after) = after else { return Flown { landed, ended: false } };

@@ -91,26 +91,31 @@ impl PgTx {
         }
         let by_database = self.deferred.iter().all(|((sql, _), e)| e.is_none() || super::fold::checkable(sql));
         if !self.client()?.flight.pipeline || !by_database || self.deferred.len() > DEFERRED_MAX {
-            self.send(Vec::new(), Vec::new(), None).await?;
+            self.send(&[], Vec::new(), None).await?;
         }
         Ok(())
     }
 
     /// Sends the deferred statements and then `statements` (each to change the rows `checks`
     /// says) in one flight, followed by `after`. A deferred statement's shortfall is its error.
-    async fn send(&mut self, statements: Vec<Statement>, checks: Vec<Option<u64>>, after: Option<&str>) -> Result<Sent> {
+    async fn send(&mut self, statements: &[Statement], checks: Vec<Option<u64>>, after: Option<&str>) -> Result<Sent> {
         let deferred = std::mem::take(&mut self.deferred);
         let first = deferred.len();
         let mut whats = Vec::with_capacity(first);
-        let mut all = Vec::with_capacity(first + statements.len());
-        let mut all_checks = Vec::with_capacity(first + statements.len());
-        for (statement, expected) in deferred {
-            all.push(statement);
-            all_checks.push(expected.as_ref().map(|(rows, _)| *rows));
-            whats.push(expected.map(|(_, what)| what));
-        }
-        all.extend(statements);
-        all_checks.extend(checks);
+        let (all, all_checks) = if deferred.is_empty() {
+            (std::borrow::Cow::Borrowed(statements), checks)
+        } else {
+            let mut all = Vec::with_capacity(first + statements.len());
+            let mut all_checks = Vec::with_capacity(first + statements.len());
+            for (statement, expected) in deferred {
+                all.push(statement);
+                all_checks.push(expected.as_ref().map(|(rows, _)| *rows));
+                whats.push(expected.map(|(_, what)| what));
+            }
+            all.extend_from_slice(statements);
+            all_checks.extend(checks);
+            (std::borrow::Cow::Owned(all), all_checks)
+        };
         let begin = self.take_begin();
         let Flown { landed, ended } = self.client()?.flight(begin, &all, &all_checks, after).await;
         if ended {
@@ -135,7 +140,7 @@ impl PgTx {
     /// Runs one statement in the transaction.
     pub async fn run(&mut self, sql: &str, args: Vec<Arg>, limit: Option<usize>) -> Result<Output> {
         if !self.deferred.is_empty() {
-            let Sent::Ran(mut outputs) = self.send(vec![(sql.to_string(), args)], vec![None], None).await? else {
+            let Sent::Ran(mut outputs) = self.send(&[(sql.to_string(), args)], Vec::new(), None).await? else {
                 return Err(Error::internal("an unchecked statement fell short"));
             };
             let mut out = outputs.pop().unwrap_or_default();
@@ -160,7 +165,7 @@ impl PgTx {
 
     /// Runs statements in the transaction in one round trip ([`PgClient::flight`]).
     pub async fn pipeline(&mut self, statements: &[Statement]) -> Result<Vec<Output>> {
-        match self.send(statements.to_vec(), Vec::new(), None).await? {
+        match self.send(statements, Vec::new(), None).await? {
             Sent::Ran(outputs) => Ok(outputs),
             Sent::Short(_) => Err(Error::internal("an unchecked statement fell short")),
         }
@@ -169,7 +174,7 @@ impl PgTx {
     /// Runs statements without parameters or results in the transaction.
     pub async fn exec(&mut self, sql: &str) -> Result<()> {
         if !self.deferred.is_empty() {
-            self.send(Vec::new(), Vec::new(), None).await?;
+            self.send(&[], Vec::new(), None).await?;
         }
         match self.take_begin() {
             Some(begin) => self.client()?.exec(&format!("{begin}; {sql}")).await,
@@ -181,8 +186,12 @@ impl PgTx {
     /// at the places `Some` returns fell short of their `checks`, and the transaction was rolled
     /// back (a statement after this begins a new one); `None`: committed, and nothing more runs
     /// in this transaction.
-    pub async fn commit_with(&mut self, statements: Vec<Statement>, checks: Vec<Option<u64>>) -> Result<Option<Vec<usize>>> {
-        match self.send(statements, checks, Some("COMMIT")).await? {
+    pub async fn commit_with(
+        &mut self,
+        statements: Vec<Statement>,
+        checks: Vec<Option<u64>>,
+    ) -> Result<Option<Vec<usize>>> {
+        match self.send(&statements, checks, Some("COMMIT")).await? {
             Sent::Ran(_) => Ok(None),
             Sent::Short(at) => Ok(Some(at)),
         }
@@ -196,7 +205,7 @@ impl PgTx {
         }
         if !self.deferred.is_empty() {
             // On an error not acknowledged as the end, `self` is dropped begun: closed.
-            self.send(Vec::new(), Vec::new(), Some("COMMIT")).await?;
+            self.send(&[], Vec::new(), Some("COMMIT")).await?;
             self.client = None;
             return Ok(());
         }
