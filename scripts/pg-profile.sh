@@ -13,7 +13,9 @@
 # spawns its kassa on a fresh database there; after WARMUP seconds (3) every counter is reset,
 # RECORD seconds (8) are recorded, and the counters are read while the load still runs.
 # Settings: BUYERS (64), WARMUP, RECORD, SAMPLE_MS (10: how often the waits are sampled),
-# OUT (target/pg-profile), NAME (the output files' stem; default from the arguments).
+# OUT (target/pg-profile), NAME (the output files' stem; default from the arguments), SERVER_BIN
+# (another kassa binary to serve, driven by this tree's load generator: a build of another commit,
+# as scripts/bench-compare.sh keeps them under target/bench-compare/).
 # Output: OUT/NAME.txt (the tables below), OUT/NAME.json (the run's report).
 # An operation is a confirm (an order inserted) or, where the window places no order (notify), a
 # notification applied (an order marked paid with what it captured).
@@ -46,6 +48,7 @@ psql_at postgres -c "CREATE EXTENSION pg_stat_statements" -c "CREATE DATABASE ka
 
 cargo build --release -q
 bin="${CARGO_TARGET_DIR:-target}/release/kassa"
+[ -n "${SERVER_BIN:-}" ] && args+=(--server-bin "$SERVER_BIN")
 RUST_LOG=warn "$bin" bench --buyers "$BUYERS" --seconds $((WARMUP + RECORD + 3)) --json "$OUT/$name.json" \
   --database-url "postgres://postgres@127.0.0.1:$port/kassa_profile" "${args[@]}" >"$OUT/$name.bench.txt" &
 bench=$!

@@ -56,22 +56,35 @@ pub struct Planned {
     checks: Vec<Vec<usize>>,
 }
 
+/// Where `word` (upper case) first stands in `sql`, whatever its case; no copy of `sql` made
+/// (this runs on every statement of every flight).
+fn find_word(sql: &str, word: &str) -> Option<usize> {
+    sql.as_bytes().windows(word.len()).position(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+}
+
+fn has(sql: &str, word: &str) -> bool {
+    find_word(sql, word).is_some()
+}
+
+/// Whether `sql` begins with `word` (upper case), whatever its case.
+fn begins(sql: &str, word: &str) -> bool {
+    sql.trim_start().as_bytes().get(..word.len()).is_some_and(|b| b.eq_ignore_ascii_case(word.as_bytes()))
+}
+
 /// Whether `sql` is an insert that reads nothing and returns nothing (see the module's comment).
 fn foldable(sql: &str) -> bool {
-    let upper = sql.to_ascii_uppercase();
-    upper.trim_start().starts_with("INSERT INTO ")
-        && upper.contains(" VALUES ")
-        && !upper.contains("SELECT")
-        && !upper.contains("RETURNING")
-        && !upper.contains("DO UPDATE")
-        && !upper.contains(';')
+    begins(sql, "INSERT INTO ")
+        && has(sql, " VALUES ")
+        && !has(sql, "SELECT")
+        && !has(sql, "RETURNING")
+        && !has(sql, "DO UPDATE")
+        && !sql.contains(';')
 }
 
 /// Whether the database can check `sql`'s row count: one `INSERT`, `UPDATE` or `DELETE` (a
 /// data-modifying `WITH` query may hold it; a `WITH` of its own may not be nested).
 pub fn checkable(sql: &str) -> bool {
-    let upper = sql.trim_start().to_ascii_uppercase();
-    ["INSERT ", "UPDATE ", "DELETE "].iter().any(|verb| upper.starts_with(verb)) && !upper.contains(';')
+    ["INSERT ", "UPDATE ", "DELETE "].iter().any(|verb| begins(sql, verb)) && !sql.contains(';')
 }
 
 /// Whether `sql` changes exactly `rows` rows or fails, whatever the rows in the database: an
@@ -79,22 +92,22 @@ pub fn checkable(sql: &str) -> bool {
 /// kassa's has a `BEFORE INSERT` trigger or a rule that could skip a row; `tests/api/commit_flight.rs`
 /// keeps it so.) Its count needs no check.
 fn always_changes(sql: &str, rows: u64) -> bool {
-    if !foldable(sql) || sql.to_ascii_uppercase().contains("ON CONFLICT") {
+    if !foldable(sql) || has(sql, "ON CONFLICT") {
         return false;
     }
-    let Some(values) = sql.to_ascii_uppercase().find(" VALUES ") else { return false };
+    let Some(values) = find_word(sql, " VALUES ") else { return false };
     // Top-level tuples after VALUES, literals skipped.
     let (mut tuples, mut depth, mut quoted) = (0_u64, 0_u32, false);
-    for c in sql[values..].chars() {
-        match c {
-            '\'' => quoted = !quoted,
-            '(' if !quoted => {
+    for b in sql.as_bytes().iter().skip(values) {
+        match b {
+            b'\'' => quoted = !quoted,
+            b'(' if !quoted => {
                 if depth == 0 {
                     tuples += 1;
                 }
                 depth += 1;
             }
-            ')' if !quoted => depth = depth.saturating_sub(1),
+            b')' if !quoted => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
@@ -103,7 +116,7 @@ fn always_changes(sql: &str, rows: u64) -> bool {
 
 /// `sql` returning a row for each row it changed (`RETURNING 1` unless it returns already).
 fn returning(sql: &str) -> String {
-    if sql.to_ascii_uppercase().contains("RETURNING") { sql.to_string() } else { format!("{sql} RETURNING 1") }
+    if has(sql, "RETURNING") { sql.to_string() } else { format!("{sql} RETURNING 1") }
 }
 
 /// `count`, failing with [`SHORT_SQLSTATE`] unless it is `rows` (the function is called only then).
