@@ -115,11 +115,15 @@ def med(rows, key, sub=None):
     return statistics.median(vals) if vals else None
 def fmt(v, d=0):
     return "—" if v is None else f"{v:.{d}f}"
+def rate(rows, key, count):
+    # A rate the scenario does not measure (no confirm or no notification in any run) reads "—".
+    return med(rows, key) if any(r.get(count) for r in rows) else None
 print("| run | confirms/s | notifications/s | p50 ms | p95 ms | p99 ms | max ms | oversold | peak RSS MB | check | commits/s "
       "| CPU ms/op: server / load gen / PostgreSQL | CPU ceiling/s | DB round trips/op |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name, rows in groups.items():
-    print(f"| {name} (median of {len(rows)}) | {fmt(med(rows,'confirms_per_s'))} | {fmt(med(rows,'notifications_per_s'))} | "
+    print(f"| {name} (median of {len(rows)}) | {fmt(rate(rows,'confirms_per_s','confirms'))} | "
+          f"{fmt(rate(rows,'notifications_per_s','notifications_applied'))} | "
           f"{fmt(med(rows,'latency_ms','p50'),1)} | {fmt(med(rows,'latency_ms','p95'),1)} | {fmt(med(rows,'latency_ms','p99'),1)} | "
           f"{fmt(med(rows,'latency_ms','max'),1)} | {max(r.get('oversold',0) for r in rows)} | {fmt(med(rows,'server_peak_rss_mb'),1)} | "
           f"{'clean' if all((r.get('check_violations') or 0) == 0 for r in rows) else 'VIOLATIONS'} | {fmt(med(rows,'commits_per_s'))} | "

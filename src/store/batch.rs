@@ -106,7 +106,7 @@ impl Batch {
                 if i > 0 {
                     sql.push_str(", ");
                 }
-                sql.push_str(&renumber(&group.tuple, args.len()));
+                sql.push_str(&crate::store::sql::renumber(&group.tuple, args.len()));
                 args.extend(row);
             }
             statements.push((sql, args));
@@ -294,49 +294,6 @@ pub async fn together(conn: &mut Conn, run: Vec<(&str, Vec<Arg>)>) -> Result<Vec
     conn.run_all(&run).await
 }
 
-/// Every `$N` in `sql`, in order: where it stands (byte range) and N. A `$` without digits is not
-/// one. The SQL kassa writes has no `$` in literals.
-fn placeholders(sql: &str) -> impl Iterator<Item = (std::ops::Range<usize>, usize)> + '_ {
-    let bytes = sql.as_bytes();
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        while let Some(offset) = bytes.get(at..)?.iter().position(|b| *b == b'$') {
-            let start = at + offset;
-            let digits = bytes[start + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
-            at = start + 1 + digits;
-            if digits > 0 {
-                let n = bytes[start + 1..at]
-                    .iter()
-                    .fold(0_usize, |n, d| n.saturating_mul(10).saturating_add(usize::from(d - b'0')));
-                return Some((start..at, n));
-            }
-        }
-        None
-    })
-}
-
-/// `sql` with each `$N` replaced by what `with` makes of N.
-fn replace_placeholders<E>(
-    sql: &str,
-    mut with: impl FnMut(usize) -> std::result::Result<String, E>,
-) -> std::result::Result<String, E> {
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut copied = 0;
-    for (range, n) in placeholders(sql) {
-        out.push_str(&sql[copied..range.start]);
-        out.push_str(&with(n)?);
-        copied = range.end;
-    }
-    out.push_str(&sql[copied..]);
-    Ok(out)
-}
-
-/// Shifts every `$N` in `sql` by `offset`.
-pub(crate) fn renumber(sql: &str, offset: usize) -> String {
-    let Ok(out) = replace_placeholders::<std::convert::Infallible>(sql, |n| Ok(format!("${}", n + offset)));
-    out
-}
-
 /// Fails on the first statement that did not change the rows it had to.
 fn check(changed: &[u64], expected: Vec<Expected>) -> Result<()> {
     for (n, e) in changed.iter().zip(expected) {
@@ -364,16 +321,6 @@ mod tests {
         assert_eq!(named.first_short(&[1, 1, 0]), Some('b'));
         assert_eq!(named.first_short(&[0, 1, 0]), Some('a'));
         assert_eq!(named.first_short(&[1, 1]), Some('b'));
-    }
-
-    #[test]
-    fn renumbers_parameters() {
-        assert_eq!(
-            renumber("UPDATE t SET a = $1, b = $2 WHERE c = $10", 3),
-            "UPDATE t SET a = $4, b = $5 WHERE c = $13"
-        );
-        assert_eq!(renumber("SELECT 1", 5), "SELECT 1");
-        assert_eq!(renumber("x $ y", 2), "x $ y");
     }
 
     /// Appended rows run after the statements, as one INSERT per table and columns, in the order

@@ -50,7 +50,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::error::Result;
-use engine::pg::{PgPool, PgTx};
+use engine::pg::PgPool;
+use engine::pg_tx::PgTx;
 use engine::sqlite::{Location, NativeConn, Readers};
 use engine::{EngineConfig, group, writer};
 use sql::{Arg, Executor, Output};

@@ -504,9 +504,62 @@ impl<'q, T: FromRow> QueryAs<'q, T> {
     }
 }
 
+/// Every `$N` in `sql`, in order: where it stands (byte range) and N. A `$` without digits is not
+/// one. The SQL kassa writes has no `$` in literals.
+fn placeholders(sql: &str) -> impl Iterator<Item = (std::ops::Range<usize>, usize)> + '_ {
+    let bytes = sql.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while let Some(offset) = bytes.get(at..)?.iter().position(|b| *b == b'$') {
+            let start = at + offset;
+            let digits = bytes[start + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+            at = start + 1 + digits;
+            if digits > 0 {
+                let n = bytes[start + 1..at]
+                    .iter()
+                    .fold(0_usize, |n, d| n.saturating_mul(10).saturating_add(usize::from(d - b'0')));
+                return Some((start..at, n));
+            }
+        }
+        None
+    })
+}
+
+/// `sql` with each `$N` replaced by what `with` makes of N.
+fn replace_placeholders<E>(
+    sql: &str,
+    mut with: impl FnMut(usize) -> std::result::Result<String, E>,
+) -> std::result::Result<String, E> {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut copied = 0;
+    for (range, n) in placeholders(sql) {
+        out.push_str(&sql[copied..range.start]);
+        out.push_str(&with(n)?);
+        copied = range.end;
+    }
+    out.push_str(&sql[copied..]);
+    Ok(out)
+}
+
+/// Shifts every `$N` in `sql` by `offset`.
+pub(crate) fn renumber(sql: &str, offset: usize) -> String {
+    let Ok(out) = replace_placeholders::<std::convert::Infallible>(sql, |n| Ok(format!("${}", n + offset)));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renumbers_parameters() {
+        assert_eq!(
+            renumber("UPDATE t SET a = $1, b = $2 WHERE c = $10", 3),
+            "UPDATE t SET a = $4, b = $5 WHERE c = $13"
+        );
+        assert_eq!(renumber("SELECT 1", 5), "SELECT 1");
+        assert_eq!(renumber("x $ y", 2), "x $ y");
+    }
 
     #[test]
     fn rows_read_by_name_and_position_into_types() {

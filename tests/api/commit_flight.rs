@@ -130,7 +130,7 @@ async fn last_writes(backend: Backend) {
             named.add(&mut batch, update, kassa::args![name("b")], 1, 'b');
             batch.expect(insert, kassa::args![name("i")], 1, "insert i");
             batch.expect(insert, kassa::args![name("j")], 1, "insert j");
-            Ok::<_, Error>(batch.run_named_and_commit(tx, &named).await?)
+            batch.run_named_and_commit(tx, &named).await
         })
         .unwrap();
         assert_eq!(placed, None, "{config:?}");

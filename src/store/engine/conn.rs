@@ -3,7 +3,7 @@
 //! consistent read, on a reader of its own ([`ReadTx`]). `&mut **tx` is a [`Conn`], which the
 //! store's statements run on (`query(…).execute(&mut **tx)`).
 
-use super::pg::PgTx;
+use super::pg_tx::PgTx;
 use super::sqlite::{NativeConn, ReadTx};
 use crate::error::{Error, Result};
 use crate::store::dialect::DbKind;

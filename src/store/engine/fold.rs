@@ -167,7 +167,7 @@ pub fn plan(statements: &[Statement], checks: &[Check], fold: bool) -> Option<Pl
         let mut args = Vec::new();
         let mut checks_here = Vec::new();
         for (column, (sql, values)) in statements[at..at + run].iter().enumerate() {
-            with.push(format!("i{column} AS ({} RETURNING 1)", crate::store::batch::renumber(sql.trim(), args.len())));
+            with.push(format!("i{column} AS ({} RETURNING 1)", crate::store::sql::renumber(sql.trim(), args.len())));
             let count = format!("(SELECT count(*) FROM i{column})");
             counts.push(match check(at + column) {
                 Some(rows) => {

@@ -25,8 +25,6 @@ use futures_util::future::{join_all, join3, try_join_all};
 use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{NoTls, Statement};
 
-pub use super::pg_tx::PgTx;
-
 use super::fold::{Check, SHORT_SQLSTATE, checkable};
 use crate::error::{DbError, Error, Result};
 use crate::store::sql::{Arg, Output, Row, Value};
@@ -188,12 +186,6 @@ impl PgPool {
     /// A connection from the pool.
     pub async fn get(&self) -> Result<PgClient> {
         Ok(PgClient { obj: self.pool.get().await?, flight: self.flight })
-    }
-
-    /// A transaction on a connection of its own, begun with `begin` (sent with its first
-    /// statements).
-    pub async fn begin(&self, begin: &'static str) -> Result<PgTx> {
-        Ok(PgTx::new(self.get().await?, begin))
     }
 
     /// Connections open, and of those idle.

@@ -12,7 +12,7 @@
 
 use futures_util::future::join;
 
-use super::pg::{Flown, Landed, PgClient, round_trip};
+use super::pg::{Flown, Landed, PgClient, PgPool, round_trip};
 use crate::error::{Error, Result};
 use crate::store::sql::{Arg, Output};
 
@@ -57,11 +57,15 @@ enum Sent {
     Short(Vec<usize>),
 }
 
-impl PgTx {
-    pub(super) fn new(client: PgClient, begin: &'static str) -> PgTx {
-        PgTx { client: Some(client), begin, begun: false, committed: false, deferred: Vec::new() }
+impl PgPool {
+    /// A transaction on a connection of its own, begun with `begin` (sent with its first
+    /// statements).
+    pub async fn begin(&self, begin: &'static str) -> Result<PgTx> {
+        Ok(PgTx { client: Some(self.get().await?), begin, begun: false, committed: false, deferred: Vec::new() })
     }
+}
 
+impl PgTx {
     fn client(&self) -> Result<&PgClient> {
         if self.committed {
             return Err(Error::internal("a statement after its transaction committed"));
