@@ -83,7 +83,7 @@ END
 SELECT state, type, event, count(*), round(100.0 * count(*) / sum(count(*)) OVER (), 1) FROM samples GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 15;
 SQL
 
-ops="$(psql_at postgres -At -c "SELECT coalesce(nullif((SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE '%INSERT INTO orders (%'), 0), (SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE 'UPDATE orders SET status = \$1, updated_at = \$2, captured_minor = %'), 0)")"
+ops="$(psql_at postgres -At -c "SELECT coalesce(nullif((SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE '%INSERT INTO orders (%'), 0), (SELECT sum(calls) FROM pg_stat_statements WHERE query LIKE '%UPDATE orders SET status = \$1, updated_at = \$2, captured_minor = %'), 0)")"
 # Read while the load still runs: the statements and WAL (in the postgres database, where the
 # extension is), then the tables (in kassa's).
 psql_at postgres -P pager=off -P footer=off >"$OUT/$name.txt" <<'SQL'
@@ -98,7 +98,7 @@ CREATE TEMP TABLE w AS
 -- The operations: orders placed, else payment attempts marked paid.
 CREATE TEMP TABLE ops AS
   SELECT coalesce(nullif((SELECT sum(calls) FROM s WHERE query LIKE '%INSERT INTO orders (%'), 0),
-                  (SELECT sum(calls) FROM s WHERE query LIKE 'UPDATE orders SET status = $1, updated_at = $2, captured_minor = %'), 0)::numeric AS n,
+                  (SELECT sum(calls) FROM s WHERE query LIKE '%UPDATE orders SET status = $1, updated_at = $2, captured_minor = %'), 0)::numeric AS n,
          CASE WHEN coalesce((SELECT sum(calls) FROM s WHERE query LIKE '%INSERT INTO orders (%'), 0) > 0 THEN 'confirm' ELSE 'notification applied' END AS what;
 \echo '## Per operation'
 SELECT o.what AS "operation", o.n AS "in the window", round(o.n / w.secs) AS "per second",
