@@ -596,9 +596,9 @@ async fn run_check(args: &CommonArgs, keys: &KeysArgs, full: bool) -> ExitCode {
         let db = Db::connect_existing(&url, max, engine).await?;
         let keys_unchecked = vault.is_none() && kassa::store::fulfilment::keys_stored(&db).await?;
         let scope = if full { check::Scope::Full } else { check::since_last_clean(&db).await? };
-        let (violations, through) = check::run_scoped(&db, vault.as_ref(), scope).await?;
+        let (violations, checked) = check::run_scoped(&db, vault.as_ref(), scope).await?;
         if violations.is_empty() {
-            check::record_clean(&db, through).await?;
+            check::record_clean(&db, checked).await?;
         }
         anyhow::Ok((violations, keys_unchecked, scope))
     }

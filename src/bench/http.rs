@@ -620,9 +620,9 @@ pub(super) async fn finish(args: &BenchArgs, server: &Server, mut report: Report
                 // What the run changed, beside what a clean run before it read.
                 let db = Db::connect(url, 4).await?;
                 let scope = kassa::store::check::since_last_clean(&db).await?;
-                let (violations, through) = kassa::store::check::run_scoped(&db, None, scope).await?;
+                let (violations, checked) = kassa::store::check::run_scoped(&db, None, scope).await?;
                 if violations.is_empty() {
-                    kassa::store::check::record_clean(&db, through).await?;
+                    kassa::store::check::record_clean(&db, checked).await?;
                 }
                 db.close().await;
                 violations.len()

@@ -592,6 +592,15 @@ pub async fn run(args: &SeedArgs) -> anyhow::Result<Seeded> {
         vec![t(kassa::store::check::CHECKED_THROUGH)],
     )];
     sink.run(&through).await?;
+    if generator.vault.is_some() {
+        // Its card keys were sealed with the secret given: a later `kassa check` given it
+        // decrypts the keys made after the history.
+        sink.run(&[(
+            "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            vec![t(kassa::store::check_keys::KEYS_CHECKED_FROM), t(now.to_string())],
+        )])
+        .await?;
+    }
     if let Sink::Postgres(client) = &sink {
         // What autovacuum does within minutes of such a change in a live shop: the planner's
         // statistics, so that what runs next is planned for the history it finds.

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use crate::domain::OrderStatus;
 use crate::domain::status::{replay_attempt_log, replay_order_log, replay_refund_log};
 use crate::error::Result;
-use crate::store::{Db, col, fulfilment};
+use crate::store::{Db, col};
 use crate::vault::Vault;
 
 /// `(from, to)` status pairs of one entity, oldest first.
@@ -90,9 +90,6 @@ pub const CHECKED_THROUGH: &str = "check_clean_through";
 /// Most rows of one kind of violation listed one by one; past it a count says how many more.
 const LISTED_MAX: i64 = 1_000;
 
-/// Most unreadable keys listed one by one; past it the count says how many more.
-const UNREADABLE_LISTED_MAX: usize = 1_000;
-
 /// Runs every check that needs no keys secret on every row and returns all violations found.
 pub async fn run(db: &Db) -> Result<Vec<Violation>> {
     run_with(db, None).await
@@ -114,39 +111,35 @@ pub async fn since_last_clean(db: &Db) -> Result<Scope> {
     Ok(through.and_then(|v| v.parse().ok()).map_or(Scope::Full, Scope::Since))
 }
 
-/// Records that every row up to status-log id `through` was found consistent, for the next
-/// run [`since_last_clean`].
-pub async fn record_clean(db: &Db, through: i64) -> Result<()> {
-    super::settings::set(db, CHECKED_THROUGH, Some(&through.to_string())).await
+/// Records that every row up to status-log id `checked.through` was found consistent (and
+/// every card key read decrypted), for the next run [`since_last_clean`].
+pub async fn record_clean(db: &Db, checked: Checked) -> Result<()> {
+    if let Some(keys) = checked.keys {
+        super::check_keys::record_clean(db, keys).await?;
+    }
+    super::settings::set(db, CHECKED_THROUGH, Some(&checked.through.to_string())).await
 }
 
-/// Runs the checks on `scope`; returns the violations and the last status-log id the snapshot
-/// held (what a clean run covered).
-pub async fn run_scoped(db: &Db, vault: Option<&Vault>, scope: Scope) -> Result<(Vec<Violation>, i64)> {
+/// What a clean run read, for [`record_clean`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// The last status-log id the snapshot held.
+    pub through: i64,
+    /// The card keys' reading, when a keys secret was given.
+    pub keys: Option<super::check_keys::KeysRead>,
+}
+
+/// Runs the checks on `scope`; returns the violations and what was read (what a clean run
+/// covered).
+pub async fn run_scoped(db: &Db, vault: Option<&Vault>, scope: Scope) -> Result<(Vec<Violation>, Checked)> {
     let (mut out, through) = run_snapshot(db, scope).await?;
+    let mut keys = None;
     if let Some(vault) = vault {
-        if fulfilment::keys_check_matches(db, vault).await? == Some(false) {
-            out.push(Violation {
-                invariant: "I9",
-                detail: "the keys secret given does not match the check value stored with the keys".into(),
-            });
-        }
-        let unreadable = fulfilment::unreadable_keys(db, vault, UNREADABLE_LISTED_MAX + 1).await?;
-        for (id, sku, order_no) in unreadable.iter().take(UNREADABLE_LISTED_MAX) {
-            let whose = order_no.as_deref().map_or("unsold".to_string(), |o| format!("delivered to order {o}"));
-            out.push(Violation {
-                invariant: "I9",
-                detail: format!("key {id} of sku {sku} ({whose}) does not decrypt under the keys secret"),
-            });
-        }
-        if unreadable.len() > UNREADABLE_LISTED_MAX {
-            out.push(Violation {
-                invariant: "I9",
-                detail: "more keys do not decrypt; only the first are listed".into(),
-            });
-        }
+        let (found, read) = super::check_keys::check(db, vault, scope).await?;
+        out.extend(found);
+        keys = Some(read);
     }
-    Ok((out, through))
+    Ok((out, Checked { through, keys }))
 }
 
 async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {

@@ -47,7 +47,7 @@ pub async fn verify_keys_secret(db: &Db, vault: &Vault) -> Result<()> {
     if let Some(stored) = stored_check(db).await? {
         return if vault.matches_check(&stored) { Ok(()) } else { Err(secret_mismatch("its check value differs")) };
     }
-    let unreadable = unreadable_keys(db, vault, 1).await?;
+    let unreadable = unreadable_keys(db, vault, 1, "").await?;
     if !unreadable.is_empty() {
         return Err(secret_mismatch("a stored key does not decrypt under it"));
     }
@@ -82,10 +82,15 @@ async fn stored_check(db: &Db) -> Result<Option<String>> {
 }
 
 /// Stored keys that do not decrypt under `vault` (id, SKU, order if delivered), at most `limit`.
-/// Reads every key, a page at a time.
-pub async fn unreadable_keys(db: &Db, vault: &Vault, limit: usize) -> Result<Vec<(String, String, Option<String>)>> {
+/// Reads every key whose id sorts after `after` (`""`: every key), a page at a time.
+pub async fn unreadable_keys(
+    db: &Db,
+    vault: &Vault,
+    limit: usize,
+    after: &str,
+) -> Result<Vec<(String, String, Option<String>)>> {
     let mut found = Vec::new();
-    let mut after = String::new();
+    let mut after = after.to_string();
     loop {
         let rows =
             sql::query("SELECT id, sku, order_no, nonce, ciphertext FROM card_keys WHERE id > $1 ORDER BY id LIMIT $2")

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod check;
 mod check_buyer;
 mod check_cases;
+pub mod check_keys;
 mod check_promotions;
 pub mod checkout;
 pub mod dialect;

@@ -144,7 +144,6 @@ pub(super) async fn apply_success(
                     Also::default(),
                 )?;
             }
-            add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
             // `-> paid` in the same batch, with the order's capture in the same statement: what
             // its outbox messages carry is known here, and the lines serve the fulfilment after.
             let lines = &s.parts.lines;
@@ -173,8 +172,10 @@ pub(super) async fn apply_success(
             if let Some(id) = cause.notification_id {
                 add_notification_outcome(&mut batch, id, "applied", order_no);
             }
-            // With the commit on PostgreSQL: the stock rows it sells are locked for no round trip
-            // of their own (physical goods; the keys' reads send it first).
+            // The sale last, with the commit on PostgreSQL: a stock row every buyer's payment
+            // sells (a flash sale) is held only for the commit's flush, for no statement or round
+            // trip of the payment's own (physical goods; the keys' reads send the batch first).
+            add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
             batch.run_checked_by_commit(tx).await?;
             fulfilment::deliver_keys(tx, order_no, lines, cause).await?;
             Ok(Some(PAID))

@@ -210,11 +210,12 @@ async fn a_check_reads_what_changed_since_the_last_clean_one(backend: Backend) {
     t.settle().await;
     let db = &t.app.state.db;
     assert_eq!(check::since_last_clean(db).await.unwrap(), Scope::Full, "no clean run yet");
-    let (violations, through) = check::run_scoped(db, None, Scope::Full).await.unwrap();
+    let (violations, checked) = check::run_scoped(db, None, Scope::Full).await.unwrap();
     assert!(violations.is_empty(), "{violations:?}");
-    check::record_clean(db, through).await.unwrap();
+    assert_eq!(checked.keys, None, "no keys secret given: no key read");
+    check::record_clean(db, checked).await.unwrap();
     let since = check::since_last_clean(db).await.unwrap();
-    assert_eq!(since, Scope::Since(through));
+    assert_eq!(since, Scope::Since(checked.through));
 
     let break_capture = |order_no: String| async move {
         db.write_one(move || {
@@ -239,3 +240,86 @@ async fn a_check_reads_what_changed_since_the_last_clean_one(backend: Backend) {
 }
 
 on_both!(a_check_reads_what_changed_since_the_last_clean_one, a_check_reads_what_changed_since_the_last_clean_one);
+
+/// A check that reads what changed decrypts the card keys made since the last clean run that
+/// decrypted keys began (less an hour's margin); a full run, or one after no such run, decrypts
+/// every key.
+async fn a_check_decrypts_the_keys_made_since_the_last_clean_one(backend: Backend) {
+    use kassa::store::check::{self, Scope};
+    use kassa::store::check_keys::KEYS_CHECKED_FROM;
+    use kassa::store::sql;
+    let t = crate::common::TestApp::spawn(backend).await;
+    let (status, body) = t
+        .admin_post(
+            "/api/v1/admin/skus",
+            serde_json::json!({"sku": "GAME", "name": "Key", "price_minor": 100, "currency": "CNY", "kind": "digital"}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    let (status, body) = t.admin_post("/api/v1/admin/skus/GAME/keys", serde_json::json!({"keys": ["A", "B"]})).await;
+    assert!(status.is_success(), "{body}");
+    let db = &t.app.state.db;
+    let vault = kassa::vault::Vault::from_hex(KEYS_SECRET).unwrap();
+    let i9 = |v: &[check::Violation]| v.iter().filter(|v| v.invariant == "I9").count();
+
+    // No clean run decrypted keys: a run that reads what changed decrypts them all.
+    let (v, checked) = check::run_scoped(db, None, Scope::Full).await.unwrap();
+    assert!(v.is_empty(), "{v:?}");
+    check::record_clean(db, checked).await.unwrap();
+    let since = check::since_last_clean(db).await.unwrap();
+    let broken: String =
+        sql::query_scalar("SELECT id FROM card_keys ORDER BY id LIMIT 1").fetch_one(db.read_pool()).await.unwrap();
+    let good: Vec<u8> = sql::query_scalar("SELECT ciphertext FROM card_keys WHERE id = $1")
+        .bind(&broken)
+        .fetch_one(db.read_pool())
+        .await
+        .unwrap();
+    let set_ciphertext = |ct: Vec<u8>| {
+        let id = broken.clone();
+        async move {
+            sql::query("UPDATE card_keys SET ciphertext = $1 WHERE id = $2")
+                .bind(ct)
+                .bind(id)
+                .execute(db.read_pool())
+                .await
+                .unwrap();
+        }
+    };
+    set_ciphertext(vec![0; good.len()]).await;
+    let (v, _) = check::run_scoped(db, Some(&vault), since).await.unwrap();
+    assert_eq!(i9(&v), 1, "no run had decrypted the keys: {v:?}");
+    set_ciphertext(good.clone()).await;
+
+    // A clean run with the secret records when it began.
+    let (v, checked) = check::run_scoped(db, Some(&vault), since).await.unwrap();
+    assert!(v.is_empty(), "{v:?}");
+    let began = checked.keys.expect("keys read").began_at;
+    check::record_clean(db, checked).await.unwrap();
+    let recorded: String = sql::query_scalar("SELECT value FROM settings WHERE name = $1")
+        .bind(KEYS_CHECKED_FROM)
+        .fetch_one(db.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(recorded, began.to_string());
+    set_ciphertext(vec![0; good.len()]).await;
+    // Made within the margin before that run began: read again.
+    let (v, _) = check::run_scoped(db, Some(&vault), since).await.unwrap();
+    assert_eq!(i9(&v), 1, "{v:?}");
+    // As though the clean run had begun two hours after the keys were made: not read, but a
+    // full run reads it.
+    sql::query("UPDATE settings SET value = $1 WHERE name = $2")
+        .bind((began + 2 * 3_600_000).to_string())
+        .bind(KEYS_CHECKED_FROM)
+        .execute(db.read_pool())
+        .await
+        .unwrap();
+    let (v, _) = check::run_scoped(db, Some(&vault), since).await.unwrap();
+    assert_eq!(i9(&v), 0, "{v:?}");
+    let (v, _) = check::run_scoped(db, Some(&vault), Scope::Full).await.unwrap();
+    assert!(v.iter().any(|v| v.invariant == "I9" && v.detail.contains(&broken)), "{v:?}");
+}
+
+on_both!(
+    a_check_decrypts_the_keys_made_since_the_last_clean_one,
+    a_check_decrypts_the_keys_made_since_the_last_clean_one
+);
