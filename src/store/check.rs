@@ -4,9 +4,10 @@
 //!
 //! A full run reads every row. A run [`Scope::Since`] a clean run reads what changed after it: the
 //! orders with a status change logged since (and their lines, reservations, payments, refunds,
-//! notifications, keys, messages and logs), beside what is shared and bounded (each SKU's held
-//! stock, the buyers' open-order counts, unsold keys) — so its time follows the shop's recent
-//! activity, not its history. What only a full run looks at: the units each SKU sold against every
+//! notifications, keys, messages and logs, each joined to the changed orders by index), beside
+//! what is shared and bounded (each SKU's held stock, the open-order counts of the sessions with
+//! an order awaiting payment, unsold keys) — so its time follows the shop's recent activity, not
+//! its history. What only a full run looks at: the units each SKU sold against every
 //! consumed reservation, rows whose parent is gone that no changed order names, and a gateway event
 //! id stored twice (the database's unique index refuses it anyway).
 
@@ -35,10 +36,12 @@ impl std::fmt::Display for Violation {
 }
 
 /// Every row of a checkout whose parent is missing: what it is, its key, and the parent it names;
-/// `$1` the scope (see [`changed`]).
+/// `$1` the scope (see [`in_scope`]).
 const REFERENCES_SQL: &str = "\
     SELECT 'basket' AS row_kind, b.id AS id, 'session' AS parent, b.session_id AS missing FROM baskets b \
-      WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = b.session_id) AND (b.status = 'open' OR {b}) \
+      WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = b.session_id) AND b.status = 'open' \
+    UNION ALL SELECT 'basket', b.id, 'session', b.session_id FROM baskets b \
+      WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = b.session_id) AND b.status <> 'open' AND {b} \
     UNION ALL SELECT 'basket line', l.basket_id || '/' || l.sku, 'basket', l.basket_id FROM basket_lines l \
       WHERE NOT EXISTS (SELECT 1 FROM baskets b WHERE b.id = l.basket_id) AND $1 IS NULL \
     UNION ALL SELECT 'basket line', l.basket_id || '/' || l.sku, 'sku', l.sku FROM basket_lines l \
@@ -70,7 +73,7 @@ pub enum Scope {
 
 impl Scope {
     /// The value of the scope's parameter: the log id changes are read after, or NULL (all).
-    fn arg(self) -> Option<i64> {
+    pub(super) fn arg(self) -> Option<i64> {
         match self {
             Scope::Full => None,
             Scope::Since(id) => Some(id),
@@ -78,10 +81,17 @@ impl Scope {
     }
 }
 
-/// `col` names an order in scope: parameter `$n` is NULL (a full run) or the status-log id after
-/// which the order had a change logged.
-fn changed(col: &str, n: usize) -> String {
-    format!("(CAST(${n} AS BIGINT) IS NULL OR {col} IN (SELECT sc.order_no FROM status_events sc WHERE sc.id > ${n}))")
+/// `col` names an order in scope: on a full run (parameter `$n` NULL) every order; otherwise one
+/// with a change logged after status-log id `$n`. A condition of its own rather than an `OR` of
+/// the two, so that the database joins the few changed orders to their rows by index (an `IN`
+/// under an `OR` is tested on every row of the table).
+pub(super) fn in_scope(scope: Scope, col: &str, n: usize) -> String {
+    match scope {
+        Scope::Full => format!("CAST(${n} AS BIGINT) IS NULL"),
+        Scope::Since(_) => {
+            format!("{col} IN (SELECT sc.order_no FROM status_events sc WHERE sc.id > CAST(${n} AS BIGINT))")
+        }
+    }
 }
 
 /// The setting that holds the last status-log id a clean run had read.
@@ -149,6 +159,7 @@ async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
     let through: i64 =
         sql::query_scalar("SELECT CAST(COALESCE(MAX(id), 0) AS BIGINT) FROM status_events").fetch_one(&mut *tx).await?;
     let since = scope.arg();
+    let changed = |col: &str, n: usize| in_scope(scope, col, n);
 
     // refs: the rows of a checkout name parents that exist. Foreign keys keep them (migration
     // 0010), unless someone switched them off for a hand-made repair; the checks below join
@@ -193,12 +204,23 @@ async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
     }
 
     // open orders: each buyer session's count of its orders awaiting payment (what the
-    // open-orders limit reads) equals those orders.
-    let rows = sql::query(
+    // open-orders limit reads) equals those orders; beyond a full run, the sessions of the orders
+    // awaiting payment and of the changed ones (an order moves its session's count as it is
+    // placed and as it leaves `pending_payment`, both logged).
+    let sessions = match scope {
+        Scope::Full => "CAST($1 AS BIGINT) IS NULL".to_string(),
+        Scope::Since(_) => format!(
+            "s.id IN (SELECT p.session_id FROM orders p WHERE p.status = 'pending_payment' \
+             UNION SELECT c.session_id FROM orders c WHERE {})",
+            changed("c.order_no", 1)
+        ),
+    };
+    let rows = sql::query(&format!(
         "SELECT s.id, s.open_orders, CAST(COUNT(o.order_no) AS BIGINT) AS pending FROM sessions s \
-         LEFT JOIN orders o ON o.session_id = s.id AND o.status = 'pending_payment' \
-         GROUP BY s.id, s.open_orders HAVING s.open_orders <> COUNT(o.order_no) ORDER BY s.id",
-    )
+         LEFT JOIN orders o ON o.session_id = s.id AND o.status = 'pending_payment' WHERE {sessions} \
+         GROUP BY s.id, s.open_orders HAVING s.open_orders <> COUNT(o.order_no) ORDER BY s.id"
+    ))
+    .bind(since)
     .fetch_all(&mut *tx)
     .await?;
     for r in &rows {
@@ -287,11 +309,18 @@ async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
         "SELECT t.* FROM (SELECT n.id, n.received_at, n.gateway, n.claimed_event_id, n.status, \
            CAST((SELECT COUNT(*) FROM status_events e WHERE e.notification_id = n.id AND e.entity IN ('attempt', 'refund')) AS BIGINT) AS own_events, \
            CAST((SELECT COUNT(*) FROM status_events e WHERE e.notification_id = n.id AND e.entity = 'order') AS BIGINT) AS order_events \
-         FROM notifications n WHERE {} OR n.id IN (SELECT sn.notification_id FROM status_events sn WHERE sn.id > $1)) t \
+         FROM notifications n WHERE {}) t \
          WHERE NOT (t.status = 'applied' AND t.own_events = 1 AND t.order_events <= 1) \
          AND NOT (t.status <> 'applied' AND t.status <> 'received' AND t.own_events = 0 AND t.order_events = 0) \
          ORDER BY t.received_at, t.id",
-        changed("n.order_no", 1)
+        match scope {
+            Scope::Full => changed("n.order_no", 1),
+            Scope::Since(_) => format!(
+                "n.id IN (SELECT nc.id FROM notifications nc WHERE {} \
+                 UNION SELECT sn.notification_id FROM status_events sn WHERE sn.id > CAST($1 AS BIGINT))",
+                changed("nc.order_no", 1)
+            ),
+        }
     ))
     .bind(since)
     .fetch_all(&mut *tx)
@@ -358,119 +387,8 @@ async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
         }
     }
 
-    // I4 money: a paid order captured exactly its total; each attempt's refunds (not failed) stay
-    // within what it captured; every capture is tied to a gateway event.
-    let rows = sql::query(&format!(
-        "SELECT order_no, status, total_minor, currency, captured_minor, captured_currency FROM orders \
-         WHERE status IN ('paid', 'delivered', 'refunding', 'refunded', 'paid_after_expiry') AND {} \
-         AND (captured_minor IS NULL OR captured_minor <> total_minor OR captured_currency IS NULL \
-           OR captured_currency <> currency) ORDER BY order_no",
-        changed("order_no", 1)
-    ))
-    .bind(since)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in &rows {
-        let (order_no, total, currency): (String, i64, String) =
-            (col(r, "order_no")?, col(r, "total_minor")?, col(r, "currency")?);
-        let (captured, captured_currency): (Option<i64>, Option<String>) =
-            (col(r, "captured_minor")?, col(r, "captured_currency")?);
-        if captured != Some(total) || captured_currency.as_deref() != Some(currency.as_str()) {
-            add(
-                "I4",
-                format!("order {order_no} totals {total} {currency} but captured {captured:?} {captured_currency:?}"),
-            );
-        }
-    }
-    let rows = sql::query(&format!(
-        "SELECT a.attempt_ref, a.captured_minor, \
-           CAST(COALESCE((SELECT SUM(r.amount_minor) FROM refunds r WHERE r.order_no = a.order_no \
-             AND r.attempt_ref = a.attempt_ref AND r.status <> 'failed'), 0) AS BIGINT) AS refunded, \
-           CAST(COALESCE((SELECT SUM(c.amount_minor) FROM second_captures c WHERE c.attempt_ref = a.attempt_ref), 0) AS BIGINT) AS again \
-         FROM payment_attempts a WHERE a.attempt_ref IN (SELECT r.attempt_ref FROM refunds r WHERE {}) \
-         ORDER BY a.attempt_ref",
-        changed("r.order_no", 1)
-    ))
-    .bind(since)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in &rows {
-        let (attempt_ref, captured, refunded, again): (String, Option<i64>, i64, i64) =
-            (col(r, "attempt_ref")?, col(r, "captured_minor")?, col(r, "refunded")?, col(r, "again")?);
-        // What the attempt captured: its payment and any second capture the gateway made on it.
-        let captured = captured.map(|c| c + again);
-        if refunded > captured.unwrap_or(0) {
-            add(
-                "I4",
-                format!("attempt {attempt_ref}: refunds total {refunded} but {} was captured", captured.unwrap_or(0)),
-            );
-        }
-    }
-    let rows = sql::query(&format!(
-        "SELECT a.attempt_ref FROM payment_attempts a WHERE a.status = 'succeeded' AND {} \
-         AND NOT (a.gateway = $1 AND a.captured_minor = 0) AND NOT EXISTS \
-         (SELECT 1 FROM status_events e JOIN notifications n ON n.id = e.notification_id \
-          WHERE e.entity = 'attempt' AND e.entity_id = a.attempt_ref AND e.to_status = 'succeeded' AND n.status = 'applied') \
-         ORDER BY a.attempt_ref",
-        changed("a.order_no", 2)
-    ))
-    .bind(crate::domain::checkout::FREE_GATEWAY)
-    .bind(since)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in &rows {
-        let attempt_ref: String = col(r, "attempt_ref")?;
-        add("I4", format!("attempt {attempt_ref} succeeded without an applied gateway event"));
-    }
-    // Every gateway transaction that took money is one payment or one second capture, and a
-    // second capture is on a succeeded attempt of its order, with its refund returning it.
-    let rows = sql::query(&format!(
-        "SELECT gateway, gateway_txn_id FROM (SELECT gateway, gateway_txn_id FROM payment_attempts \
-           WHERE status = 'succeeded' AND gateway_txn_id IS NOT NULL \
-           UNION ALL SELECT gateway, gateway_txn_id FROM second_captures) t \
-         WHERE $1 IS NULL OR t.gateway_txn_id IN (SELECT c.gateway_txn_id FROM payment_attempts c WHERE {} \
-           AND c.gateway_txn_id IS NOT NULL UNION SELECT d.gateway_txn_id FROM second_captures d WHERE {}) \
-         GROUP BY gateway, gateway_txn_id HAVING COUNT(*) > 1 ORDER BY gateway, gateway_txn_id",
-        changed("c.order_no", 1),
-        changed("d.order_no", 1)
-    ))
-    .bind(since)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in &rows {
-        let (gateway, txn): (String, String) = (col(r, "gateway")?, col(r, "gateway_txn_id")?);
-        add("I4", format!("{gateway} transaction {txn} is recorded as more than one payment"));
-    }
-    let rows = sql::query(&format!(
-        "SELECT c.gateway_txn_id FROM second_captures c JOIN payment_attempts a ON a.attempt_ref = c.attempt_ref \
-         JOIN refunds r ON r.refund_no = c.refund_no \
-         WHERE (a.status <> 'succeeded' OR a.order_no <> c.order_no OR a.gateway <> c.gateway \
-           OR r.attempt_ref <> c.attempt_ref OR r.amount_minor <> c.amount_minor OR r.kind <> 'duplicate_payment' \
-           OR r.gateway_txn_id IS NULL OR r.gateway_txn_id <> c.gateway_txn_id) AND {} \
-         ORDER BY c.gateway_txn_id",
-        changed("c.order_no", 1)
-    ))
-    .bind(since)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in &rows {
-        let txn: String = col(r, "gateway_txn_id")?;
-        add("I4", format!("second capture {txn} is not on a paid attempt of its order, returned by its refund"));
-    }
-
-    // A zero-total order is completed without a gateway: its attempt moves no money.
-    let rows = sql::query(&format!(
-        "SELECT attempt_ref, amount_minor, captured_minor FROM payment_attempts \
-         WHERE gateway = $1 AND (amount_minor <> 0 OR COALESCE(captured_minor, 0) <> 0) AND {} ORDER BY attempt_ref",
-        changed("order_no", 2)
-    ))
-    .bind(crate::domain::checkout::FREE_GATEWAY)
-    .bind(since)
-    .fetch_all(&mut *tx)
-    .await?;
-    for r in &rows {
-        let attempt_ref: String = col(r, "attempt_ref")?;
-        add("I4", format!("attempt {attempt_ref} was completed without a gateway but is not for zero"));
+    for (invariant, detail) in super::check_money::check(&mut tx, scope).await? {
+        add(invariant, detail);
     }
 
     // I8 effects: no fulfilment or "paid" message for an order that was never paid; at most one

@@ -10,6 +10,7 @@ pub mod check;
 mod check_buyer;
 mod check_cases;
 pub mod check_keys;
+mod check_money;
 mod check_promotions;
 pub mod checkout;
 pub mod dialect;
