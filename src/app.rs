@@ -28,7 +28,7 @@ use crate::workers::retention::Retainer;
 use crate::workers::run_every;
 use crate::workers::sweeper::Sweeper;
 
-/// Interval of the monitor (gauges, stuck-order alerts, alert pushes).
+/// Interval of the monitor (the sweeper's lag, stuck-order alerts, alert pushes).
 const MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 /// Interval of the refund sender.
 const REFUND_INTERVAL: Duration = Duration::from_millis(1_000);

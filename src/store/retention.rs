@@ -36,6 +36,13 @@ pub const MESSAGES_PRUNED_BEFORE: &str = "messages_pruned_before";
 pub const PRUNE_BATCH: i64 = 500;
 /// Transactions per kind in one pass; what is left waits for the next pass.
 pub const PRUNE_ROUNDS_MAX: usize = 20;
+/// Buyer sessions looked at in one round of pruning sessions, oldest first from where the last
+/// round stopped: what a round reads stays the same however many sessions a long history kept
+/// (those with orders stay, and are looked at again only once the walk reaches the idle cutoff
+/// and starts over).
+pub const SESSIONS_SCAN_MAX: i64 = 20_000;
+/// The setting that holds the creation time the walk over buyer sessions has reached.
+pub const SESSIONS_WALKED_THROUGH: &str = "retention_sessions_walked_through";
 /// Sign-in failure counts are forgotten this long after their window started (and any lockout ended).
 const SIGNIN_FAILURES_KEPT_MS: Millis = 24 * 3600 * 1000;
 
@@ -75,7 +82,7 @@ pub async fn prune(db: &Db, retention: Retention, now: Millis) -> Result<Pruned>
     let baskets = rounds(|| prune_baskets(db, idle_before)).await?;
     Ok(Pruned {
         baskets,
-        sessions: rounds(|| prune_sessions(db, idle_before)).await?,
+        sessions: prune_sessions(db, idle_before).await?,
         notification_bodies: rounds(|| {
             prune_notification_bodies(db, now.saturating_sub(retention.notification_body_ms), now)
         })
@@ -131,19 +138,69 @@ async fn prune_baskets(db: &Db, idle_before: Millis) -> Result<u64> {
     })
 }
 
-/// Buyer sessions created before `idle_before` that have no order and no basket left.
+/// Buyer sessions created before `idle_before` that have no order and no basket left, looked at
+/// [`SESSIONS_SCAN_MAX`] at a time from where the walk stopped, for at most [`PRUNE_ROUNDS_MAX`]
+/// rounds.
 async fn prune_sessions(db: &Db, idle_before: Millis) -> Result<u64> {
+    let mut total = 0;
+    for _ in 0..PRUNE_ROUNDS_MAX {
+        let (n, walked_on) = prune_sessions_round(db, idle_before).await?;
+        total += n;
+        if !walked_on {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// One round of [`prune_sessions`]: the pruned count, and whether sessions are left to look at.
+async fn prune_sessions_round(db: &Db, idle_before: Millis) -> Result<(u64, bool)> {
     crate::write_tx!(db, |tx| {
-        let done = sql::query(
-            "DELETE FROM sessions WHERE id IN (SELECT s.id FROM sessions s WHERE s.created_at < $1 \
-             AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.session_id = s.id) \
-             AND NOT EXISTS (SELECT 1 FROM baskets b WHERE b.session_id = s.id) ORDER BY s.created_at LIMIT $2)",
+        let after: Millis = sql::query_scalar::<String>("SELECT value FROM settings WHERE name = $1")
+            .bind(SESSIONS_WALKED_THROUGH)
+            .fetch_optional(&mut **tx)
+            .await?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(Millis::MIN);
+        // The round's last session (by the creation-time index), or none: the walk reaches the cutoff.
+        let last: Option<Millis> = sql::query_scalar(
+            "SELECT created_at FROM sessions WHERE created_at > $1 AND created_at < $2 ORDER BY created_at LIMIT 1 OFFSET $3",
         )
+        .bind(after)
         .bind(idle_before)
+        .bind(SESSIONS_SCAN_MAX - 1)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let through = last.unwrap_or(idle_before - 1);
+        // A frozen basket has its order; an open one is read by its status's index.
+        let pruned: Vec<Millis> = sql::query_scalar(
+            "DELETE FROM sessions WHERE id IN (SELECT s.id FROM sessions s WHERE s.created_at > $1 AND s.created_at <= $2 \
+             AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.session_id = s.id) \
+             AND NOT EXISTS (SELECT 1 FROM baskets b WHERE b.session_id = s.id AND b.status = 'open') \
+             ORDER BY s.created_at LIMIT $3) RETURNING created_at",
+        )
+        .bind(after)
+        .bind(through)
         .bind(PRUNE_BATCH)
+        .fetch_all(&mut **tx)
+        .await?;
+        let n = pruned.len() as u64;
+        // A full batch may leave prunable sessions of the round: the walk goes on from the last
+        // one pruned. Past the cutoff it starts over (sessions that have since lost their last
+        // basket are looked at again).
+        let walked = match (n == PRUNE_BATCH.unsigned_abs(), last) {
+            (true, _) => pruned.iter().copied().max(),
+            (false, Some(last)) => Some(last),
+            (false, None) => None,
+        };
+        sql::query(
+            "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        )
+        .bind(SESSIONS_WALKED_THROUGH)
+        .bind(walked.map_or_else(|| Millis::MIN.to_string(), |w| w.to_string()))
         .execute(&mut **tx)
         .await?;
-        Ok(done.rows_affected())
+        Ok((n, walked.is_some()))
     })
 }
 

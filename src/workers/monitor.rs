@@ -1,4 +1,5 @@
-//! The monitor: keeps the operational gauges current, raises the alerts that come from looking
+//! The monitor: keeps the sweeper's lag gauge current (the database's gauges are read at each
+//! scrape of `/metrics`, and only then: counting a long history's orders is not free), raises the alerts that come from looking
 //! at the whole database (orders stuck past their hold, attempts in `unknown`, a sweeper falling
 //! behind), and pushes new or repeated alerts to the alert webhook when one is configured.
 
@@ -58,7 +59,6 @@ impl Monitor {
     pub async fn step(&self) -> Result<MonitorReport> {
         let now = self.clock.now_ms();
         let mut report = MonitorReport::default();
-        crate::store::gauges::refresh(&self.db, self.webhook_configured).await?;
         report.sweeper_lag_ms = monitor::oldest_due(&self.db, now).await?.map(|t| now - t).unwrap_or(0);
         // Seconds for Prometheus; whole seconds avoid float arithmetic (not money, but the rule is simple).
         metrics::gauge!("kassa_sweeper_lag_seconds").set((report.sweeper_lag_ms / 1000) as f64);

@@ -502,6 +502,54 @@ async fn retention_prunes_only_what_nothing_needs(backend: Backend) {
 }
 on_both!(retention, retention_prunes_only_what_nothing_needs);
 
+/// Sessions are pruned by a walk over them oldest first, a bounded round at a time: more than a
+/// batch of idle sessions behind sessions with orders all go in one pass, the walk starts over
+/// once it reaches the idle cutoff, and a session that has lost its basket since is pruned by
+/// the next walk.
+async fn retention_walks_the_sessions(backend: Backend) {
+    use kassa::clock::Clock as _;
+    use kassa::store::retention::{PRUNE_BATCH, SESSIONS_WALKED_THROUGH};
+    let t = TestApp::spawn_with(backend, Opts { manual_clock: true, ..Opts::default() }).await;
+    let clock = t.clock.clone().unwrap();
+    t.create_sku("MUG", "Mug", 100, 50).await;
+    let (_, _order_no, _) = t.pending_order(&[("MUG", 1)]).await;
+    let db = &t.app.state.db;
+    let idle = PRUNE_BATCH * 2 + 7;
+    let created = clock.now_ms() + 1;
+    for i in 0..idle {
+        sql::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ($1, $2, 'c', $3)")
+            .bind(format!("idle-{i:05}"))
+            .bind(format!("hash-{i:05}"))
+            .bind(created + i)
+            .execute(db.read_pool())
+            .await
+            .unwrap();
+    }
+    let shopper = t.buyer().await;
+    t.basket(&shopper, &[("MUG", 1)]).await;
+    let walked = || async {
+        sql::query_scalar::<String>("SELECT value FROM settings WHERE name = $1")
+            .bind(SESSIONS_WALKED_THROUGH)
+            .fetch_one(db.read_pool())
+            .await
+            .unwrap()
+    };
+    clock.advance_ms(31 * 24 * 3600 * 1000);
+    // The shopper's basket is touched just before the pass: it stays, and so does its session.
+    sql::query("UPDATE baskets SET updated_at = $1").bind(clock.now_ms()).execute(db.read_pool()).await.unwrap();
+    let pruned = t.app.retainer.step().await.unwrap();
+    assert_eq!(pruned.sessions, u64::try_from(idle).unwrap(), "{pruned:?}");
+    assert_eq!(walked().await, i64::MIN.to_string(), "the walk reached the cutoff: it starts over");
+    assert_eq!(t.count("SELECT COUNT(*) FROM sessions").await, 2, "the order's and the shopper's");
+    clock.advance_ms(31 * 24 * 3600 * 1000);
+    let pruned = t.app.retainer.step().await.unwrap();
+    assert_eq!((pruned.baskets, pruned.sessions), (1, 1), "{pruned:?}");
+    assert_eq!(t.count("SELECT COUNT(*) FROM sessions").await, 1, "the session with an order stays");
+    t.assert_clean().await;
+}
+
+on_both!(retention_sessions, retention_walks_the_sessions);
+
 /// `kassa serve` with `args` in a fresh data dir: (exit success, stdout, stderr) once it exits or
 /// prints that it listens (then it is stopped).
 pub(crate) fn serve_briefly(args: &[&str]) -> (Option<bool>, String, String) {
