@@ -154,6 +154,15 @@ pub async fn run_scoped(db: &Db, vault: Option<&Vault>, scope: Scope) -> Result<
 
 async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
     let mut tx = db.snapshot().await?;
+    if matches!(scope, Scope::Since(_)) && db.kind() == crate::store::DbKind::Postgres {
+        // What changed is a few orders of a long history: each is looked up by index, so that the
+        // run's time follows the changes. PostgreSQL's estimate of how many orders a stretch of
+        // the log names runs high, and would rather read a whole table (a ten-million-order
+        // history: 3 s for a page of the audit, against 0.07 s by index).
+        for off in ["enable_hashjoin", "enable_mergejoin", "enable_seqscan"] {
+            sql::query(&format!("SET LOCAL {off} = off")).execute(&mut *tx).await?;
+        }
+    }
     let mut out = Vec::new();
     let mut add = |invariant: &'static str, detail: String| out.push(Violation { invariant, detail });
     let through: i64 =
@@ -207,19 +216,21 @@ async fn run_snapshot(db: &Db, scope: Scope) -> Result<(Vec<Violation>, i64)> {
     // open-orders limit reads) equals those orders; beyond a full run, the sessions of the orders
     // awaiting payment and of the changed ones (an order moves its session's count as it is
     // placed and as it leaves `pending_payment`, both logged).
-    let sessions = match scope {
-        Scope::Full => "CAST($1 AS BIGINT) IS NULL".to_string(),
+    let rows = sql::query(&match scope {
+        Scope::Full => "SELECT s.id, s.open_orders, CAST(COUNT(o.order_no) AS BIGINT) AS pending FROM sessions s \
+             LEFT JOIN orders o ON o.session_id = s.id AND o.status = 'pending_payment' WHERE CAST($1 AS BIGINT) IS NULL \
+             GROUP BY s.id, s.open_orders HAVING s.open_orders <> COUNT(o.order_no) ORDER BY s.id"
+            .to_string(),
+        // Each session's orders read by the session's index (the status tested on the rows, not
+        // by the index of the orders awaiting payment, which a stale estimate may pick).
         Scope::Since(_) => format!(
-            "s.id IN (SELECT p.session_id FROM orders p WHERE p.status = 'pending_payment' \
-             UNION SELECT c.session_id FROM orders c WHERE {})",
+            "SELECT t.* FROM (SELECT s.id, s.open_orders, CAST((SELECT COALESCE(SUM(CASE WHEN o.status = 'pending_payment' \
+             THEN 1 ELSE 0 END), 0) FROM orders o WHERE o.session_id = s.id) AS BIGINT) AS pending FROM sessions s \
+             WHERE s.id IN (SELECT p.session_id FROM orders p WHERE p.status = 'pending_payment' \
+             UNION SELECT c.session_id FROM orders c WHERE {})) t WHERE t.open_orders <> t.pending ORDER BY t.id",
             changed("c.order_no", 1)
         ),
-    };
-    let rows = sql::query(&format!(
-        "SELECT s.id, s.open_orders, CAST(COUNT(o.order_no) AS BIGINT) AS pending FROM sessions s \
-         LEFT JOIN orders o ON o.session_id = s.id AND o.status = 'pending_payment' WHERE {sessions} \
-         GROUP BY s.id, s.open_orders HAVING s.open_orders <> COUNT(o.order_no) ORDER BY s.id"
-    ))
+    })
     .bind(since)
     .fetch_all(&mut *tx)
     .await?;

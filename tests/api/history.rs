@@ -237,6 +237,16 @@ async fn a_check_reads_what_changed_since_the_last_clean_one(backend: Backend) {
     let (violations, _) = check::run_scoped(db, None, since).await.unwrap();
     assert_eq!(violations.len(), 1, "{violations:?}");
     assert!(violations[0].invariant == "I4" && violations[0].detail.contains(&new), "{violations:?}");
+    // A changed order's session is read for its count of open orders.
+    kassa::store::sql::query(
+        "UPDATE sessions SET open_orders = 5 WHERE id = (SELECT session_id FROM orders WHERE order_no = $1)",
+    )
+    .bind(&new)
+    .execute(db.read_pool())
+    .await
+    .unwrap();
+    let (violations, _) = check::run_scoped(db, None, since).await.unwrap();
+    assert!(violations.iter().any(|v| v.invariant == "open_orders" && v.detail.contains("counts 5")), "{violations:?}");
 }
 
 on_both!(a_check_reads_what_changed_since_the_last_clean_one, a_check_reads_what_changed_since_the_last_clean_one);
