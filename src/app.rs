@@ -338,7 +338,6 @@ impl App {
             db.clone(),
             clock.clone(),
             settings.alert_webhook_url.clone(),
-            state.webhook_configured,
             settings.case_due_margin_ms,
         ));
         let keeper = Arc::new(KeyKeeper::new(db.clone(), clock.clone(), state.gateways.clone()));

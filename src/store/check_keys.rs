@@ -4,7 +4,7 @@
 //! changed decrypts only the keys made since the last clean run that decrypted keys began; a
 //! full run, or one after no such run, decrypts every key.
 
-use super::check::{Scope, Violation};
+use super::check_scope::{Scope, Violation};
 use super::{Db, fulfilment, sql};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::error::Result;

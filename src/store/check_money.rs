@@ -3,7 +3,7 @@
 //! transaction that took money is one payment or one second capture; a zero-total order moves
 //! no money. Scoped as [`super::check`] scopes the orders.
 
-use super::check::{Scope, in_scope};
+use super::check_scope::{Scope, in_scope};
 use crate::error::Result;
 use crate::store::{Tx, col, sql};
 

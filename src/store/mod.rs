@@ -12,6 +12,7 @@ mod check_cases;
 pub mod check_keys;
 mod check_money;
 mod check_promotions;
+mod check_scope;
 pub mod checkout;
 pub mod dialect;
 pub mod engine;

@@ -1,7 +1,8 @@
 //! The monitor: keeps the sweeper's lag gauge current (the database's gauges are read at each
-//! scrape of `/metrics`, and only then: counting a long history's orders is not free), raises the alerts that come from looking
-//! at the whole database (orders stuck past their hold, attempts in `unknown`, a sweeper falling
-//! behind), and pushes new or repeated alerts to the alert webhook when one is configured.
+//! scrape of `/metrics`, and only then: counting a long history's orders is not free), raises the
+//! alerts that come from looking at the whole database (orders stuck past their hold, attempts in
+//! `unknown`, a sweeper falling behind), and pushes new or repeated alerts to the alert webhook
+//! when one is configured.
 
 use std::time::Duration;
 
@@ -27,8 +28,6 @@ pub struct Monitor {
     pub db: Db,
     pub clock: SharedClock,
     pub alert_webhook: Option<String>,
-    /// Whether the shop's webhook URL is configured (without it the outbox has no backlog).
-    pub webhook_configured: bool,
     /// How long before a case's deadline the operator is warned.
     pub case_due_margin_ms: Millis,
     http: reqwest::Client,
@@ -45,15 +44,9 @@ pub struct MonitorReport {
 }
 
 impl Monitor {
-    pub fn new(
-        db: Db,
-        clock: SharedClock,
-        alert_webhook: Option<String>,
-        webhook_configured: bool,
-        case_due_margin_ms: Millis,
-    ) -> Monitor {
+    pub fn new(db: Db, clock: SharedClock, alert_webhook: Option<String>, case_due_margin_ms: Millis) -> Monitor {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
-        Monitor { db, clock, alert_webhook, webhook_configured, case_due_margin_ms, http }
+        Monitor { db, clock, alert_webhook, case_due_margin_ms, http }
     }
 
     pub async fn step(&self) -> Result<MonitorReport> {
