@@ -51,8 +51,10 @@ impl Monitor {
 
     pub async fn step(&self) -> Result<MonitorReport> {
         let now = self.clock.now_ms();
-        let mut report = MonitorReport::default();
-        report.sweeper_lag_ms = monitor::oldest_due(&self.db, now).await?.map(|t| now - t).unwrap_or(0);
+        let mut report = MonitorReport {
+            sweeper_lag_ms: monitor::oldest_due(&self.db, now).await?.map(|t| now - t).unwrap_or(0),
+            ..MonitorReport::default()
+        };
         // Seconds for Prometheus; whole seconds avoid float arithmetic (not money, but the rule is simple).
         metrics::gauge!("kassa_sweeper_lag_seconds").set((report.sweeper_lag_ms / 1000) as f64);
         let watch = Watch {
