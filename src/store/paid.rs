@@ -146,8 +146,7 @@ pub(super) async fn apply_success(
             }
             // The stock before `-> paid`: leaving `pending_payment` moves the session's count of
             // open orders (a trigger), and a confirm locks its stock rows before its session's row;
-            // a payment taking the two the other way round deadlocks with its buyer's next confirm
-            // (on the hot SKU: 0.14 of the throughput, p99 3-5 s).
+            // a payment taking the two the other way round deadlocks with its buyer's next confirm.
             add_moves(&mut batch, order_no, &s.parts.reservations, ReservationStatus::Consumed, cause.at)?;
             // `-> paid` in the same batch, with the order's capture in the same statement: what
             // its outbox messages carry is known here, and the lines serve the fulfilment after.
