@@ -27,6 +27,18 @@ impl DbKind {
         }
     }
 
+    /// The condition on `column` that holds for the rows `select` (a sub-select of that column,
+    /// with its `LIMIT`) claims, the sub-select run once per statement. PostgreSQL locks them,
+    /// skipping rows another transaction has locked, and reads them into an array first: an `IN`
+    /// over such a sub-select may be run again for each row the outer statement reads, and so
+    /// claim more rows than its limit. SQLite has one writer and reads an `IN` sub-select once.
+    pub fn claimed(self, column: &str, select: &str) -> String {
+        match self {
+            DbKind::Sqlite => format!("{column} IN ({select})"),
+            DbKind::Postgres => format!("{column} = ANY (ARRAY({select} FOR UPDATE SKIP LOCKED))"),
+        }
+    }
+
     /// Suffix of a sub-select that claims queue rows: PostgreSQL skips rows another instance has
     /// locked; SQLite has one writer, so there is nothing to skip.
     pub fn skip_locked(self) -> &'static str {

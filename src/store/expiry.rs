@@ -60,18 +60,18 @@ pub async fn expire_order(db: &Db, order_no: &OrderNo, now: Millis) -> Result<Ex
 /// Claims up to `limit` orders whose hold has elapsed (oldest first) for `lease_ms`, so that no
 /// other instance's sweeper handles them meanwhile, and returns them with their active attempt.
 pub async fn claim_due_orders(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<DueOrder>> {
-    let skip = db.skip_locked();
+    let due = db.kind().claimed(
+        "order_no",
+        "SELECT order_no FROM orders WHERE status = 'pending_payment' AND hold_expires_at <= $2 \
+         AND sweep_lease_until <= $2 ORDER BY hold_expires_at LIMIT $3",
+    );
     let claimed: Vec<OrderNo> = crate::write_tx!(db, |tx| {
-        let rows = sql::query(&format!(
-            "UPDATE orders SET sweep_lease_until = $1 WHERE order_no IN (SELECT order_no FROM orders \
-             WHERE status = 'pending_payment' AND hold_expires_at <= $2 AND sweep_lease_until <= $2 \
-             ORDER BY hold_expires_at LIMIT $3{skip}) RETURNING order_no"
-        ))
-        .bind(now.saturating_add(lease_ms))
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&mut **tx)
-        .await?;
+        let rows = sql::query(&format!("UPDATE orders SET sweep_lease_until = $1 WHERE {due} RETURNING order_no"))
+            .bind(now.saturating_add(lease_ms))
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut **tx)
+            .await?;
         rows.iter().map(|r| col::<String>(r, "order_no").map(OrderNo::stored)).collect()
     })?;
     let mut due = Vec::with_capacity(claimed.len());

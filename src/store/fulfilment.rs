@@ -3,11 +3,14 @@
 use crate::store::sql;
 use serde::Serialize;
 
+use crate::args;
 use crate::clock::Millis;
 use crate::domain::OrderStatus;
 use crate::domain::catalog::SkuKind;
 use crate::domain::ids::{OrderNo, Sku};
 use crate::error::{Error, Result};
+use crate::store::batch::Batch;
+use crate::store::dialect::DbKind;
 use crate::store::events::{self, Cause};
 use crate::store::{Db, Tx, col, new_id};
 use crate::vault::Vault;
@@ -178,63 +181,74 @@ use crate::store::lines::{OrderLine, order_lines};
 /// ship, moves the order on to `delivered`.
 pub(super) async fn after_paid(tx: &mut Tx<'_>, order_no: &str, cause: Cause<'_>) -> Result<()> {
     let lines = order_lines(tx, order_no).await?;
-    deliver_keys(tx, order_no, &lines, cause).await
+    let mut batch = Batch::new();
+    if add_key_delivery(&mut batch, tx.kind(), order_no, &lines, cause.at) {
+        let cause = Cause { trigger: KEYS_DELIVERED, notification_id: None, ..cause };
+        events::add_order_status(tx, &mut batch, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await?;
+        add_delivered_digitally(&mut batch, order_no, cause.at);
+        batch.run_checked(tx).await?;
+        count_digital_delivery();
+        return Ok(());
+    }
+    batch.run_checked(tx).await
 }
 
-/// [`after_paid`] with the order's lines already read.
-pub(super) async fn deliver_keys(tx: &mut Tx<'_>, order_no: &str, lines: &[OrderLine], cause: Cause<'_>) -> Result<()> {
-    let skip_locked = tx.kind().skip_locked();
+/// The trigger of a digital order's `paid -> delivered`.
+pub(super) const KEYS_DELIVERED: &str = "keys_delivered";
+
+/// Adds to `batch` the hand-out of each digital line's card keys, the oldest unsold first: one
+/// statement a line, which must move exactly the line's quantity of keys from available to the
+/// line. A line that holds keys already takes none, and a SKU with fewer unsold keys than the
+/// line (which its stock accounting makes impossible) hands out too few: either way the count
+/// fails the batch, and the payment with it. On PostgreSQL a key another transaction has
+/// claimed is skipped. Returns whether every line is digital (nothing is left to ship).
+pub(super) fn add_key_delivery(
+    batch: &mut Batch,
+    kind: DbKind,
+    order_no: &str,
+    lines: &[OrderLine],
+    at: Millis,
+) -> bool {
     let mut physical = false;
     for line in lines {
         if line.kind != "digital" {
             physical = true;
             continue;
         }
-        let (line_no, sku, quantity) = (line.line_no, &line.sku, line.quantity);
-        let already: i64 =
-            sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM card_keys WHERE order_no = $1 AND line_no = $2")
-                .bind(order_no)
-                .bind(line_no)
-                .fetch_one(&mut **tx)
-                .await?;
-        if already > 0 {
-            continue;
-        }
-        let ids: Vec<String> = sql::query_scalar(&format!(
-            "SELECT id FROM card_keys WHERE sku = $1 AND status = 'available' ORDER BY created_at, id LIMIT $2{skip_locked}"
-        ))
-        .bind(sku.as_str())
-        .bind(quantity)
-        .fetch_all(&mut **tx)
-        .await?;
-        if i64::try_from(ids.len()).unwrap_or(0) != quantity {
-            // Stock accounting makes this impossible (on_hand counts unsold keys); refuse loudly.
-            return Err(Error::internal(format!("SKU {sku} has fewer unsold keys than its stock says")));
-        }
-        for id in &ids {
-            let done = sql::query(
-                "UPDATE card_keys SET status = 'delivered', order_no = $1, line_no = $2, delivered_at = $3 WHERE id = $4 AND status = 'available'",
-            )
-            .bind(order_no)
-            .bind(line_no)
-            .bind(cause.at)
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
-            if done.rows_affected() != 1 {
-                return Err(Error::internal("a card key was taken twice"));
-            }
-        }
+        let sql = key_delivery_sql(kind);
+        let what = format!(
+            "order {order_no} line {}: SKU {} has fewer unsold keys than its stock says, or the line holds keys already",
+            line.line_no, line.sku
+        );
+        let quantity = u64::try_from(line.quantity).unwrap_or(0);
+        batch.expect(&sql, args![order_no, line.line_no, at, line.sku.as_str(), line.quantity], quantity, what);
     }
-    if !physical {
-        let cause = Cause { trigger: "keys_delivered", notification_id: None, ..cause };
-        let mut batch = crate::store::batch::Batch::new();
-        events::add_order_status(tx, &mut batch, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await?;
-        crate::store::shipping::add_report(&mut batch, order_no, &Logistics::Virtual, cause.at);
-        batch.run_checked(tx).await?;
-        metrics::counter!("kassa_deliveries_total", "kind" => "digital").increment(1);
-    }
-    Ok(())
+    !physical
+}
+
+/// The hand-out of a digital line's keys: line `$2` of order `$1` at `$3` takes `$5` of SKU `$4`'s
+/// unsold keys, the oldest first, unless it holds keys already.
+pub fn key_delivery_sql(kind: DbKind) -> String {
+    let oldest = kind.claimed(
+        "id",
+        "SELECT id FROM card_keys WHERE sku = $4 AND status = 'available' ORDER BY created_at, id LIMIT $5",
+    );
+    format!(
+        "UPDATE card_keys SET status = 'delivered', order_no = $1, line_no = $2, delivered_at = $3 \
+         WHERE status = 'available' AND {oldest} \
+         AND NOT EXISTS (SELECT 1 FROM card_keys WHERE order_no = $1 AND line_no = $2)"
+    )
+}
+
+/// Adds the rest of a digital order's delivery after its `paid -> delivered`: the shipping report
+/// (a virtual delivery, for a mini-program payment).
+pub(super) fn add_delivered_digitally(batch: &mut Batch, order_no: &str, at: Millis) {
+    crate::store::shipping::add_report(batch, order_no, &Logistics::Virtual, at);
+}
+
+/// Counts a digital order delivered, once its batch has run.
+pub(super) fn count_digital_delivery() {
+    metrics::counter!("kassa_deliveries_total", "kind" => "digital").increment(1);
 }
 
 /// Admin: a physical order has shipped (`paid -> delivered`), as `logistics` describes it (the

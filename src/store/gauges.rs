@@ -1,5 +1,5 @@
-//! The gauges `/metrics` shows about the database, read from it when asked: each scrape (and each
-//! monitor step) sees the counts as they are, and a status no order holds any longer reads 0.
+//! The gauges `/metrics` shows about the database, read from it when asked: each scrape sees the
+//! counts as they are, and a status no order holds any longer reads 0.
 
 use crate::domain::OrderStatus;
 use crate::error::Result;

@@ -126,18 +126,19 @@ fn mail_of(r: &sql::Row) -> Result<Mail> {
 
 /// Claims up to `limit` due messages for `lease_ms`, oldest first.
 pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Mail>> {
-    let skip = db.skip_locked();
+    let due = db.kind().claimed(
+        "id",
+        "SELECT id FROM mail_messages WHERE status = 'pending' \
+         AND next_attempt_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3",
+    );
     crate::write_tx!(db, |tx| {
-        let rows = sql::query(&format!(
-            "UPDATE mail_messages SET lease_until = $1 WHERE id IN (SELECT id FROM mail_messages WHERE status = 'pending' \
-             AND next_attempt_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3{skip}) \
-             RETURNING {MAIL_COLUMNS}"
-        ))
-        .bind(now.saturating_add(lease_ms))
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&mut **tx)
-        .await?;
+        let rows =
+            sql::query(&format!("UPDATE mail_messages SET lease_until = $1 WHERE {due} RETURNING {MAIL_COLUMNS}"))
+                .bind(now.saturating_add(lease_ms))
+                .bind(now)
+                .bind(limit)
+                .fetch_all(&mut **tx)
+                .await?;
         let mut mails = rows.iter().map(mail_of).collect::<Result<Vec<_>>>()?;
         mails.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
         Ok(mails)

@@ -465,12 +465,14 @@ pub struct Message {
 /// Claims up to `limit` due messages for `lease_ms` (several instances never send the same one at
 /// the same time; a crashed sender's lease runs out).
 pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Message>> {
-    let skip = db.skip_locked();
+    let due = db.kind().claimed(
+        "id",
+        "SELECT id FROM outbox WHERE status = 'pending' \
+         AND next_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3",
+    );
     crate::write_tx!(db, |tx| {
         let rows = sql::query(&format!(
-            "UPDATE outbox SET lease_until = $1 WHERE id IN (SELECT id FROM outbox WHERE status = 'pending' \
-             AND next_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3{skip}) \
-             RETURNING id, order_no, topic, payload, created_at, tries"
+            "UPDATE outbox SET lease_until = $1 WHERE {due} RETURNING id, order_no, topic, payload, created_at, tries"
         ))
         .bind(now.saturating_add(lease_ms))
         .bind(now)

@@ -176,10 +176,28 @@ pub(super) async fn apply_success(
             if let Some(id) = cause.notification_id {
                 add_notification_outcome(&mut batch, id, "applied", order_no);
             }
-            // With the commit on PostgreSQL: the stock rows it sells are locked for no round trip
-            // of their own (physical goods; the keys' reads send it first).
+            // The digital lines' card keys in the same batch and, when nothing is left to ship,
+            // `paid -> delivered` after them.
+            let digital_only = fulfilment::add_key_delivery(&mut batch, tx.kind(), order_no, lines, cause.at);
+            if digital_only {
+                let delivered = Cause { trigger: fulfilment::KEYS_DELIVERED, notification_id: None, ..cause };
+                events::add_order_status_with(
+                    &mut batch,
+                    order_no,
+                    OrderStatus::Paid,
+                    OrderStatus::Delivered,
+                    delivered,
+                    &facts,
+                    Also::default(),
+                )?;
+                fulfilment::add_delivered_digitally(&mut batch, order_no, cause.at);
+            }
+            // With the commit on PostgreSQL: the stock rows it sells and the keys it hands out are
+            // locked for no round trip of their own.
             batch.run_checked_by_commit(tx).await?;
-            fulfilment::deliver_keys(tx, order_no, lines, cause).await?;
+            if digital_only {
+                fulfilment::count_digital_delivery();
+            }
             Ok(Some(PAID))
         }
         SuccessDecision::LatePayment => {

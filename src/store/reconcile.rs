@@ -10,7 +10,7 @@ use crate::domain::ids::{AttemptRef, OrderNo, RefundNo};
 use crate::domain::{AttemptStatus, Currency, Money, OrderStatus};
 use crate::error::Result;
 use crate::store::events::{self, Severity};
-use crate::store::{Db, col};
+use crate::store::{Db, DbKind, col};
 
 /// An attempt to query at its gateway.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ pub struct Due {
 /// Claims attempts to query: active ones older than the threshold or in `unknown`, and the
 /// captured attempts of orders in `paid_after_expiry`.
 pub async fn claim_attempts(db: &Db, due: Due) -> Result<Vec<AttemptToQuery>> {
-    let refs = claim(db, &claim_attempts_sql(db.skip_locked()), due).await?;
+    let refs = claim(db, &claim_attempts_sql(db.kind()), due).await?;
     let mut out = Vec::with_capacity(refs.len());
     for attempt_ref in refs {
         out.push(load_attempt(db, AttemptRef::stored(attempt_ref)).await?);
@@ -98,36 +98,40 @@ async fn load_attempt(db: &Db, attempt_ref: AttemptRef) -> Result<AttemptToQuery
     })
 }
 
-/// The statement [`claim_attempts`] runs (`skip`: [`Db::skip_locked`]). Each half of the union
+/// The statement [`claim_attempts`] runs on a database of `kind`. Each half of the union
 /// reaches its rows by a partial index (`payment_attempts_one_active` — the open attempts, which
 /// also keeps one per order — and `orders_paid_after_expiry`), so a claim costs what is open or
 /// due, not the shop's history; the plan is checked in `tests/api/plans.rs`.
-pub fn claim_attempts_sql(skip: &str) -> String {
-    format!(
-        "UPDATE payment_attempts SET next_query_at = $1 WHERE attempt_ref IN (\
-           SELECT attempt_ref FROM payment_attempts WHERE attempt_ref IN (\
-             SELECT attempt_ref FROM payment_attempts WHERE {active} AND next_query_at <= $2 \
-               AND (status = 'unknown' OR created_at <= $3) \
-             UNION ALL \
-             SELECT a.attempt_ref FROM orders o JOIN payment_attempts a ON a.attempt_ref = o.captured_attempt_ref \
-               WHERE o.status = 'paid_after_expiry' AND a.status = 'succeeded' AND a.next_query_at <= $2) \
-           ORDER BY next_query_at LIMIT $4{skip}) RETURNING attempt_ref",
-        active = AttemptStatus::active_sql("status")
-    )
+pub fn claim_attempts_sql(kind: DbKind) -> String {
+    let due = kind.claimed(
+        "attempt_ref",
+        &format!(
+            "SELECT attempt_ref FROM payment_attempts WHERE attempt_ref IN (\
+               SELECT attempt_ref FROM payment_attempts WHERE {active} AND next_query_at <= $2 \
+                 AND (status = 'unknown' OR created_at <= $3) \
+               UNION ALL \
+               SELECT a.attempt_ref FROM orders o JOIN payment_attempts a ON a.attempt_ref = o.captured_attempt_ref \
+                 WHERE o.status = 'paid_after_expiry' AND a.status = 'succeeded' AND a.next_query_at <= $2) \
+             ORDER BY next_query_at LIMIT $4",
+            active = AttemptStatus::active_sql("status")
+        ),
+    );
+    format!("UPDATE payment_attempts SET next_query_at = $1 WHERE {due} RETURNING attempt_ref")
 }
 
-/// The statement [`claim_refunds`] runs (`skip`: [`Db::skip_locked`]), by `refunds_processing`.
-pub fn claim_refunds_sql(skip: &str) -> String {
-    format!(
-        "UPDATE refunds SET next_query_at = $1 WHERE refund_no IN (SELECT refund_no FROM refunds \
-         WHERE status = 'processing' AND next_query_at <= $2 AND updated_at <= $3 ORDER BY next_query_at LIMIT $4{skip}) \
-         RETURNING refund_no"
-    )
+/// The statement [`claim_refunds`] runs on a database of `kind`, by `refunds_processing`.
+pub fn claim_refunds_sql(kind: DbKind) -> String {
+    let due = kind.claimed(
+        "refund_no",
+        "SELECT refund_no FROM refunds \
+         WHERE status = 'processing' AND next_query_at <= $2 AND updated_at <= $3 ORDER BY next_query_at LIMIT $4",
+    );
+    format!("UPDATE refunds SET next_query_at = $1 WHERE {due} RETURNING refund_no")
 }
 
 /// Claims refunds still `processing` whose last change is older than the threshold.
 pub async fn claim_refunds(db: &Db, due: Due) -> Result<Vec<RefundToQuery>> {
-    let numbers = claim(db, &claim_refunds_sql(db.skip_locked()), due).await?;
+    let numbers = claim(db, &claim_refunds_sql(db.kind()), due).await?;
     let mut out = Vec::with_capacity(numbers.len());
     for refund_no in numbers {
         let r = sql::query(

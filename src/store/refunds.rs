@@ -419,12 +419,15 @@ pub struct Outgoing {
 
 /// Claims requested refunds that are due, for `lease_ms`.
 pub async fn claim(db: &Db, only: Option<&RefundNo>, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Outgoing>> {
-    let skip = db.skip_locked();
     let filter = if only.is_some() { " AND refund_no = $4" } else { "" };
-    let sql = format!(
-        "UPDATE refunds SET lease_until = $1 WHERE refund_no IN (SELECT refund_no FROM refunds WHERE status = 'requested' \
-         AND next_at <= $2 AND lease_until <= $2{filter} ORDER BY next_at LIMIT $3{skip}) RETURNING refund_no"
+    let due = db.kind().claimed(
+        "refund_no",
+        &format!(
+            "SELECT refund_no FROM refunds WHERE status = 'requested' \
+             AND next_at <= $2 AND lease_until <= $2{filter} ORDER BY next_at LIMIT $3"
+        ),
     );
+    let sql = format!("UPDATE refunds SET lease_until = $1 WHERE {due} RETURNING refund_no");
     let rows = crate::write_tx!(db, |tx| {
         let mut q = sql::query(&sql).bind(now.saturating_add(lease_ms)).bind(now).bind(limit);
         if let Some(no) = only {

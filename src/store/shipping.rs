@@ -71,11 +71,14 @@ pub struct DueReport {
 /// Claims up to `limit` due reports for `lease_ms` (several instances never send the same one at
 /// once; a crashed sender's lease runs out).
 pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<DueReport>> {
-    let skip = db.skip_locked();
+    let due = db.kind().claimed(
+        "order_no",
+        "SELECT order_no FROM shipping_reports \
+         WHERE status = 'pending' AND next_at <= $2 AND lease_until <= $2 ORDER BY next_at, order_no LIMIT $3",
+    );
     let claimed = crate::write_tx!(db, |tx| {
         let rows = sql::query(&format!(
-            "UPDATE shipping_reports SET lease_until = $1 WHERE order_no IN (SELECT order_no FROM shipping_reports \
-             WHERE status = 'pending' AND next_at <= $2 AND lease_until <= $2 ORDER BY next_at, order_no LIMIT $3{skip}) \
+            "UPDATE shipping_reports SET lease_until = $1 WHERE {due} \
              RETURNING order_no, attempt_ref, logistics_type, tracking_no, express_company, tries"
         ))
         .bind(now.saturating_add(lease_ms))

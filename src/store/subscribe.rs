@@ -63,11 +63,14 @@ pub struct Due {
 
 /// Claims up to `limit` due messages for `lease_ms`, oldest first.
 pub async fn claim(db: &Db, now: Millis, lease_ms: i64, limit: i64) -> Result<Vec<Due>> {
-    let skip = db.skip_locked();
+    let due = db.kind().claimed(
+        "id",
+        "SELECT id FROM subscribe_messages \
+         WHERE status = 'pending' AND next_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3",
+    );
     let rows = crate::write_tx!(db, |tx| {
         sql::query(&format!(
-            "UPDATE subscribe_messages SET lease_until = $1 WHERE id IN (SELECT id FROM subscribe_messages \
-             WHERE status = 'pending' AND next_at <= $2 AND lease_until <= $2 ORDER BY created_at, id LIMIT $3{skip}) \
+            "UPDATE subscribe_messages SET lease_until = $1 WHERE {due} \
              RETURNING id, order_no, attempt_ref, kind, tries, created_at"
         ))
         .bind(now.saturating_add(lease_ms))

@@ -15,7 +15,7 @@ async fn post_json(t: &TestApp, path: &str, token: &str, body: Value) -> (Status
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-async fn digital_sku(t: &TestApp, sku: &str, keys: &[&str]) -> Value {
+pub(crate) async fn digital_sku(t: &TestApp, sku: &str, keys: &[&str]) -> Value {
     let (status, body) = t
         .admin_post("/api/v1/admin/skus", json!({"sku": sku, "name": "Game key", "price_minor": 100, "currency": "CNY", "kind": "digital", "stock": 999}))
         .await;

@@ -30,7 +30,7 @@ fn assert_no_table_scan(what: &str, plan: &[String]) {
 }
 
 /// The basket view is read on every basket change and checkout page, its lines re-priced on every
-/// confirm, an order's parts on every payment, and the reconciler's claims
+/// confirm, an order's parts and a digital line's card keys on every payment, and the reconciler's claims
 /// and the monitor's alert query run on every tick (the claims inside a write command, holding up
 /// every other writer on SQLite): each must reach its rows by key or by a partial index, never by
 /// scanning a table that grows with the shop's history (a scan in the basket view once cut the
@@ -43,8 +43,21 @@ async fn hot_and_periodic_queries_read_by_index() {
         ("order parts of a payment", kassa::store::payments::ORDER_PARTS_SQL.to_string(), None),
         ("order parts of a notification", kassa::store::payments::order_parts_of_attempt_sql().to_string(), None),
         ("a basket's lines re-priced", kassa::store::checkout::PRICE_LINES_SQL.to_string(), None),
-        ("attempt claim", kassa::store::reconcile::claim_attempts_sql(""), Some("payment_attempts_one_active")),
-        ("refund claim", kassa::store::reconcile::claim_refunds_sql(""), Some("refunds_processing")),
+        (
+            "a digital line's card keys handed out",
+            kassa::store::fulfilment::key_delivery_sql(kassa::store::DbKind::Sqlite),
+            Some("card_keys_available"),
+        ),
+        (
+            "attempt claim",
+            kassa::store::reconcile::claim_attempts_sql(kassa::store::DbKind::Sqlite),
+            Some("payment_attempts_one_active"),
+        ),
+        (
+            "refund claim",
+            kassa::store::reconcile::claim_refunds_sql(kassa::store::DbKind::Sqlite),
+            Some("refunds_processing"),
+        ),
         (
             "unknown attempts",
             kassa::workers::monitor::UNKNOWN_ATTEMPTS_SQL.to_string(),
@@ -126,7 +139,7 @@ async fn sqlite_in_lists_are_rewritten_by_rebuilding_their_tables() {
     assert_eq!(number(pool, "SELECT CAST(COUNT(*) AS BIGINT) FROM pragma_foreign_key_check").await, 0);
     assert!(write("INSERT INTO reservations (order_no, sku, quantity, status, expires_at, updated_at) VALUES ('NO-SUCH', 'S', 1, 'active', 0, 0)").await.is_err());
     assert!(write("DELETE FROM orders WHERE order_no = 'O-1'").await.is_err(), "its attempts name it");
-    let plan = plan_of(&url, &kassa::store::reconcile::claim_attempts_sql("")).await;
+    let plan = plan_of(&url, &kassa::store::reconcile::claim_attempts_sql(kassa::store::DbKind::Sqlite)).await;
     assert!(plan.iter().any(|s| s.contains("payment_attempts_one_active")), "{plan:?}");
     // The sandbox's own file gets the same rewrite.
     let sandbox = db.open_sandbox(&url).await.unwrap();
