@@ -11,7 +11,8 @@
 #
 # Scenarios: sqlite-spread (the full purchase on SQLite), pg-checkout (basket and confirm on
 # PostgreSQL), pg-spread (the full purchase on PostgreSQL); also sqlite-checkout, pg-hot,
-# sqlite-hot. PostgreSQL runs need PG_URL (default postgres://postgres@127.0.0.1:5432), each run on
+# sqlite-hot, and pg-hot-digital and sqlite-hot-digital (the hot SKU selling card keys, `kassa
+# bench --digital`). PostgreSQL runs need PG_URL (default postgres://postgres@127.0.0.1:5432), each run on
 # a database of its own, dropped after it.
 #
 # Both sides are driven by the working tree's load generator (`kassa bench --server-bin`), so the
@@ -68,6 +69,9 @@ run() {
   if [ "$side" = ref ]; then server_bin="$ref_bin"; else server_bin="$tree_bin"; fi
   json="$out/$scenario-$side-$n.json"
   local mode=(--scenario "${scenario#*-}")
+  case "$scenario" in
+    *-digital) mode=(--scenario "${mode[1]%-digital}" --digital) ;;
+  esac
   case "$scenario" in
     pg-*)
       db="kassa_cmp_$(date +%s%N)"

@@ -80,7 +80,11 @@ pub(super) async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow:
         Some(bin) => bin.clone(),
         None => std::env::current_exe()?,
     };
-    let child = std::process::Command::new(&bin)
+    let mut command = std::process::Command::new(&bin);
+    if args.digital && std::env::var_os("KASSA_KEYS_SECRET").is_none() {
+        command.env("KASSA_KEYS_SECRET", super::stock::keys_secret());
+    }
+    let child = command
         .args(["serve", "--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}")])
         .args(&settings)
         .env("KASSA_ADMIN_TOKEN", &admin)
@@ -166,19 +170,6 @@ impl RoundTrips {
         let to = metric(http, &server.base, Self::METRIC, "").await;
         (ops > 0).then(|| to.saturating_sub(from) as f64 / ops as f64)
     }
-}
-
-async fn create_sku(http: &reqwest::Client, s: &Server, sku: &str, stock: i64) -> anyhow::Result<()> {
-    let r = http
-        .post(format!("{}/api/v1/admin/skus", s.base))
-        .bearer_auth(&s.admin)
-        .json(&json!({"sku": sku, "name": sku, "price_minor": 990, "currency": "CNY", "stock": stock}))
-        .send()
-        .await?;
-    if !(r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT) {
-        anyhow::bail!("creating SKU {sku}: {}", r.status());
-    }
-    Ok(())
 }
 
 fn code_of(body: &Value, status: reqwest::StatusCode) -> String {
@@ -354,7 +345,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let hot_stock = (scenario == "hot").then_some(args.hot_stock);
     let stock = hot_stock.unwrap_or(SPREAD_STOCK);
     for sku in &skus {
-        create_sku(&http, &server, sku, stock).await?;
+        super::stock::stock_sku(args, &http, &server.base, &server.admin, sku, stock).await?;
     }
     let applied_before = metric(&http, &server.base, "kassa_notifications_total", "result=\"applied\"").await;
     let tally = Arc::new(Mutex::new(Tally::default()));
@@ -483,7 +474,7 @@ pub(super) async fn http_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     };
     let report = Report {
         promotion,
-        scenario: scenario.into(),
+        scenario: if args.digital { format!("{scenario}-digital") } else { scenario.into() },
         seconds: secs,
         confirms: t.confirms,
         confirms_per_s: t.confirms as f64 / selling_secs(&t, hot_stock, started, secs),
@@ -523,7 +514,7 @@ async fn sale(
     sku: &str,
 ) -> anyhow::Result<(f64, Tally)> {
     let stock = args.hot_stock;
-    create_sku(http, server, sku, stock).await?;
+    super::stock::stock_sku(args, http, &server.base, &server.admin, sku, stock).await?;
     let applied_before = metric(http, &server.base, "kassa_notifications_total", "result=\"applied\"").await;
     let tally = Arc::new(Mutex::new(Tally::default()));
     let started = Instant::now();

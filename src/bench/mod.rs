@@ -78,6 +78,11 @@ pub struct BenchArgs {
     /// code's rate against the mean of the two without
     #[arg(long)]
     pub promotion: bool,
+    /// `hot` only: the one SKU sells card keys — a digital SKU whose stock is `--hot-stock` keys,
+    /// imported before the run — so that each payment hands out its key (a spawned kassa is given
+    /// a keys secret of its own unless KASSA_KEYS_SECRET is set)
+    #[arg(long)]
+    pub digital: bool,
     /// Write the JSON report here as well
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -299,6 +304,7 @@ mod http;
 mod reads;
 pub mod seed;
 mod seed_rows;
+mod stock;
 
 use engine::{commit_limit, engine_scenario};
 use http::{ScratchDir, Server, flow, http_scenario};
@@ -320,6 +326,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     }
     if args.promotion && (args.scenario != "hot" || args.engine) {
         anyhow::bail!("--promotion goes with the HTTP scenario hot");
+    }
+    if args.digital && (args.scenario != "hot" || args.engine) {
+        anyhow::bail!("--digital goes with the HTTP scenario hot");
     }
     if args.scenario == "checkout" && args.engine {
         anyhow::bail!("--scenario checkout is an HTTP scenario: the engine's spread is the same flow");
