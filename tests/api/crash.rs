@@ -20,6 +20,16 @@ use crate::on_both;
 
 const STOCK: i64 = 400;
 
+/// The served kassa, killed when the test ends, however it ends.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn start(database_url: &str, port: u16, log: &std::path::Path) -> Child {
     crate::common::kassa_command()
         .args(["serve", "--database-url", database_url, "--listen", &format!("127.0.0.1:{port}"), "--sandbox"])
@@ -92,8 +102,8 @@ async fn crash_rounds(backend: Backend) {
     let base = format!("http://127.0.0.1:{port}");
     let log = dir.path().join("kassa.log");
     let http = reqwest::Client::new();
-    let mut child = start(&database_url, port, &log);
-    wait_healthy(&http, &base, &mut child, &log).await;
+    let mut child = Served(start(&database_url, port, &log));
+    wait_healthy(&http, &base, &mut child.0, &log).await;
     let r = http
         .post(format!("{base}/api/v1/admin/skus"))
         .bearer_auth(ADMIN)
@@ -112,12 +122,12 @@ async fn crash_rounds(backend: Backend) {
         // A random moment under load, then SIGKILL; the buyers see errors meanwhile.
         let pause = 150 + (rand::random::<u64>() % 500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.0.kill().unwrap();
+        child.0.wait().unwrap();
         stop.store(true, Ordering::Relaxed);
         while buyers.join_next().await.is_some() {}
-        child = start(&database_url, port, &log);
-        wait_healthy(&http, &base, &mut child, &log).await;
+        child = Served(start(&database_url, port, &log));
+        wait_healthy(&http, &base, &mut child.0, &log).await;
         eprintln!("crash round {round}: killed after {pause} ms");
     }
     // Settle: holds run out, the sweeper closes and expires, notification retries land.
@@ -172,6 +182,5 @@ async fn crash_rounds(backend: Backend) {
     let violations = kassa::store::check::run(&db).await.unwrap();
     assert!(violations.is_empty(), "{violations:?}");
     db.close().await;
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 }

@@ -73,6 +73,20 @@ async fn hot_and_periodic_queries_read_by_index() {
     }
 }
 
+/// `kassa check --full` compares every session's open-orders count with its orders awaiting
+/// payment: those orders are counted once, grouped by session, before the sessions are read, and
+/// never looked up again for each session (which reads every order awaiting payment once per
+/// session: a time that grows with the product of the two).
+#[tokio::test]
+async fn the_full_checks_open_orders_count_reads_the_orders_once() {
+    let (_dir, url, _db) = fresh_sqlite(EngineConfig::default()).await;
+    let plan = plan_of(&url, kassa::store::check::OPEN_ORDERS_FULL_SQL).await;
+    let orders = plan.iter().position(|s| s.contains("orders")).expect("orders read");
+    let sessions = plan.iter().position(|s| s.contains(" s ") || s.ends_with(" s")).expect("sessions read");
+    assert!(plan[..orders].iter().any(|s| s.starts_with("MATERIALIZE")), "{plan:?}");
+    assert!(orders < sessions, "the orders are counted before the sessions are read: {plan:?}");
+}
+
 /// The schema an older kassa left: SQLite's migrations 1 to 8, as it applied them.
 const SQLITE_MIGRATIONS_1_TO_8: [&str; 8] = [
     include_str!("../../migrations/sqlite/0001_init.sql"),
