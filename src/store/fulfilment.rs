@@ -182,15 +182,21 @@ use crate::store::lines::{OrderLine, order_lines};
 pub(super) async fn after_paid(tx: &mut Tx<'_>, order_no: &str, cause: Cause<'_>) -> Result<()> {
     let lines = order_lines(tx, order_no).await?;
     let mut batch = Batch::new();
-    if add_key_delivery(&mut batch, tx.kind(), order_no, &lines, cause.at) {
+    let digital_only = add_key_delivery(&mut batch, tx.kind(), order_no, &lines, cause.at);
+    if digital_only {
         let cause = Cause { trigger: KEYS_DELIVERED, notification_id: None, ..cause };
         events::add_order_status(tx, &mut batch, order_no, OrderStatus::Paid, OrderStatus::Delivered, cause).await?;
         add_delivered_digitally(&mut batch, order_no, cause.at);
-        batch.run_checked(tx).await?;
-        count_digital_delivery();
+    }
+    // Physical goods only: nothing to send.
+    if batch.is_empty() {
         return Ok(());
     }
-    batch.run_checked(tx).await
+    batch.run_checked(tx).await?;
+    if digital_only {
+        count_digital_delivery();
+    }
+    Ok(())
 }
 
 /// The trigger of a digital order's `paid -> delivered`.

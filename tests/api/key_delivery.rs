@@ -1,13 +1,15 @@
 //! Card keys handed out by the payment's own batch: every digital line of an order takes its
 //! quantity of keys, the oldest first and each key once; an order with a physical line stays
 //! `paid` with its keys; a SKU with fewer unsold keys than its stock says refuses the payment
-//! and changes nothing.
+//! and changes nothing; a late payment's order takes its keys once it is paid after all.
 
+use kassa::domain::decide::LatePolicy;
 use kassa::error::Error;
 use kassa::store::sql;
-use serde_json::Value;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
 
-use crate::common::{Backend, TestApp, s};
+use crate::common::{Backend, Opts, TestApp, s};
 use crate::lifecycle::digital_sku;
 
 /// The keys a buyer sees on each line of their order, and its status.
@@ -84,4 +86,35 @@ async fn several_lines(backend: Backend) {
     // Put back, the books agree again.
     move_key(&t, &moved, "GAME-A").await;
     t.assert_clean().await;
+}
+
+/// A digital order paid after its hold ran out takes its keys once it is paid after all: taken
+/// again at once (`reallocate`), or when an operator accepts the late payment (`manual`).
+crate::on_both!(a_late_digital_order_takes_its_keys_once_paid_after_all, late_digital);
+async fn late_digital(backend: Backend) {
+    for policy in [LatePolicy::Reallocate, LatePolicy::Manual] {
+        let opts = Opts { hold_seconds: 0, ignore_close: true, late_policy: policy, ..Default::default() };
+        let t = TestApp::spawn_with(backend.clone(), opts).await;
+        digital_sku(&t, "GAME", &["G-1", "G-2", "G-3"]).await;
+        let (buyer, order_no, attempt_ref) = t.pending_order(&[("GAME", 2)]).await;
+        t.app.sweeper.step().await.unwrap();
+        t.complete(&attempt_ref, "succeeded", 1).await;
+        t.settle().await;
+        if policy == LatePolicy::Manual {
+            let (status, lines) = keys_of(&t, &buyer, &order_no).await;
+            assert_eq!((status.as_str(), lines), ("paid_after_expiry", vec![Vec::<String>::new()]));
+            let (status, body) = t.admin_post(&format!("/api/v1/admin/orders/{order_no}/accept"), json!({})).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        let (status, lines) = keys_of(&t, &buyer, &order_no).await;
+        assert_eq!(status, "delivered", "{policy:?}");
+        assert_eq!(lines[0].len(), 2, "{policy:?}");
+        assert_ne!(lines[0][0], lines[0][1]);
+        let sku = t.sku("GAME").await;
+        assert_eq!(
+            (sku["on_hand"].as_i64(), sku["reserved"].as_i64(), sku["sold"].as_i64()),
+            (Some(1), Some(0), Some(2))
+        );
+        t.assert_clean().await;
+    }
 }
