@@ -88,8 +88,8 @@ async fn several_lines(backend: Backend) {
     t.assert_clean().await;
 }
 
-/// A digital order paid after its hold ran out takes its keys once it is paid after all: taken
-/// again at once (`reallocate`), or when an operator accepts the late payment (`manual`).
+// A digital order paid after its hold ran out takes its keys once it is paid after all: taken
+// again at once (`reallocate`), or when an operator accepts the late payment (`manual`).
 crate::on_both!(a_late_digital_order_takes_its_keys_once_paid_after_all, late_digital);
 async fn late_digital(backend: Backend) {
     for policy in [LatePolicy::Reallocate, LatePolicy::Manual] {
