@@ -187,7 +187,7 @@ pub struct Dashboard {
 pub async fn dashboard(db: &Db, now: Millis) -> Result<Dashboard> {
     let pool = db.read_pool();
     let day_start = now - now.rem_euclid(86_400_000);
-    let by_status = crate::store::check::orders_by_status(db).await?;
+    let by_status = crate::store::status_counts::by_status(db).await?;
     let open_alerts: i64 =
         sql::query_scalar("SELECT CAST(COUNT(*) AS BIGINT) FROM alerts WHERE acknowledged = 0").fetch_one(pool).await?;
     let captured = sql::query(

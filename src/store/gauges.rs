@@ -1,14 +1,15 @@
 //! The gauges `/metrics` shows about the database, read from it when asked: each scrape sees the
-//! counts as they are, and a status no order holds any longer reads 0.
+//! counts as they are, and a status no order holds any longer reads 0. The orders' count by status
+//! is carried on from the status log since the last scrape ([`status_counts`]), not counted again.
 
 use crate::domain::OrderStatus;
 use crate::error::Result;
-use crate::store::{Db, cases, check, outbox, shipping, statements};
+use crate::store::{Db, cases, outbox, shipping, statements, status_counts};
 
 /// Sets every database gauge from the database now. Without a webhook URL no message is waiting
 /// to be sent, so the outbox backlog reads 0 (the messages are kept, marked unsent on the order).
 pub async fn refresh(db: &Db, webhook_configured: bool) -> Result<()> {
-    let counts = check::orders_by_status(db).await?;
+    let counts = status_counts::by_status(db).await?;
     for status in OrderStatus::ALL {
         let n = counts.iter().find(|(s, _)| s == status.as_str()).map_or(0, |(_, n)| *n);
         metrics::gauge!("kassa_orders", "status" => status.as_str()).set(n as f64);

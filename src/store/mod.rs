@@ -8,7 +8,7 @@ pub mod cases;
 pub mod catalog;
 pub mod check;
 mod check_buyer;
-mod check_cases;
+pub mod check_cases;
 pub mod check_keys;
 mod check_money;
 mod check_promotions;
@@ -44,6 +44,7 @@ pub mod shipping;
 pub mod sql;
 pub mod statement_rows;
 pub mod statements;
+pub mod status_counts;
 pub mod subscribe;
 pub mod views;
 
@@ -151,6 +152,8 @@ pub struct Db {
     config: EngineConfig,
     /// Buyer sessions already read ([`catalog::session_by_token`]).
     sessions: Arc<catalog::SessionCache>,
+    /// The orders' count by status, carried on from the status log ([`status_counts`]).
+    status_counts: Arc<status_counts::StatusCounts>,
 }
 
 #[derive(Debug, Clone)]
@@ -279,7 +282,7 @@ impl Db {
                 )
             }
         };
-        Ok(Db { kind, engine, config, sessions: Default::default() })
+        Ok(Db { kind, engine, config, sessions: Default::default(), status_counts: Default::default() })
     }
 
     /// Runs a write command on SQLite's writer thread ([`writer`]); elsewhere, here.
@@ -320,6 +323,10 @@ impl Db {
     /// Whether the database answers a read.
     pub async fn ping(&self) -> Result<()> {
         sql::query_scalar::<i64>("SELECT 1").fetch_one(self.read_pool()).await.map(drop)
+    }
+
+    fn status_counts(&self) -> &status_counts::StatusCounts {
+        &self.status_counts
     }
 
     pub fn kind(&self) -> DbKind {

@@ -87,6 +87,16 @@ async fn the_full_checks_open_orders_count_reads_the_orders_once() {
     assert!(orders < sessions, "the orders are counted before the sessions are read: {plan:?}");
 }
 
+/// `kassa check`'s C4 finds the case of each refund numbered after one by the case's key, not by
+/// testing a pattern built from every case against every refund.
+#[tokio::test]
+async fn the_case_refunds_find_their_case_by_key() {
+    let (_dir, url, _db) = fresh_sqlite(EngineConfig::default()).await;
+    let plan = plan_of(&url, kassa::store::check_cases::CASE_REFUNDS_SQL).await;
+    let cases = plan.iter().find(|s| s.contains(" c ")).expect("cases read");
+    assert!(cases.starts_with("SEARCH") && cases.contains("(id=?)"), "{plan:?}");
+}
+
 /// The schema an older kassa left: SQLite's migrations 1 to 8, as it applied them.
 const SQLITE_MIGRATIONS_1_TO_8: [&str; 8] = [
     include_str!("../../migrations/sqlite/0001_init.sql"),
