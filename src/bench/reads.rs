@@ -25,6 +25,9 @@ pub struct ReadFigures {
     pub rows: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rows_per_s: Option<f64>,
+    /// A statement day: the first run (which records the day), apart from the runs after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_ms: Option<f64>,
 }
 
 /// Values of the history to search for, read from its database.
@@ -161,6 +164,14 @@ pub(super) async fn reads_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
         eprintln!("{name}: {rows} rows in {secs:.1} s");
         reads.insert(name.to_string(), f);
     }
+    let f = statement_day(&url, s.newest).await?;
+    eprintln!(
+        "statement day: {} lines, first run {:.1} ms, then p50 {:.1} ms",
+        f.rows.unwrap_or(0),
+        f.first_ms.unwrap_or(0.0),
+        f.p50_ms
+    );
+    reads.insert("statement day: alipay".to_string(), f);
     let report = Report {
         scenario: "reads".into(),
         seconds: started.elapsed().as_secs_f64(),
@@ -172,4 +183,70 @@ pub(super) async fn reads_scenario(args: &BenchArgs) -> anyhow::Result<Report> {
     let mut report = http::finish(args, &server, report).await?;
     report.buyers = 1;
     Ok(report)
+}
+
+/// Runs of one statement day's reconciliation, the first of them recording the day.
+const STATEMENT_RUNS: usize = 5;
+
+/// One statement day's reconciliation (对账) on the history: Alipay's day before the newest order's
+/// (in Beijing time), its statement made of kassa's own payments and refunds of that day as an
+/// agreeing day's file lists them (each payment with a fee of 0.6 %), reconciled against kassa's
+/// side and recorded as a run does once it has the file ([`kassa::usecase::statements::reconcile_had`];
+/// the download apart). The first run records the day and its fees; the runs after find it
+/// unchanged. `rows`: the statement's lines; `first_ms`: the first run; the percentiles: the rest.
+async fn statement_day(url: &str, newest: i64) -> anyhow::Result<ReadFigures> {
+    use kassa::domain::statement::{LineKind, Statement, StatementLine, day_window, format_day};
+    let db = Db::connect(url, 4).await?;
+    let offset = time::UtcOffset::from_hms(8, 0, 0)?;
+    let day = time::OffsetDateTime::from_unix_timestamp(newest / 1000)?.to_offset(offset).date() - time::Duration::DAY;
+    let ours = kassa::store::statements::ours(
+        &db,
+        "alipay",
+        (&format_day(day), day_window(day, offset)),
+        &Statement::default(),
+    )
+    .await?;
+    let line =
+        |kind, merchant_ref: &str, txn: Option<&str>, refund_no: Option<&str>, amount_minor: i64, currency: &str| {
+            StatementLine {
+                kind,
+                merchant_ref: merchant_ref.to_string(),
+                gateway_txn_id: txn.unwrap_or_default().to_string(),
+                refund_no: refund_no.map(str::to_string),
+                amount_minor,
+                fee_minor: if kind == LineKind::Payment { amount_minor * 6 / 1000 } else { 0 },
+                currency: currency.to_string(),
+            }
+        };
+    let mut lines: Vec<StatementLine> = ours
+        .payments
+        .iter()
+        .map(|p| {
+            line(LineKind::Payment, &p.attempt_ref, p.gateway_txn_id.as_deref(), None, p.amount_minor, &p.currency)
+        })
+        .collect();
+    lines.extend(
+        ours.refunds.iter().map(|r| line(LineKind::Refund, "", None, Some(&r.refund_no), r.amount_minor, &r.currency)),
+    );
+    let statement = Statement { lines, ..Statement::default() };
+    let mut us = Vec::new();
+    for _ in 0..STATEMENT_RUNS {
+        let t = Instant::now();
+        let changes = kassa::usecase::statements::reconcile_had(
+            &db,
+            ("alipay", None),
+            (day, offset),
+            &statement,
+            SystemClock.now_ms(),
+        )
+        .await?;
+        us.push(t.elapsed().as_micros() as u64);
+        anyhow::ensure!(changes.opened == 0, "the statement made of kassa's own rows disagrees: {changes:?}");
+    }
+    db.close().await;
+    let mut f = figures(us[1..].to_vec());
+    f.first_ms = Some(us[0] as f64 / 1000.0);
+    f.requests = STATEMENT_RUNS;
+    f.rows = Some(statement.lines.len() as u64);
+    Ok(f)
 }

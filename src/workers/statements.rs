@@ -63,7 +63,7 @@ impl StatementJob {
                 continue;
             };
             let day_text = format_day(day);
-            let currency = day_currency(gateway.as_ref(), std::iter::empty());
+            let currency = day_currency(gateway.currencies(), std::iter::empty());
             let (_, day_end) = statement::day_window(day, offset);
             let claim = days::claim_day(&self.db, name, (&day_text, day_end), &currency, now, STATEMENT_LEASE_MS);
             let Some(tries) = claim.await? else {
