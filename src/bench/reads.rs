@@ -248,5 +248,6 @@ async fn statement_day(url: &str, newest: i64) -> anyhow::Result<ReadFigures> {
     f.first_ms = Some(us[0] as f64 / 1000.0);
     f.requests = STATEMENT_RUNS;
     f.rows = Some(statement.lines.len() as u64);
+    f.rows_per_s = Some(statement.lines.len() as f64 * 1000.0 / f.p50_ms.max(0.001));
     Ok(f)
 }

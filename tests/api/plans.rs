@@ -97,6 +97,28 @@ async fn the_case_refunds_find_their_case_by_key() {
     assert!(cases.starts_with("SEARCH") && cases.contains("(id=?)"), "{plan:?}");
 }
 
+/// A statement day reads the day's succeeded payments from the day's changes (by their time)
+/// and each payment by its key, never every payment of the gateway; a refund's fee finds the
+/// refund's payment by its key.
+#[tokio::test]
+async fn a_statement_day_reads_the_days_rows() {
+    let (_dir, url, _db) = fresh_sqlite(EngineConfig::default()).await;
+    let plan = plan_of(&url, &kassa::store::statements::day_payments_sql()).await;
+    assert!(plan[0].contains("status_events_succeeded"), "{plan:?}");
+    assert!(plan.iter().all(|s| !s.contains("payment_attempts_by_gateway")), "{plan:?}");
+    // The keys of a day's lines, 500 to a statement: each looked up by its key, never every
+    // payment of the gateway by the gateway's index.
+    let keys = (2..502).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+    for lookup in kassa::store::statements::key_lookups() {
+        let plan = plan_of(&url, &format!("{lookup} ({keys})")).await;
+        assert_no_table_scan("a statement line's lookup", &plan);
+        assert!(plan.iter().all(|s| !s.contains("by_gateway")), "{lookup}: {plan:?}");
+    }
+    let plan = plan_of(&url, kassa::store::statements::REFUND_FEE_SQL).await;
+    assert_no_table_scan("a refund's fee", &plan);
+    assert!(plan.iter().all(|s| !s.contains("LIST SUBQUERY") && !s.contains("by_gateway")), "{plan:?}");
+}
+
 /// The schema an older kassa left: SQLite's migrations 1 to 8, as it applied them.
 const SQLITE_MIGRATIONS_1_TO_8: [&str; 8] = [
     include_str!("../../migrations/sqlite/0001_init.sql"),
