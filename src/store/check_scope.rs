@@ -83,6 +83,12 @@ pub(super) async fn settled_log_id(db: &Db) -> Result<Option<i64>> {
                 let _ = tx.rollback().await;
                 Db::retry_pause(tries).await;
             }
+            // A role that may not lock the log, or a standby: the run goes on, recording nothing
+            // past where it began.
+            Err(Error::Db(e)) if matches!(e.code(), Some(NOT_PERMITTED | READ_ONLY)) => {
+                let _ = tx.rollback().await;
+                return Ok(None);
+            }
             Err(e) => {
                 let _ = tx.rollback().await;
                 return Err(e);
@@ -92,5 +98,8 @@ pub(super) async fn settled_log_id(db: &Db) -> Result<Option<i64>> {
     Ok(None)
 }
 
-/// PostgreSQL's SQLSTATE for a lock not granted within `lock_timeout`.
+/// PostgreSQL's SQLSTATEs: a lock not granted within `lock_timeout`, a privilege missing, a
+/// write refused by a read-only transaction or a standby.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
+const NOT_PERMITTED: &str = "42501";
+const READ_ONLY: &str = "25006";
