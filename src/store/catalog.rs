@@ -201,20 +201,22 @@ pub struct Session {
     pub csrf_token: String,
 }
 
-/// Creates an anonymous buyer and returns its bearer token (shown once, stored hashed).
+/// Creates an anonymous buyer and returns its bearer token (shown once, stored hashed). One
+/// statement (on PostgreSQL one round trip); the new session goes into this instance's cache, so
+/// the buyer's next request does not read it back.
 pub async fn create_session(db: &Db, now: Millis) -> Result<(String, Session)> {
     let token = ids::new_secret_token();
+    let hash = token_hash(&token);
     let session = Session { id: SessionId::stored(new_id()), csrf_token: ids::new_secret_token() };
-    crate::write_tx!(db, |tx| {
+    db.write_one(|| {
         sql::query("INSERT INTO sessions (id, token_hash, csrf_token, created_at) VALUES ($1, $2, $3, $4)")
             .bind(&session.id)
-            .bind(token_hash(&token))
+            .bind(&hash)
             .bind(&session.csrf_token)
             .bind(now)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
-    })?;
+    })
+    .await?;
+    db.sessions().put(hash, session.clone(), now);
     Ok((token, session))
 }
 

@@ -170,6 +170,16 @@ impl NativeConn {
         Ok(NativeConn { conn, shapes: HashMap::new() })
     }
 
+    /// Opens a reader's connection to `at`. A reader never writes, so it has no savepoint
+    /// journals to keep in memory: its temporary b-trees and sorts (a `GROUP BY` over a whole
+    /// table in `kassa check --full`, say) stay in the page cache up to its size and spill to a
+    /// temporary file past it (`temp_store=FILE`), instead of growing with the table in memory.
+    pub fn open_reader(at: &Location) -> Result<NativeConn> {
+        let mut conn = NativeConn::open(at)?;
+        conn.exec("PRAGMA temp_store=FILE;")?;
+        Ok(conn)
+    }
+
     /// Whether a transaction is open.
     pub fn in_transaction(&self) -> bool {
         !self.conn.is_autocommit()
@@ -261,7 +271,7 @@ impl Readers {
         let (conn, out) = tokio::task::spawn_blocking(move || {
             let mut conn = match idle {
                 Some(conn) => conn,
-                None => NativeConn::open(&at)?,
+                None => NativeConn::open_reader(&at)?,
             };
             let out = work(&mut conn);
             Ok::<_, Error>((conn, out))
@@ -283,7 +293,7 @@ impl Readers {
         let permit = Arc::clone(self).acquire_owned().await?;
         let conn = match self.take() {
             Some(conn) => conn,
-            None => NativeConn::open(&self.at)?,
+            None => NativeConn::open_reader(&self.at)?,
         };
         let mut tx = ReadTx { conn: Some(conn), home: Arc::clone(self), _permit: permit };
         tx.conn()?.exec("BEGIN")?;
@@ -424,6 +434,27 @@ mod tests {
             panic!("a missing argument")
         };
         assert!(e.to_string().contains("no argument for $2"), "{e}");
+    }
+
+    /// A reader's temporary b-trees and sorts spill to a file past its page cache; the writer's
+    /// savepoint journals stay in memory.
+    #[test]
+    fn readers_spill_their_sorts_and_the_writer_keeps_its_journals_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = Location::of(&format!("sqlite://{}", dir.path().join("t.db").display()));
+        let mut reader = NativeConn::open_reader(&at).unwrap();
+        let mut writer = NativeConn::open(&at).unwrap();
+        for (conn, want) in [(&mut reader, 1), (&mut writer, 2)] {
+            let got: i64 = conn.run("PRAGMA temp_store", &[], None).unwrap().rows[0].get(0);
+            assert_eq!(got, want);
+        }
+        // A sort bigger than the reader's page cache still answers.
+        writer.exec("CREATE TABLE t (k BIGINT, pad TEXT)").unwrap();
+        writer
+            .exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 40000) INSERT INTO t SELECT i % 7919, printf('%0200d', i) FROM n")
+            .unwrap();
+        let out = reader.run("SELECT k, COUNT(*), MAX(pad) FROM t GROUP BY k ORDER BY k", &[], None).unwrap();
+        assert_eq!(out.rows.len(), 7919);
     }
 
     /// An in-memory URL is one database for every connection that opens the same location.
