@@ -204,17 +204,26 @@ async fn prune_sessions_round(db: &Db, idle_before: Millis) -> Result<(u64, bool
     })
 }
 
-/// Empties the raw bodies of notifications received before `before` that were processed, whose
-/// order (if any) is settled and has no unsettled refund.
-async fn prune_notification_bodies(db: &Db, before: Millis, now: Millis) -> Result<u64> {
-    let sql = format!(
+/// The statement of [`prune_notification_bodies`]. A refund not yet settled is looked for by
+/// each of its two statuses, whose partial indexes hold only the unsettled ones: with one test of
+/// both, PostgreSQL read every refund the shop ever made at each round (9,400 pages at ten million
+/// orders).
+pub fn prune_notification_bodies_sql() -> String {
+    format!(
         "UPDATE notifications SET raw_body = $1, body_pruned_at = $2 WHERE id IN (SELECT n.id FROM notifications n \
          WHERE n.body_pruned_at IS NULL AND n.received_at < $3 AND n.status <> 'received' \
          AND (n.order_no IS NULL OR EXISTS (SELECT 1 FROM orders o WHERE o.order_no = n.order_no \
          AND o.status IN ({SETTLED_ORDER_STATUSES}))) \
-         AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.order_no = n.order_no AND r.status IN ('requested', 'processing')) \
+         AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.order_no = n.order_no AND r.status = 'requested') \
+         AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.order_no = n.order_no AND r.status = 'processing') \
          ORDER BY n.received_at LIMIT $4)"
-    );
+    )
+}
+
+/// Empties the raw bodies of notifications received before `before` that were processed, whose
+/// order (if any) is settled and has no unsettled refund.
+async fn prune_notification_bodies(db: &Db, before: Millis, now: Millis) -> Result<u64> {
+    let sql = prune_notification_bodies_sql();
     crate::write_tx!(db, |tx| {
         let done =
             sql::query(&sql).bind(Vec::<u8>::new()).bind(now).bind(before).bind(PRUNE_BATCH).execute(&mut **tx).await?;

@@ -168,6 +168,19 @@ async fn the_admin_lists_read_by_index_on_a_postgresql_history() {
             assert!(!plan.contains("orders_by_created"), "{what} walks every order: {plan}");
         }
     }
+    // Retention's round of notification bodies finds the unsettled refunds by their statuses'
+    // partial indexes, never by reading every refund the shop made.
+    let prune = kassa::store::retention::prune_notification_bodies_sql();
+    client.batch_execute(&format!("PREPARE prune (bytea, bigint, bigint, bigint) AS {prune}")).await.unwrap();
+    let plan: Vec<String> = client
+        .query("EXPLAIN EXECUTE prune ('', 1, 9000000000000, 500)", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan on refunds"), "notification bodies: {plan}");
     drop(client);
     let _ = driver.await;
 }
