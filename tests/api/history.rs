@@ -110,6 +110,12 @@ fn list_shapes() -> Vec<(&'static str, OrderFilter, Option<listing::Cursor>)> {
     ]
 }
 
+/// PostgreSQL's plan for `sql`, one line a step.
+async fn explain(client: &tokio_postgres::Client, sql: &str) -> String {
+    let rows = client.query(&format!("EXPLAIN {sql}"), &[]).await.unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
+}
+
 /// On a history, each list shape reads a page by index on PostgreSQL, with the plan the statement
 /// cache settles on (generic: planned once for every value): no scan of a table that grows with
 /// the history, and the deep page seeks to its cursor instead of reading up to it.
@@ -142,14 +148,7 @@ async fn the_admin_lists_read_by_index_on_a_postgresql_history() {
                 other => panic!("{other:?}"),
             })
             .collect();
-        let plan: Vec<String> = client
-            .query(&format!("EXPLAIN EXECUTE shape{n} ({})", values.join(", ")), &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect();
-        let plan = plan.join("\n");
+        let plan = explain(&client, &format!("EXECUTE shape{n} ({})", values.join(", "))).await;
         for table in ["orders", "order_lines", "payment_attempts"] {
             assert!(!plan.contains(&format!("Seq Scan on {table}")), "{what}: {plan}");
         }
@@ -172,14 +171,7 @@ async fn the_admin_lists_read_by_index_on_a_postgresql_history() {
     // partial indexes, never by reading every refund the shop made.
     let prune = kassa::store::retention::prune_notification_bodies_sql();
     client.batch_execute(&format!("PREPARE prune (bytea, bigint, bigint, bigint) AS {prune}")).await.unwrap();
-    let plan: Vec<String> = client
-        .query("EXPLAIN EXECUTE prune ('', 1, 9000000000000, 500)", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = explain(&client, "EXECUTE prune ('', 1, 9000000000000, 500)").await;
     assert!(!plan.contains("Seq Scan on refunds"), "notification bodies: {plan}");
     drop(client);
     let _ = driver.await;
