@@ -64,11 +64,7 @@ pub(super) async fn start_server(args: &BenchArgs, hold_seconds: u64) -> anyhow:
     let server = launch(args, hold_seconds).await?;
     let http = reqwest::Client::new();
     for _ in 0..COUNTED_SCRAPES_MAX {
-        let text = match http.get(format!("{}/metrics", server.base)).bearer_auth(&server.admin).send().await {
-            Ok(r) => r.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        if text.lines().any(|l| l.starts_with("kassa_orders{")) {
+        if scrape(&http, &server.base).await.lines().any(|l| l.starts_with("kassa_orders{")) {
             return Ok(server);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -164,10 +160,18 @@ async fn sandbox_signer(server: &Server) -> anyhow::Result<aws_lc_rs::signature:
     aws_lc_rs::signature::Ed25519KeyPair::from_pkcs8(&der).map_err(|e| anyhow::anyhow!("sandbox signing key: {e}"))
 }
 
+/// The server's `/metrics` page (open to this machine's clients), empty when it cannot be read.
+async fn scrape(http: &reqwest::Client, base: &str) -> String {
+    match http.get(format!("{base}/metrics")).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
 async fn metric(http: &reqwest::Client, base: &str, name: &str, label: &str) -> u64 {
-    let Ok(r) = http.get(format!("{base}/metrics")).send().await else { return 0 };
-    let text = r.text().await.unwrap_or_default();
-    text.lines()
+    scrape(http, base)
+        .await
+        .lines()
         .filter(|l| l.starts_with(name) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u64)
