@@ -13,6 +13,11 @@ use kassa::clock::SystemClock;
 use kassa::config::{CommonArgs, KeysArgs, ServeArgs, Settings};
 use kassa::store::{Db, check};
 
+// Every request allocates (headers, JSON, rows, SQL parameters); mimalloc serves those from
+// per-thread pages where glibc's malloc spent a tenth of the server's CPU (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "kassa", version, about = "Self-hosted payment order engine")]
 struct Cli {
