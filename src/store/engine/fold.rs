@@ -51,9 +51,8 @@ enum Part {
 #[derive(Debug)]
 pub struct Planned {
     pub statements: Vec<Statement>,
-    parts: Vec<Part>,
-    /// For each statement sent, the statements as written whose count it checks.
-    checks: Vec<Vec<usize>>,
+    /// The flight's shape, planned ([`plan`] gives a `Planned` only for one that is).
+    kept: Kept,
 }
 
 /// Where `word` (upper case) first stands in `sql`, whatever its case; no copy of `sql` made
@@ -124,17 +123,111 @@ fn checked_count(count: &str, rows: u64) -> String {
     format!("CASE WHEN {count} = {rows} THEN {count} ELSE kassa_rows_short({count}, {rows}) END")
 }
 
+/// Most flight shapes [`plan`] keeps planned; past it the kept ones are forgotten and planned
+/// again as they come. A shop's flights take a few dozen shapes (a confirm's by its lines, a
+/// payment's by its messages), each a few kilobytes of SQL.
+pub const PLAN_CACHE_MAX: usize = 512;
+
+/// How a flight of one shape is sent: for each statement sent, its SQL and the statements as
+/// written whose values it takes, in order; how to read the answers back.
+#[derive(Debug)]
+struct Shape {
+    sent: Vec<(String, Vec<usize>)>,
+    parts: Vec<Part>,
+    checks: Vec<Vec<usize>>,
+}
+
+/// A flight's shape: each statement's SQL, its number of values and its check, and whether
+/// inserts are folded; what a [`Shape`] depends on and nothing else.
+#[derive(Debug)]
+struct Key {
+    statements: Vec<(String, usize, Check)>,
+    fold: bool,
+}
+
+impl Key {
+    fn new(statements: &[Statement], checks: &[Check], fold: bool) -> Key {
+        let statements =
+            statements.iter().enumerate().map(|(i, (sql, args))| (sql.clone(), args.len(), check_of(checks, i)));
+        Key { statements: statements.collect(), fold }
+    }
+
+    /// Whether this is the shape of `statements`, `checks` and `fold`.
+    fn is(&self, statements: &[Statement], checks: &[Check], fold: bool) -> bool {
+        self.fold == fold
+            && self.statements.len() == statements.len()
+            && self.statements.iter().zip(statements).enumerate().all(|(i, ((sql, values, check), (s, args)))| {
+                *values == args.len() && *check == check_of(checks, i) && sql == s
+            })
+    }
+}
+
+fn check_of(checks: &[Check], i: usize) -> Check {
+    checks.get(i).copied().flatten()
+}
+
+/// The hash a shape is kept under, read from the flight as it is (no copy made).
+fn hash_of(statements: &[Statement], checks: &[Check], fold: bool) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    fold.hash(&mut h);
+    for (i, (sql, args)) in statements.iter().enumerate() {
+        sql.hash(&mut h);
+        args.len().hash(&mut h);
+        check_of(checks, i).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// A shape planned, with the key it was planned for (`None`: sent as written).
+type Kept = std::sync::Arc<(Key, Option<Shape>)>;
+
+/// The shapes planned so far, by their hash: writing a flight's SQL text anew (formatting,
+/// renumbering its parameters, looking for the words that make an insert foldable) took 7 % of
+/// the server's CPU in a PostgreSQL checkout.
+static SHAPES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, Kept>>> =
+    std::sync::LazyLock::new(Default::default);
+
 /// `statements` as sent: with `fold`, every run of two or more consecutive foldable inserts (at
 /// most [`FOLD_MAX`] each) as one statement; each statement with a check ([`checkable`] only)
 /// made to fail unless it changes the rows expected (but for one that always does:
-/// [`always_changes`]). `None` when nothing changes.
+/// [`always_changes`]). `None` when nothing changes. A shape is planned once and kept
+/// ([`PLAN_CACHE_MAX`]); each flight of it takes its own values.
 pub fn plan(statements: &[Statement], checks: &[Check], fold: bool) -> Option<Planned> {
+    let hash = hash_of(statements, checks, fold);
+    let cached = SHAPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&hash).cloned();
+    let kept = match cached {
+        Some(kept) if kept.0.is(statements, checks, fold) => kept,
+        _ => {
+            let kept = std::sync::Arc::new((Key::new(statements, checks, fold), shape(statements, checks, fold)));
+            let mut shapes = SHAPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if shapes.len() >= PLAN_CACHE_MAX {
+                shapes.clear();
+            }
+            shapes.insert(hash, kept.clone());
+            kept
+        }
+    };
+    let shape = kept.1.as_ref()?;
+    let sent = shape
+        .sent
+        .iter()
+        .map(|(sql, from)| {
+            let args = from.iter().flat_map(|&i| statements[i].1.iter().cloned()).collect();
+            (sql.clone(), args)
+        })
+        .collect();
+    Some(Planned { statements: sent, kept })
+}
+
+/// [`plan`]'s work, the values left out: the SQL sent and where each statement as written went.
+fn shape(statements: &[Statement], checks: &[Check], fold: bool) -> Option<Shape> {
     let check = |i: usize| {
         let rows = checks.get(i).copied().flatten()?;
         let sql = statements.get(i).map_or("", |(sql, _)| sql.as_str());
         (!always_changes(sql, rows)).then_some(rows)
     };
-    let mut sent: Vec<Statement> = Vec::with_capacity(statements.len());
+    let mut sent: Vec<(String, Vec<usize>)> = Vec::with_capacity(statements.len());
     let mut parts = Vec::with_capacity(statements.len());
     let mut checked: Vec<Vec<usize>> = Vec::with_capacity(statements.len());
     let mut changed = false;
@@ -143,18 +236,18 @@ pub fn plan(statements: &[Statement], checks: &[Check], fold: bool) -> Option<Pl
         let run =
             if fold { statements[at..].iter().take(FOLD_MAX).take_while(|(sql, _)| foldable(sql)).count() } else { 0 };
         if run < 2 {
-            let (sql, args) = &statements[at];
+            let (sql, _) = &statements[at];
             match check(at) {
                 Some(rows) => {
                     parts.push(Part::Counted(sent.len()));
                     let count = checked_count("count(*)", rows);
-                    sent.push((format!("WITH c AS ({}) SELECT {count} FROM c", returning(sql.trim())), args.clone()));
+                    sent.push((format!("WITH c AS ({}) SELECT {count} FROM c", returning(sql.trim())), vec![at]));
                     checked.push(vec![at]);
                     changed = true;
                 }
                 None => {
                     parts.push(Part::Alone(sent.len()));
-                    sent.push((sql.clone(), args.clone()));
+                    sent.push((sql.clone(), vec![at]));
                     checked.push(Vec::new());
                 }
             }
@@ -164,10 +257,10 @@ pub fn plan(statements: &[Statement], checks: &[Check], fold: bool) -> Option<Pl
         changed = true;
         let mut with = Vec::with_capacity(run);
         let mut counts = Vec::with_capacity(run);
-        let mut args = Vec::new();
+        let mut values = 0;
         let mut checks_here = Vec::new();
-        for (column, (sql, values)) in statements[at..at + run].iter().enumerate() {
-            with.push(format!("i{column} AS ({} RETURNING 1)", crate::store::sql::renumber(sql.trim(), args.len())));
+        for (column, (sql, args)) in statements[at..at + run].iter().enumerate() {
+            with.push(format!("i{column} AS ({} RETURNING 1)", crate::store::sql::renumber(sql.trim(), values)));
             let count = format!("(SELECT count(*) FROM i{column})");
             counts.push(match check(at + column) {
                 Some(rows) => {
@@ -176,20 +269,20 @@ pub fn plan(statements: &[Statement], checks: &[Check], fold: bool) -> Option<Pl
                 }
                 None => count,
             });
-            args.extend(values.iter().cloned());
+            values += args.len();
             parts.push(Part::Folded { statement: sent.len(), column });
         }
-        sent.push((format!("WITH {} SELECT {}", with.join(", "), counts.join(", ")), args));
+        sent.push((format!("WITH {} SELECT {}", with.join(", "), counts.join(", ")), (at..at + run).collect()));
         checked.push(checks_here);
         at += run;
     }
-    changed.then_some(Planned { statements: sent, parts, checks: checked })
+    changed.then_some(Shape { sent, parts, checks: checked })
 }
 
 impl Planned {
     /// The statements as written whose counts the `sent`-th statement sent checks.
     pub fn checked_in(&self, sent: usize) -> &[usize] {
-        self.checks.get(sent).map_or(&[], Vec::as_slice)
+        self.kept.1.as_ref().and_then(|shape| shape.checks.get(sent)).map_or(&[], Vec::as_slice)
     }
 
     /// The answers as if each statement had been sent as written: a folded or counted
@@ -206,7 +299,8 @@ impl Planned {
                 .and_then(|n| u64::try_from(n).ok())
                 .unwrap_or(0)
         };
-        self.parts
+        let parts = self.kept.1.as_ref().map_or(&[][..], |shape| shape.parts.as_slice());
+        parts
             .iter()
             .map(|part| match *part {
                 Part::Alone(i) => outputs.get_mut(i).and_then(Option::take).unwrap_or_default(),
@@ -341,6 +435,43 @@ mod tests {
         ] {
             assert_eq!(checkable(sql), ok, "{sql}");
         }
+    }
+
+    /// A shape is planned once: a later flight of it is sent with its own values, and a flight
+    /// that differs in a statement, a statement's number of values or a check is planned anew.
+    #[test]
+    fn each_flight_of_a_kept_shape_is_sent_with_its_own_values() {
+        let flight = |a: i64, b: i64| {
+            vec![
+                ("INSERT INTO kept_o (a) VALUES ($1)".to_string(), vec![Arg::Int(Some(a))]),
+                ("INSERT INTO kept_l (a, b) VALUES ($1, $2)".to_string(), vec![Arg::Int(Some(b)), Arg::Int(Some(a))]),
+            ]
+        };
+        let values = |p: &Planned| -> Vec<Vec<Option<i64>>> {
+            p.statements
+                .iter()
+                .map(|(_, args)| args.iter().map(|a| if let Arg::Int(v) = a { *v } else { None }).collect())
+                .collect()
+        };
+        let first = plan(&flight(1, 2), &[], true).unwrap();
+        let second = plan(&flight(3, 4), &[], true).unwrap();
+        assert_eq!(first.statements[0].0, second.statements[0].0);
+        assert_eq!(values(&first), [[Some(1), Some(2), Some(1)]]);
+        assert_eq!(values(&second), [[Some(3), Some(4), Some(3)]]);
+        // The second insert checked for two rows, which its one tuple never changes.
+        let checked = plan(&flight(5, 6), &[None, Some(2)], true).unwrap();
+        assert!(checked.statements[0].0.contains("kassa_rows_short((SELECT count(*) FROM i1), 2)"));
+        assert_eq!(checked.checked_in(0), [1]);
+        assert!(first.checked_in(0).is_empty());
+        // One value fewer: the parameters are numbered again.
+        let mut short = flight(7, 8);
+        short[0] = ("INSERT INTO kept_o (a) VALUES (0)".to_string(), Vec::new());
+        let short = plan(&short, &[], true).unwrap();
+        assert!(short.statements[0].0.contains("INSERT INTO kept_l (a, b) VALUES ($1, $2)"));
+        assert_eq!(values(&short), [[Some(8), Some(7)]]);
+        // Not folded: nothing changes, as before.
+        assert!(plan(&flight(1, 2), &[], false).is_none());
+        assert_eq!(values(&plan(&flight(9, 10), &[], true).unwrap()), [[Some(9), Some(10), Some(9)]]);
     }
 
     #[test]
