@@ -41,7 +41,7 @@ mkdir -p "$cluster"
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 as_pg "$pgbin/initdb" -D "$cluster/data" -A trust -U postgres >/dev/null
 as_pg "$pgbin/pg_ctl" -D "$cluster/data" -l "$cluster/log" -w start -o \
-  "-p $port -c listen_addresses=127.0.0.1 -k $cluster -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.max=2000" >/dev/null
+  "-p $port -c listen_addresses=127.0.0.1 -k $cluster -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.max=2000 -c pg_stat_statements.track_planning=on" >/dev/null
 trap 'as_pg "$pgbin/pg_ctl" -D "$cluster/data" -m immediate -w stop >/dev/null 2>&1 || true' EXIT
 psql_at() { local db="$1"; shift; psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d "$db" "$@"; }
 psql_at postgres -c "CREATE EXTENSION pg_stat_statements" -c "CREATE DATABASE kassa_profile"
@@ -88,7 +88,7 @@ ops="$(psql_at postgres -At -c "SELECT coalesce(nullif((SELECT sum(calls) FROM p
 # extension is), then the tables (in kassa's).
 psql_at postgres -P pager=off -P footer=off >"$OUT/$name.txt" <<'SQL'
 CREATE TEMP TABLE s AS
-  SELECT regexp_replace(query, '\s+', ' ', 'g') AS query, calls, total_exec_time, rows, wal_bytes
+  SELECT regexp_replace(query, '\s+', ' ', 'g') AS query, calls, total_exec_time, rows, wal_bytes, plans, mean_plan_time
   FROM pg_stat_statements
   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'kassa_profile');
 CREATE TEMP TABLE w AS
@@ -114,6 +114,7 @@ SELECT round(100 * total_exec_time / sum(total_exec_time) OVER ())::int AS "% ti
        round(calls / nullif((SELECT n FROM ops), 0), 2) AS "calls/op",
        round((total_exec_time / calls)::numeric, 3) AS "mean ms",
        round(rows::numeric / calls, 1) AS "rows/call",
+       round(plans::numeric / calls, 2) AS "plans/call", round(mean_plan_time::numeric, 3) AS "plan ms",
        round(wal_bytes / nullif((SELECT n FROM ops), 0)) AS "WAL B/op",
        left(query, 120) AS "statement"
 FROM s ORDER BY total_exec_time DESC LIMIT 30;
