@@ -147,8 +147,7 @@ struct Key {
 
 impl Key {
     fn new(statements: &[Statement], checks: &[Check], fold: bool) -> Key {
-        let statements =
-            statements.iter().enumerate().map(|(i, (sql, args))| (sql.clone(), args.len(), check_of(checks, i)));
+        let statements = shape_of(statements, checks).map(|(sql, values, check)| (sql.to_string(), values, check));
         Key { statements: statements.collect(), fold }
     }
 
@@ -156,14 +155,17 @@ impl Key {
     fn is(&self, statements: &[Statement], checks: &[Check], fold: bool) -> bool {
         self.fold == fold
             && self.statements.len() == statements.len()
-            && self.statements.iter().zip(statements).enumerate().all(|(i, ((sql, values, check), (s, args)))| {
-                *values == args.len() && *check == check_of(checks, i) && sql == s
-            })
+            && self
+                .statements
+                .iter()
+                .zip(shape_of(statements, checks))
+                .all(|((sql, values, check), (s, v, c))| *values == v && *check == c && sql == s)
     }
 }
 
-fn check_of(checks: &[Check], i: usize) -> Check {
-    checks.get(i).copied().flatten()
+/// Each statement's part of the flight's shape: its SQL, its number of values and its check.
+fn shape_of<'a>(statements: &'a [Statement], checks: &'a [Check]) -> impl Iterator<Item = (&'a str, usize, Check)> {
+    statements.iter().enumerate().map(|(i, (sql, args))| (sql.as_str(), args.len(), checks.get(i).copied().flatten()))
 }
 
 /// The hash a shape is kept under, read from the flight as it is (no copy made).
@@ -171,10 +173,8 @@ fn hash_of(statements: &[Statement], checks: &[Check], fold: bool) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
     fold.hash(&mut h);
-    for (i, (sql, args)) in statements.iter().enumerate() {
-        sql.hash(&mut h);
-        args.len().hash(&mut h);
-        check_of(checks, i).hash(&mut h);
+    for part in shape_of(statements, checks) {
+        part.hash(&mut h);
     }
     h.finish()
 }
